@@ -1,0 +1,77 @@
+"""interp-engine core: addresses, the 34 points, families, the backend protocol, steering specs,
+`load_model` and the free functions. Importing this package never imports torch."""
+
+from ie_core.address import Address, AddressLike, format_address, parse_address, to_address
+from ie_core.api import (
+    capture_attention,
+    capture_generation,
+    decode_residuals,
+    generate,
+    run_with_cache,
+    steer,
+)
+from ie_core.cache import ActivationCache
+from ie_core.families import FAMILIES, Family, Trait, family_for_architecture, get_family
+from ie_core.loading import available_backends, load_model
+from ie_core.points import POINTS, Point, get_point
+from ie_core.protocol import (
+    Generation,
+    GenerationCapture,
+    InterpModel,
+    SamplingParams,
+    StreamChunk,
+    SyncModel,
+    TopK,
+)
+from ie_core.steering import (
+    Additive,
+    LensAblate,
+    LensSteer,
+    LensSwap,
+    Orthogonal,
+    PositionMask,
+    ProjectionCap,
+    Steering,
+    steer_at,
+)
+
+__all__ = [
+    "FAMILIES",
+    "POINTS",
+    "ActivationCache",
+    "Additive",
+    "Address",
+    "AddressLike",
+    "Family",
+    "Generation",
+    "GenerationCapture",
+    "InterpModel",
+    "LensAblate",
+    "LensSteer",
+    "LensSwap",
+    "Orthogonal",
+    "Point",
+    "PositionMask",
+    "ProjectionCap",
+    "SamplingParams",
+    "Steering",
+    "StreamChunk",
+    "SyncModel",
+    "TopK",
+    "Trait",
+    "available_backends",
+    "capture_attention",
+    "capture_generation",
+    "decode_residuals",
+    "family_for_architecture",
+    "format_address",
+    "generate",
+    "get_family",
+    "get_point",
+    "load_model",
+    "parse_address",
+    "run_with_cache",
+    "steer",
+    "steer_at",
+    "to_address",
+]

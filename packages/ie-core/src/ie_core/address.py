@@ -1,0 +1,134 @@
+"""Addresses: `name[.LAYER][.stream-N]` and the `path.<module path>` escape hatch.
+
+The grammar is purely syntactic; whether a name is one of the 34 points, and whether it takes a
+layer, is checked by `to_address(..., check=True)` against the points registry.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ie_core.errors import (
+    AddressError,
+    EmptyNameError,
+    InvalidNameError,
+    LegacySyntaxError,
+    NegativeLayerError,
+    UnknownCoordinateError,
+)
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_STREAM = re.compile(r"stream-(\d+)")
+PATH_PREFIX = "path."
+
+
+@dataclass(frozen=True, order=True)
+class Address:
+    """A point in the forward: `Address("resid_post", 10)` is `resid_post.10`."""
+
+    name: str
+    layer: int | None = None
+    stream: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.name.startswith(PATH_PREFIX):
+            if len(self.name) == len(PATH_PREFIX):
+                raise EmptyNameError("path address needs a module path after 'path.'", self.name)
+            if self.layer is not None or self.stream is not None:
+                raise UnknownCoordinateError("a path address takes no coordinates", self.name)
+            return
+        if not self.name:
+            raise EmptyNameError("address has an empty point name", self.name)
+        if not _NAME.fullmatch(self.name):
+            raise InvalidNameError(
+                f"point name {self.name!r} must match [a-z][a-z0-9_]*", self.name
+            )
+        for label, value in (("layer", self.layer), ("stream", self.stream)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UnknownCoordinateError(f"{label} must be an int, got {value!r}", value)
+            if value < 0:
+                raise NegativeLayerError(f"{label} must be >= 0, got {value}", value)
+
+    @property
+    def is_path(self) -> bool:
+        return self.name.startswith(PATH_PREFIX)
+
+    @property
+    def module_path(self) -> str:
+        """The dotted module path of a `path.` address."""
+        if not self.is_path:
+            raise AddressError(f"{self} is not a path address", str(self))
+        return self.name[len(PATH_PREFIX) :]
+
+    def __str__(self) -> str:
+        return format_address(self)
+
+
+def format_address(address: Address) -> str:
+    parts = [address.name]
+    if address.layer is not None:
+        parts.append(str(address.layer))
+    if address.stream is not None:
+        parts.append(f"stream-{address.stream}")
+    return ".".join(parts)
+
+
+def parse_address(text: str) -> Address:
+    """Parse `resid_post.10`, `embeddings`, `resid_post.5.stream-2` or `path.model.layers.0.mlp`."""
+    if not isinstance(text, str):
+        raise AddressError(f"address must be a string, got {type(text).__name__}", text)
+    if text.startswith(PATH_PREFIX):
+        return Address(text)
+    if ":" in text:
+        raise LegacySyntaxError(
+            f"{text!r} uses the legacy 'name:layer' form; write {text.replace(':', '.')!r}", text
+        )
+    name, *rest = text.split(".")
+    if not name:
+        raise EmptyNameError(f"address {text!r} has an empty point name", text)
+    if not _NAME.fullmatch(name):
+        raise InvalidNameError(f"point name {name!r} in {text!r} must match [a-z][a-z0-9_]*", text)
+    layer: int | None = None
+    stream: int | None = None
+    for i, part in enumerate(rest):
+        if part.startswith("-") and part[1:].isdigit():
+            raise NegativeLayerError(f"layer in {text!r} must be >= 0", text)
+        if i == 0 and part.isdigit():
+            layer = int(part)
+        elif (m := _STREAM.fullmatch(part)) and stream is None:
+            stream = int(m.group(1))
+        else:
+            raise UnknownCoordinateError(
+                f"{part!r} in {text!r} is neither a layer nor 'stream-N'", text
+            )
+    if layer is not None and rest[0] != str(layer):
+        # Leading zeros would make two strings name one address; the grammar stays injective.
+        raise UnknownCoordinateError(f"layer {rest[0]!r} in {text!r} has leading zeros", text)
+    return Address(name, layer, stream)
+
+
+AddressLike = Address | str | tuple[str, int] | tuple[str, int, int] | tuple[str, None]
+
+
+def to_address(value: AddressLike, *, check: bool = False) -> Address:
+    """Accept an Address, a string, or a `(name, layer[, stream])` tuple.
+
+    With `check=True` the name must be a registered point and its layer coordinate must match
+    the point's scope (no layer on a trunk point, a layer on a per-layer point).
+    """
+    if isinstance(value, Address):
+        address = value
+    elif isinstance(value, str):
+        address = parse_address(value)
+    elif isinstance(value, tuple) and 1 <= len(value) <= 3 and isinstance(value[0], str):
+        address = Address(*value)  # type: ignore[arg-type]
+    else:
+        raise AddressError(f"cannot make an address from {value!r}", value)
+    if check:
+        from ie_core.points import check_address
+
+        check_address(address)
+    return address

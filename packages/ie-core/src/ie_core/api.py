@@ -1,0 +1,97 @@
+"""Synchronous free functions that work on any backend through the protocol."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ie_core.address import AddressLike
+from ie_core.cache import ActivationCache
+from ie_core.protocol import (
+    Generation,
+    GenerationCapture,
+    InterpModel,
+    Prompt,
+    SamplingParams,
+    SteeringArg,
+    TopK,
+    steering_tuple,
+)
+from ie_core.runner import run
+from ie_core.steering import Steering
+
+# Steering active inside `with steer(model, ...)`, per model, for this context (thread / task).
+_ACTIVE: contextvars.ContextVar[tuple[tuple[int, tuple[Steering, ...]], ...]] = contextvars.ContextVar(
+    "ie_active_steering", default=()
+)
+
+
+def _with_active(model: InterpModel, steering: SteeringArg) -> tuple[Steering, ...]:
+    active = tuple(s for key, specs in _ACTIVE.get() if key == id(model) for s in specs)
+    return active + steering_tuple(steering)
+
+
+@contextlib.contextmanager
+def steer(model: InterpModel, *specs: Steering) -> Iterator[None]:
+    """Apply `specs` to every free-function call on `model` inside the block (outer specs first)."""
+    token = _ACTIVE.set((*_ACTIVE.get(), (id(model), steering_tuple(specs))))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def run_with_cache(
+    model: InterpModel,
+    tokens: Prompt | Sequence[Sequence[int]],
+    addresses: Sequence[AddressLike],
+    *,
+    steering: SteeringArg = None,
+) -> ActivationCache:
+    """One forward over `tokens`, returning the requested points as `[batch, seq, ...]`."""
+    return run(model.capture(tokens, addresses, steering=_with_active(model, steering)))
+
+
+def capture_generation(
+    model: InterpModel,
+    tokens: Prompt,
+    addresses: Sequence[AddressLike],
+    *,
+    max_new_tokens: int = 32,
+    steering: SteeringArg = None,
+    **sampling: Any,
+) -> GenerationCapture:
+    """Generate, then capture over prompt + generated[:-1]."""
+    params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
+    return run(
+        model.capture_generation(tokens, addresses, params, steering=_with_active(model, steering))
+    )
+
+
+def capture_attention(
+    model: InterpModel, tokens: Prompt, layers: Sequence[int] | None = None
+) -> ActivationCache:
+    """Attention probabilities `[batch, heads, q, k]` for `layers` (default: every attention layer)."""
+    return run(model.capture_attention(tokens, layers))
+
+
+def generate(
+    model: InterpModel,
+    prompt: Prompt,
+    *,
+    max_new_tokens: int = 32,
+    steering: SteeringArg = None,
+    **sampling: Any,
+) -> Generation:
+    params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
+    return run(model.generate(prompt, params, steering=_with_active(model, steering)))
+
+
+def decode_residuals(model: InterpModel, rows: Any, k: int | None = None) -> Any:
+    """Logit lens: final norm + unembed (+ multiplier, softcap). With `k`, a TopK of ids and probs."""
+    if k is None:
+        return run(model.decode_residuals(rows))
+    result: TopK = run(model.decode_residuals_topk(rows, k))
+    return result

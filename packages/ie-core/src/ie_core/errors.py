@@ -1,0 +1,80 @@
+"""Every error ie-core raises, so callers can catch by kind. Messages say what, why, and what to do."""
+
+from __future__ import annotations
+
+
+class InterpError(Exception):
+    """Base of every error this project raises on purpose."""
+
+
+# --- addresses -------------------------------------------------------------------------------
+
+
+class AddressError(ValueError, InterpError):
+    """A malformed address. `text` holds the offending input."""
+
+    def __init__(self, message: str, text: object = None) -> None:
+        super().__init__(message)
+        self.text = text
+
+
+class EmptyNameError(AddressError):
+    """The point name is empty."""
+
+
+class InvalidNameError(AddressError):
+    """The point name is not `[a-z][a-z0-9_]*`."""
+
+
+class NegativeLayerError(AddressError):
+    """A layer index below zero."""
+
+
+class UnknownCoordinateError(AddressError):
+    """A trailing component that is neither a layer nor `stream-N`."""
+
+
+class LegacySyntaxError(AddressError):
+    """The `name:layer` form; addresses use dots."""
+
+
+class UnknownPointError(AddressError):
+    """A name that is not one of the 34 points (and not a `path.` address)."""
+
+
+class LayerOnTrunkPointError(AddressError):
+    """A layer given for a trunk-level point such as `embeddings`."""
+
+
+class MissingLayerError(AddressError):
+    """A per-layer point written without its layer."""
+
+
+class LayerOutOfRangeError(AddressError):
+    """A layer at or beyond the model's `n_layers`."""
+
+
+# --- models and backends ---------------------------------------------------------------------
+
+
+class PointUnavailableError(InterpError):
+    """The model or backend cannot produce this point; the message says why and what to use."""
+
+
+class BackendNotInstalledError(InterpError, ImportError):
+    """A backend name whose package is not installed."""
+
+
+class ModelNotFoundError(InterpError, FileNotFoundError):
+    """A model id that cannot be resolved to weights on this machine."""
+
+
+class UnsupportedOperationError(InterpError, NotImplementedError):
+    """The backend refuses an operation (e.g. capture on `vllm-generate`), naming an alternative."""
+
+
+# --- steering --------------------------------------------------------------------------------
+
+
+class SteeringSpecError(ValueError, InterpError):
+    """A steering spec refused at construction or when bound to a model (width, values, op)."""

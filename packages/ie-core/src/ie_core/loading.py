@@ -1,0 +1,68 @@
+"""`load_model`: find a backend through the `ie.backends` entry-point group and load a model.
+
+`backend="auto"` picks `vllm` when ie-vllm is installed and a CUDA GPU is visible, else `eager`:
+on a CPU the hooked vLLM engine costs ~20 s to start and an HF forward is as fast for one prompt.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+from ie_core.errors import BackendNotInstalledError
+from ie_core.models import DEFAULT_MODEL
+from ie_core.protocol import InterpModel
+
+BACKEND_PACKAGES: dict[str, str] = {
+    "eager": "ie-eager",
+    "vllm": "ie-vllm",
+    "vllm-generate": "ie-vllm",
+    "vllm-static": "ie-static",
+}
+
+BackendLoader = Callable[..., InterpModel]
+
+
+def available_backends() -> dict[str, BackendLoader]:
+    """Installed backends by name (loading each entry point imports its package)."""
+    return {ep.name: ep.load() for ep in entry_points(group="ie.backends")}
+
+
+def _backend_names() -> set[str]:
+    return {ep.name for ep in entry_points(group="ie.backends")}
+
+
+def _cuda_visible() -> bool:
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def resolve_backend(backend: str) -> str:
+    if backend != "auto":
+        return backend
+    return "vllm" if "vllm" in _backend_names() and _cuda_visible() else "eager"
+
+
+def load_model(model_id: str = DEFAULT_MODEL, backend: str = "auto", **kwargs: Any) -> InterpModel:
+    """Load `model_id` (HF id, local folder, `ie-synthetic/<family>`) on `backend`.
+
+    Keyword arguments go to the backend (e.g. `dtype`, `device` for eager; `max_model_len` for vLLM).
+    """
+    name = resolve_backend(backend)
+    for ep in entry_points(group="ie.backends"):
+        if ep.name == name:
+            return ep.load()(model_id, **kwargs)
+    if name in BACKEND_PACKAGES:
+        raise BackendNotInstalledError(
+            f"backend {name!r} is provided by {BACKEND_PACKAGES[name]}, which is not installed; "
+            f"run `pip install {BACKEND_PACKAGES[name]}`"
+        )
+    known = ", ".join(sorted(set(BACKEND_PACKAGES) | _backend_names()))
+    raise BackendNotInstalledError(f"unknown backend {name!r}; known backends: auto, {known}")

@@ -1,0 +1,250 @@
+"""The 34 standardized points: what each tensor is, how wide, and which backends serve it.
+
+This registry is the source of truth; `docs/SUPPORTED_POINTS.md` is generated from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from ie_core.address import Address
+from ie_core.errors import LayerOnTrunkPointError, MissingLayerError, UnknownPointError
+
+
+class Scope(str, Enum):
+    TRUNK = "trunk"
+    LAYER = "layer"
+
+
+class Role(str, Enum):
+    """`read_write` points can be steered; `capture` points are read only."""
+
+    READ_WRITE = "read_write"
+    CAPTURE = "capture"
+
+
+class Width(str, Enum):
+    D = "d_model"
+    H = "n_heads*head_dim"
+    KV = "n_kv_heads*head_dim"
+    N = "d_mlp"
+    E = "n_experts"
+    K = "experts_per_token"
+    S = "n_streams"
+    SD = "n_streams x d_model"
+    SS = "n_streams x n_streams"
+    HQK = "heads x q x k"
+    VOCAB = "vocab"
+
+
+class Service(str, Enum):
+    HOOK = "hook"
+    RECOMPUTE = "recompute"
+    STATIC_TAP = "static tap"
+    NOT_SERVED = "not served"
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How one backend produces a point; `reason` explains a refusal or a recompute."""
+
+    service: Service
+    reason: str = ""
+
+    @property
+    def served(self) -> bool:
+        return self.service is not Service.NOT_SERVED
+
+
+@dataclass(frozen=True)
+class PeerNames:
+    """The same tensor in other engines (Llama module naming for nnsight); None where absent."""
+
+    transformer_lens: str | None = None
+    nnsight: str | None = None
+    nnterp: str | None = None
+
+
+@dataclass(frozen=True)
+class Point:
+    name: str
+    scope: Scope
+    width: Width
+    role: Role
+    definition: str
+    requires: str | None  # family trait the point needs (see families.Trait), None = every family
+    vllm: Serving
+    static: Serving
+    peers: PeerNames
+
+    @property
+    def per_layer(self) -> bool:
+        return self.scope is Scope.LAYER
+
+    @property
+    def writable(self) -> bool:
+        return self.role is Role.READ_WRITE
+
+    def address(self, layer: int | None = None, stream: int | None = None) -> Address:
+        return Address(self.name, layer if self.per_layer else None, stream)
+
+    def serving(self, backend: str) -> Serving:
+        """Serving on `eager`, `vllm`, `vllm-static` or `vllm-generate`."""
+        if backend == "eager":
+            return Serving(Service.HOOK)
+        if backend == "vllm":
+            return self.vllm
+        if backend == "vllm-static":
+            return self.static
+        if backend == "vllm-generate":
+            return Serving(
+                Service.NOT_SERVED,
+                "vllm-generate runs vLLM untouched; load backend='vllm' or 'vllm-static' to capture",
+            )
+        raise ValueError(f"unknown backend {backend!r}")
+
+
+_HOOK = Serving(Service.HOOK)
+_TAP = Serving(Service.STATIC_TAP)
+_RECOMPUTE_ATTN = Serving(Service.RECOMPUTE, "recomputed in the worker from captured post-RoPE q and k")
+_STATIC_NO = Serving(
+    Service.NOT_SERVED,
+    "vllm-static taps only resid_pre, resid_post, attn_out, mlp_out and resid_streams; "
+    "use backend='vllm' for this point",
+)
+
+
+def _fused(why: str) -> Serving:
+    return Serving(Service.NOT_SERVED, f"unreachable on vLLM: {why}; use backend='eager'")
+
+
+def _p(
+    name: str,
+    scope: Scope,
+    width: Width,
+    role: Role,
+    definition: str,
+    *,
+    requires: str | None = None,
+    vllm: Serving = _HOOK,
+    static: Serving = _STATIC_NO,
+    tl: str | None = None,
+    nnsight: str | None = None,
+    nnterp: str | None = None,
+) -> Point:
+    return Point(name, scope, width, role, definition, requires, vllm, static, PeerNames(tl, nnsight, nnterp))
+
+
+L, T = Scope.LAYER, Scope.TRUNK
+RW, CAP = Role.READ_WRITE, Role.CAPTURE
+
+POINTS: tuple[Point, ...] = (
+    _p("embeddings", T, Width.D, RW,
+       "Output of the token-embedding module. Differs from resid_pre.0 where positions or a scale are added outside the module (GPT-2 positions; Gemma's sqrt(d_model) in vLLM).",
+       tl="hook_embed", nnsight="model.embed_tokens.output", nnterp="token_embeddings"),
+    _p("resid_pre", L, Width.D, RW, "Input of decoder block L: the residual stream before the block.",
+       static=_TAP, tl="blocks.{L}.hook_resid_pre", nnsight="model.layers[{L}].input", nnterp="layers_input[{L}]"),
+    _p("attn_in", L, Width.D, RW,
+       "Input of the attention module: the normed residual (the raw residual where the family has no pre-attention norm).",
+       tl="blocks.{L}.ln1.hook_normalized", nnsight="model.layers[{L}].self_attn.input", nnterp="attentions_input[{L}]"),
+    _p("q_norm_in", L, Width.H, RW, "Input of the per-head query norm, before RoPE (QK-norm families).",
+       requires="qk_norm", nnsight="model.layers[{L}].self_attn.q_norm.input"),
+    _p("q_norm_out", L, Width.H, RW, "Output of the per-head query norm, before RoPE (QK-norm families).",
+       requires="qk_norm", nnsight="model.layers[{L}].self_attn.q_norm.output"),
+    _p("k_norm_in", L, Width.KV, RW, "Input of the per-head key norm, before RoPE (QK-norm families).",
+       requires="qk_norm", nnsight="model.layers[{L}].self_attn.k_norm.input"),
+    _p("k_norm_out", L, Width.KV, RW, "Output of the per-head key norm, before RoPE (QK-norm families).",
+       requires="qk_norm", nnsight="model.layers[{L}].self_attn.k_norm.output"),
+    _p("value", L, Width.KV, RW, "Output of the value projection, KV heads wide (before GQA expansion).",
+       tl="blocks.{L}.attn.hook_v", nnsight="model.layers[{L}].self_attn.v_proj.output"),
+    _p("attn_scores", L, Width.HQK, CAP,
+       "Pre-softmax attention scores per head: q.k scaled, softcapped where the family does, plus the additive mask (masked = dtype min).",
+       vllm=_RECOMPUTE_ATTN, tl="blocks.{L}.attn.hook_attn_scores"),
+    _p("attn_probs", L, Width.HQK, CAP, "Attention probabilities per head (softmax of attn_scores).",
+       vllm=_RECOMPUTE_ATTN, tl="blocks.{L}.attn.hook_pattern", nnterp="attention_probabilities[{L}]"),
+    _p("z", L, Width.H, RW,
+       "Input of the attention output projection (o_proj): per-head mixed values, after any output gate.",
+       tl="blocks.{L}.attn.hook_z", nnsight="model.layers[{L}].self_attn.o_proj.input"),
+    _p("attn_gate", L, Width.H, CAP, "The attention output gate of gated-attention families (sigmoid, before z).",
+       requires="gated_attention", vllm=_fused("the output gate is computed inside vLLM's fused attention module")),
+    _p("attn_out", L, Width.D, RW, "Output of the attention module (after o_proj, before any post-attention norm).",
+       static=_TAP, tl="blocks.{L}.hook_attn_out", nnsight="model.layers[{L}].self_attn.output[0]",
+       nnterp="attentions_output[{L}]"),
+    _p("attn_out_post", L, Width.D, RW,
+       "Attention output after the post-attention norm of sandwich-norm families (Gemma 2/3, OLMo-2); equals attn_out elsewhere. This is what is added to the residual.",
+       nnsight="model.layers[{L}].post_attention_layernorm.output"),
+    _p("resid_mid", L, Width.D, RW,
+       "Residual after attention is added, before the MLP's norm. Absent on parallel-block families, where the MLP reads resid_pre.",
+       requires="sequential_block", tl="blocks.{L}.hook_resid_mid"),
+    _p("mlp_in", L, Width.D, RW, "Input of the MLP module: the normed residual.",
+       tl="blocks.{L}.ln2.hook_normalized", nnsight="model.layers[{L}].mlp.input", nnterp="mlps_input[{L}]"),
+    _p("mlp_pre", L, Width.N, RW,
+       "Gate projection output (gated MLP) or the first projection (plain MLP), before the activation.",
+       vllm=_fused("vLLM fuses gate and up projections into one matmul"),
+       tl="blocks.{L}.mlp.hook_pre", nnsight="model.layers[{L}].mlp.gate_proj.output"),
+    _p("mlp_pre_linear", L, Width.N, RW, "Up projection output (gated MLPs only).", requires="gated_mlp",
+       vllm=_fused("vLLM fuses gate and up projections into one matmul"),
+       tl="blocks.{L}.mlp.hook_pre_linear", nnsight="model.layers[{L}].mlp.up_proj.output"),
+    _p("mlp_act", L, Width.N, RW, "Input of the down projection: act(gate) * up, or act(pre) on plain MLPs.",
+       tl="blocks.{L}.mlp.hook_post", nnsight="model.layers[{L}].mlp.down_proj.input"),
+    _p("router_logits", L, Width.E, CAP, "MoE router output, one logit per expert (sparse layers only).",
+       requires="moe", nnsight="model.layers[{L}].mlp.gate.output"),
+    _p("expert_weights", L, Width.K, CAP, "The router's top-k routing weights, in the router's order.",
+       requires="moe", vllm=_fused("routing happens inside the fused MoE kernel")),
+    _p("expert_indices", L, Width.K, CAP, "The router's top-k expert indices, in the router's order.",
+       requires="moe", vllm=_fused("routing happens inside the fused MoE kernel")),
+    _p("mlp_out", L, Width.D, RW, "Output of the MLP block (the whole MoE block, shared experts included).",
+       static=_TAP, tl="blocks.{L}.hook_mlp_out", nnsight="model.layers[{L}].mlp.output", nnterp="mlps_output[{L}]"),
+    _p("mlp_out_post", L, Width.D, RW,
+       "MLP output after the post-MLP norm of sandwich-norm families; equals mlp_out elsewhere. This is what is added to the residual.",
+       nnsight="model.layers[{L}].post_feedforward_layernorm.output"),
+    _p("resid_post", L, Width.D, RW, "Output of decoder block L: the residual stream after the block (vLLM: hidden + residual).",
+       static=_TAP, tl="blocks.{L}.hook_resid_post", nnsight="model.layers[{L}].output", nnterp="layers_output[{L}]"),
+    _p("final_norm", T, Width.D, RW, "Output of the final norm, the unembed's input.",
+       tl="ln_final.hook_normalized", nnsight="model.norm.output", nnterp="ln_final.output"),
+    _p("lm_head", T, Width.VOCAB, CAP, "Raw unembed output: no logit multiplier, no softcap.",
+       vllm=_fused("vLLM folds the logit scale and softcap into compute_logits"), nnsight="lm_head.output"),
+    _p("resid_streams", L, Width.SD, RW, "Hyper-connection trunks: the block's output stack of S residual streams.",
+       requires="multi_stream", static=_TAP),
+    _p("attn_stream_collapse", L, Width.D, CAP, "Multi-stream trunks: the one d_model vector attention reads.",
+       requires="multi_stream", vllm=Serving(Service.RECOMPUTE, "recomputed from resid_streams and the collapse weights")),
+    _p("mlp_stream_collapse", L, Width.D, CAP, "Multi-stream trunks: the one d_model vector the MLP reads.",
+       requires="multi_stream", vllm=Serving(Service.RECOMPUTE, "recomputed from resid_streams and the collapse weights")),
+    _p("attn_stream_write", L, Width.S, CAP, "Multi-stream trunks: per-stream write coefficients of attention.",
+       requires="multi_stream"),
+    _p("mlp_stream_write", L, Width.S, CAP, "Multi-stream trunks: per-stream write coefficients of the MLP.",
+       requires="multi_stream"),
+    _p("attn_stream_mix", L, Width.SS, CAP, "Multi-stream trunks: the stream mixing matrix around attention.",
+       requires="multi_stream"),
+    _p("mlp_stream_mix", L, Width.SS, CAP, "Multi-stream trunks: the stream mixing matrix around the MLP.",
+       requires="multi_stream"),
+)  # fmt: skip
+
+POINTS_BY_NAME: dict[str, Point] = {p.name: p for p in POINTS}
+
+
+def get_point(name: str) -> Point:
+    try:
+        return POINTS_BY_NAME[name]
+    except KeyError:
+        raise UnknownPointError(
+            f"unknown point {name!r}; known points: {', '.join(POINTS_BY_NAME)}", name
+        ) from None
+
+
+def check_address(address: Address) -> Point | None:
+    """Check the address against its point's scope; returns the point (None for `path.`)."""
+    if address.is_path:
+        return None
+    point = get_point(address.name)
+    if point.per_layer and address.layer is None:
+        raise MissingLayerError(
+            f"{address.name!r} is a per-layer point; write e.g. '{address.name}.0'", str(address)
+        )
+    if not point.per_layer and address.layer is not None:
+        raise LayerOnTrunkPointError(
+            f"{address.name!r} is a trunk point and takes no layer; write '{address.name}'",
+            str(address),
+        )
+    return point

@@ -1,0 +1,181 @@
+"""The protocol every backend implements, and the value types it returns.
+
+The native API is async (vLLM's engine is); `SyncModel` mirrors it for scripts and notebooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ie_core.address import AddressLike
+from ie_core.cache import ActivationCache
+from ie_core.errors import SteeringSpecError
+from ie_core.runner import iterate, run
+from ie_core.steering import Steering
+
+Prompt = str | Sequence[int]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Greedy by default; `temperature > 0` samples, optionally restricted by top-k / top-p."""
+
+    max_new_tokens: int = 32
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_at_eos: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class Generation:
+    prompt_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """One generated token as it arrives."""
+
+    token_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class GenerationCapture:
+    """Generated tokens plus activations over prompt + generated[:-1] (one row per position)."""
+
+    generation: Generation
+    cache: ActivationCache = field(compare=False)
+
+
+@dataclass(frozen=True)
+class TopK:
+    """Top-k token ids and probabilities (full-vocab softmax) per row: both `[rows, k]`."""
+
+    ids: Any
+    probs: Any
+
+
+SteeringArg = Steering | Sequence[Steering] | None
+
+
+def steering_tuple(steering: SteeringArg) -> tuple[Steering, ...]:
+    if steering is None:
+        return ()
+    if isinstance(steering, Steering):
+        return (steering,)
+    items = tuple(steering)
+    for s in items:
+        if not isinstance(s, Steering):
+            raise SteeringSpecError(f"expected Steering specs, got {type(s).__name__}")
+    return items
+
+
+@runtime_checkable
+class InterpModel(Protocol):
+    """What every backend offers. Tokens are plain int sequences; tensors are torch tensors."""
+
+    backend: str
+    model_id: str
+
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+
+    def to_tokens(self, text: str, *, prepend_bos: bool = True) -> list[int]: ...
+    def to_string(self, ids: Sequence[int]) -> str: ...
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
+    ) -> str: ...
+    def points(self) -> tuple[str, ...]: ...
+    def point_width(self, address: AddressLike) -> int: ...
+
+    async def capture(
+        self,
+        tokens: Prompt | Sequence[Sequence[int]],
+        addresses: Sequence[AddressLike],
+        *,
+        steering: SteeringArg = None,
+    ) -> ActivationCache: ...
+    async def capture_generation(
+        self,
+        tokens: Prompt,
+        addresses: Sequence[AddressLike],
+        sampling: SamplingParams = SamplingParams(),
+        *,
+        steering: SteeringArg = None,
+    ) -> GenerationCapture: ...
+    async def capture_attention(
+        self, tokens: Prompt, layers: Sequence[int] | None = None
+    ) -> ActivationCache: ...
+    async def generate(
+        self, tokens: Prompt, sampling: SamplingParams = SamplingParams(), *, steering: SteeringArg = None
+    ) -> Generation: ...
+    def generate_stream(
+        self, tokens: Prompt, sampling: SamplingParams = SamplingParams(), *, steering: SteeringArg = None
+    ) -> AsyncIterator[StreamChunk]: ...
+    async def decode_residuals(self, rows: Any) -> Any: ...
+    async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK: ...
+    async def warmup(self) -> None: ...
+    async def shutdown(self) -> None: ...
+
+
+class SyncModel:
+    """Synchronous mirror of an InterpModel: the same methods, blocking, for scripts and notebooks.
+
+    Coroutines run on ie-core's background event loop (see `runner`), so this also works inside
+    Jupyter, whose own loop is already running.
+    """
+
+    def __init__(self, model: InterpModel) -> None:
+        self.model = model
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+    def capture(self, tokens: Any, addresses: Sequence[AddressLike], **kw: Any) -> ActivationCache:
+        return run(self.model.capture(tokens, addresses, **kw))
+
+    def capture_generation(self, tokens: Prompt, addresses: Sequence[AddressLike], *args: Any, **kw: Any) -> GenerationCapture:
+        return run(self.model.capture_generation(tokens, addresses, *args, **kw))
+
+    def capture_attention(self, tokens: Prompt, layers: Sequence[int] | None = None) -> ActivationCache:
+        return run(self.model.capture_attention(tokens, layers))
+
+    def generate(self, tokens: Prompt, *args: Any, **kw: Any) -> Generation:
+        return run(self.model.generate(tokens, *args, **kw))
+
+    def generate_stream(self, tokens: Prompt, *args: Any, **kw: Any) -> Iterator[StreamChunk]:
+        return iterate(self.model.generate_stream(tokens, *args, **kw))
+
+    def decode_residuals(self, rows: Any) -> Any:
+        return run(self.model.decode_residuals(rows))
+
+    def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
+        return run(self.model.decode_residuals_topk(rows, k))
+
+    def warmup(self) -> None:
+        run(self.model.warmup())
+
+    def shutdown(self) -> None:
+        run(self.model.shutdown())

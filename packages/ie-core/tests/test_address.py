@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from ie_core import Address, format_address, parse_address, to_address
 from ie_core.errors import (
     AddressError,
@@ -60,7 +59,9 @@ def test_parse_never_raises_anything_but_address_errors(text: str) -> None:
         ("path.", EmptyNameError),
     ],
 )
-def test_bad_syntax_raises_its_own_error_with_the_text(text: str, error: type[AddressError]) -> None:
+def test_bad_syntax_raises_its_own_error_with_the_text(
+    text: str, error: type[AddressError]
+) -> None:
     with pytest.raises(error) as info:
         parse_address(text)
     assert info.value.text == text

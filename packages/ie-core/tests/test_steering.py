@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-
 from ie_core import (
     Additive,
     LensAblate,
@@ -88,7 +87,9 @@ def test_projection_cap_bounds_the_projection() -> None:
     assert p.max() <= 0.5 + 1e-5 and p.min() >= -0.5 - 1e-5
     assert (h @ u).abs().max() > 0.5  # the cap had work to do
     # Orthogonal complement untouched.
-    assert torch.allclose(out - (out @ u).unsqueeze(-1) * u, h - (h @ u).unsqueeze(-1) * u, atol=1e-5)
+    assert torch.allclose(
+        out - (out @ u).unsqueeze(-1) * u, h - (h @ u).unsqueeze(-1) * u, atol=1e-5
+    )
 
 
 def test_lens_ops() -> None:

@@ -7,7 +7,15 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-PACKAGES = ("ie_core", "ie_eager", "ie_vllm", "ie_static", "ie_dashboard", "ie_bench", "ie_validator")
+PACKAGES = (
+    "ie_core",
+    "ie_eager",
+    "ie_vllm",
+    "ie_static",
+    "ie_dashboard",
+    "ie_bench",
+    "ie_validator",
+)
 
 
 def _uv() -> str:
@@ -19,8 +27,12 @@ def _uv() -> str:
 def test_every_package_builds_and_ie_core_imports_without_torch(tmp_path: Path) -> None:
     uv = _uv()
     dist = tmp_path / "dist"
-    subprocess.run([uv, "build", "--all-packages", "--wheel", "-o", str(dist)], cwd=ROOT, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [uv, "build", "--all-packages", "--wheel", "-o", str(dist)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     wheels = sorted(p.name for p in dist.glob("*.whl"))
     for package in PACKAGES:
         assert any(w.startswith(package + "-") for w in wheels), (package, wheels)

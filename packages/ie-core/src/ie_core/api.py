@@ -23,8 +23,8 @@ from ie_core.runner import run
 from ie_core.steering import Steering
 
 # Steering active inside `with steer(model, ...)`, per model, for this context (thread / task).
-_ACTIVE: contextvars.ContextVar[tuple[tuple[int, tuple[Steering, ...]], ...]] = contextvars.ContextVar(
-    "ie_active_steering", default=()
+_ACTIVE: contextvars.ContextVar[tuple[tuple[int, tuple[Steering, ...]], ...]] = (
+    contextvars.ContextVar("ie_active_steering", default=())
 )
 
 

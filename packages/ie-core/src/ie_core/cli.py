@@ -32,7 +32,10 @@ def points_command(argv: list[str]) -> int:
         print(f"wrote {args.write}")
     elif args.check:
         if not args.check.exists() or args.check.read_text() != text:
-            print(f"{args.check} is out of date; run `ie points --write {args.check}`", file=sys.stderr)
+            print(
+                f"{args.check} is out of date; run `ie points --write {args.check}`",
+                file=sys.stderr,
+            )
             return 1
         print(f"{args.check} is up to date")
     else:

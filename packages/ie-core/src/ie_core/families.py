@@ -7,12 +7,12 @@ structure; this registry says what a family is expected to offer, and a test che
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from ie_core.points import POINTS, Point
 
 
-class Trait(str, Enum):
+class Trait(StrEnum):
     GQA = "gqa"
     QK_NORM = "qk_norm"
     SANDWICH_NORM = "sandwich_norm"
@@ -95,7 +95,15 @@ class Family:
         return f"{self.name} has no {trait.value.replace('_', ' ')} ({TRAIT_NOTES[trait]})"
 
 
-def _f(slug: str, name: str, classes: str, traits: str, significance: str, examples: str, synthetic: bool = True) -> Family:
+def _f(
+    slug: str,
+    name: str,
+    classes: str,
+    traits: str,
+    significance: str,
+    examples: str,
+    synthetic: bool = True,
+) -> Family:
     return Family(
         slug,
         name,

@@ -6,25 +6,25 @@ This registry is the source of truth; `docs/SUPPORTED_POINTS.md` is generated fr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from ie_core.address import Address
 from ie_core.errors import LayerOnTrunkPointError, MissingLayerError, UnknownPointError
 
 
-class Scope(str, Enum):
+class Scope(StrEnum):
     TRUNK = "trunk"
     LAYER = "layer"
 
 
-class Role(str, Enum):
+class Role(StrEnum):
     """`read_write` points can be steered; `capture` points are read only."""
 
     READ_WRITE = "read_write"
     CAPTURE = "capture"
 
 
-class Width(str, Enum):
+class Width(StrEnum):
     D = "d_model"
     H = "n_heads*head_dim"
     KV = "n_kv_heads*head_dim"
@@ -38,7 +38,7 @@ class Width(str, Enum):
     VOCAB = "vocab"
 
 
-class Service(str, Enum):
+class Service(StrEnum):
     HOOK = "hook"
     RECOMPUTE = "recompute"
     STATIC_TAP = "static tap"
@@ -107,7 +107,9 @@ class Point:
 
 _HOOK = Serving(Service.HOOK)
 _TAP = Serving(Service.STATIC_TAP)
-_RECOMPUTE_ATTN = Serving(Service.RECOMPUTE, "recomputed in the worker from captured post-RoPE q and k")
+_RECOMPUTE_ATTN = Serving(
+    Service.RECOMPUTE, "recomputed in the worker from captured post-RoPE q and k"
+)
 _STATIC_NO = Serving(
     Service.NOT_SERVED,
     "vllm-static taps only resid_pre, resid_post, attn_out, mlp_out and resid_streams; "
@@ -133,7 +135,9 @@ def _p(
     nnsight: str | None = None,
     nnterp: str | None = None,
 ) -> Point:
-    return Point(name, scope, width, role, definition, requires, vllm, static, PeerNames(tl, nnsight, nnterp))
+    return Point(
+        name, scope, width, role, definition, requires, vllm, static, PeerNames(tl, nnsight, nnterp)
+    )
 
 
 L, T = Scope.LAYER, Scope.TRUNK

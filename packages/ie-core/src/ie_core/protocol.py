@@ -129,10 +129,18 @@ class InterpModel(Protocol):
         self, tokens: Prompt, layers: Sequence[int] | None = None
     ) -> ActivationCache: ...
     async def generate(
-        self, tokens: Prompt, sampling: SamplingParams = SamplingParams(), *, steering: SteeringArg = None
+        self,
+        tokens: Prompt,
+        sampling: SamplingParams = SamplingParams(),
+        *,
+        steering: SteeringArg = None,
     ) -> Generation: ...
     def generate_stream(
-        self, tokens: Prompt, sampling: SamplingParams = SamplingParams(), *, steering: SteeringArg = None
+        self,
+        tokens: Prompt,
+        sampling: SamplingParams = SamplingParams(),
+        *,
+        steering: SteeringArg = None,
     ) -> AsyncIterator[StreamChunk]: ...
     async def decode_residuals(self, rows: Any) -> Any: ...
     async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK: ...
@@ -156,10 +164,14 @@ class SyncModel:
     def capture(self, tokens: Any, addresses: Sequence[AddressLike], **kw: Any) -> ActivationCache:
         return run(self.model.capture(tokens, addresses, **kw))
 
-    def capture_generation(self, tokens: Prompt, addresses: Sequence[AddressLike], *args: Any, **kw: Any) -> GenerationCapture:
+    def capture_generation(
+        self, tokens: Prompt, addresses: Sequence[AddressLike], *args: Any, **kw: Any
+    ) -> GenerationCapture:
         return run(self.model.capture_generation(tokens, addresses, *args, **kw))
 
-    def capture_attention(self, tokens: Prompt, layers: Sequence[int] | None = None) -> ActivationCache:
+    def capture_attention(
+        self, tokens: Prompt, layers: Sequence[int] | None = None
+    ) -> ActivationCache:
         return run(self.model.capture_attention(tokens, layers))
 
     def generate(self, tokens: Prompt, *args: Any, **kw: Any) -> Generation:

@@ -15,10 +15,11 @@ from ie_core.steering import (
     Orthogonal,
     ProjectionCap,
     SteeringOp,
+    VectorLike,
 )
 
 
-def _unit(values: Sequence[float], device: torch.device) -> torch.Tensor:
+def _unit(values: VectorLike, device: torch.device) -> torch.Tensor:
     v = torch.tensor(values, dtype=torch.float32, device=device)
     return v / v.norm()
 

@@ -9,13 +9,24 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ie_core.address import Address, AddressLike, to_address
 from ie_core.errors import SteeringSpecError
 from ie_core.points import get_point
 
 Vector = tuple[float, ...]
+
+
+class ArrayLike(Protocol):
+    """A numpy array or torch tensor: anything with `tolist()`."""
+
+    def tolist(self) -> Any: ...
+    def __len__(self) -> int: ...
+
+
+# What a spec accepts; it always stores a `Vector`.
+VectorLike = Vector | Sequence[float] | ArrayLike
 
 
 def as_vector(values: Any, label: str = "vector") -> Vector:
@@ -48,7 +59,7 @@ def _finite(value: float, label: str) -> float:
 class Additive:
     """delta = coeff * vector."""
 
-    vector: Vector
+    vector: VectorLike
     coeff: float = 1.0
     kind: Literal["additive"] = field(default="additive", init=False)
 
@@ -61,7 +72,7 @@ class Additive:
 class Orthogonal:
     """Scale the component along u = v/|v| by coeff: 0 ablates it, 1 is a no-op."""
 
-    vector: Vector
+    vector: VectorLike
     coeff: float = 0.0
     kind: Literal["orthogonal"] = field(default="orthogonal", init=False)
 
@@ -74,7 +85,7 @@ class Orthogonal:
 class ProjectionCap:
     """Clamp the projection p = h . u into [min, max] (either bound may be None)."""
 
-    vector: Vector
+    vector: VectorLike
     min: float | None = None
     max: float | None = None
     kind: Literal["projection_cap"] = field(default="projection_cap", init=False)
@@ -95,7 +106,7 @@ class ProjectionCap:
 class LensSteer:
     """j-lens steer: delta = strength * |h| * d^, rescaled so |delta| <= max_fraction * |h|."""
 
-    direction: Vector
+    direction: VectorLike
     strength: float = 1.0
     max_fraction: float = 1.0
     kind: Literal["lens_steer"] = field(default="lens_steer", init=False)
@@ -113,7 +124,7 @@ class LensSteer:
 class LensAblate:
     """j-lens ablate: delta = -(h . d^) d^."""
 
-    direction: Vector
+    direction: VectorLike
     kind: Literal["lens_ablate"] = field(default="lens_ablate", init=False)
 
     def __post_init__(self) -> None:
@@ -124,8 +135,8 @@ class LensAblate:
 class LensSwap:
     """j-lens swap: delta = (h . s^)(t^ - s^), moving the source direction's mass to the target."""
 
-    source: Vector
-    target: Vector
+    source: VectorLike
+    target: VectorLike
     kind: Literal["lens_swap"] = field(default="lens_swap", init=False)
 
     def __post_init__(self) -> None:
@@ -205,7 +216,9 @@ class Steering:
             raise SteeringSpecError("a steering spec needs at least one op")
         for op in ops:
             if not isinstance(op, SteeringOp):
-                raise SteeringSpecError(f"unknown steering op {op!r}; use one of {', '.join(OP_KINDS)}")
+                raise SteeringSpecError(
+                    f"unknown steering op {op!r}; use one of {', '.join(OP_KINDS)}"
+                )
         widths = {op_width(op) for op in ops}
         if len(widths) > 1:
             raise SteeringSpecError(f"ops at one site have different widths {sorted(widths)}")
@@ -229,9 +242,7 @@ class Steering:
             )
 
 
-def steer_at(
-    address: AddressLike, *ops: SteeringOp, mask: PositionMask | None = None
-) -> Steering:
+def steer_at(address: AddressLike, *ops: SteeringOp, mask: PositionMask | None = None) -> Steering:
     """Shorthand: `steer_at("resid_post.10", Additive(v, 4.0))`."""
     addr = to_address(address, check=True)
     layers = () if addr.layer is None else (addr.layer,)

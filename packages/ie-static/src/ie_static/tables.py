@@ -1,0 +1,139 @@
+"""Steering parameter tables: per write site, per request slot, per op slot, on the device.
+
+The host encodes each `SteeringOp` into one coefficient row and two vectors (`encode_op`), writes
+them into the slot of the request once at registration, and the write tap reads them every step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from ie_core.errors import SteeringSpecError
+from ie_core.steering import (
+    Additive,
+    LensAblate,
+    LensSteer,
+    LensSwap,
+    Orthogonal,
+    ProjectionCap,
+    SteeringOp,
+    op_width,
+)
+
+from ie_static.ops import ALPHA, BETA, CONST, GAMMA, HI, LO, N_COEF
+
+
+def _vec(values: Sequence[float]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def _unit(values: Sequence[float]) -> torch.Tensor:
+    v = _vec(values)
+    return v / v.norm()
+
+
+def encode_op(op: SteeringOp) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(coef [6], u [D], w [D]) such that delta = (a*p + b*(clamp(p)-p) + c*|h| + e) * w, p = h.u.
+
+    Vectors are normalized exactly as `ie_core.steer_math` does, so the deltas agree to rounding.
+    """
+    coef = torch.zeros(N_COEF, dtype=torch.float32)
+    coef[LO], coef[HI] = -math.inf, math.inf
+    width = op_width(op)
+    if isinstance(op, Additive):
+        coef[CONST] = 1.0
+        return coef, torch.zeros(width), op.coeff * _vec(op.vector)
+    if isinstance(op, Orthogonal):
+        u = _unit(op.vector)
+        coef[ALPHA] = op.coeff - 1.0
+        return coef, u, u
+    if isinstance(op, ProjectionCap):
+        u = _unit(op.vector)
+        coef[BETA] = 1.0
+        if op.min is not None:
+            coef[LO] = op.min
+        if op.max is not None:
+            coef[HI] = op.max
+        return coef, u, u
+    if isinstance(op, LensSteer):
+        # |strength * |h| * d| = |strength| * |h| (d is a unit vector), so the rescale to
+        # max_fraction * |h| is a clamp of the strength.
+        d = _unit(op.direction)
+        coef[GAMMA] = max(-op.max_fraction, min(op.max_fraction, op.strength))
+        return coef, torch.zeros(width), d
+    if isinstance(op, LensAblate):
+        d = _unit(op.direction)
+        coef[ALPHA] = -1.0
+        return coef, d, d
+    if isinstance(op, LensSwap):
+        s, t = _unit(op.source), _unit(op.target)
+        coef[ALPHA] = 1.0
+        return coef, s, t - s
+    raise SteeringSpecError(f"unknown steering op {op!r}")
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """Sizes fixed at load: request slots S, op slots K per site, masks Q per slot, positions P."""
+
+    slots: int
+    ops: int
+    masks: int
+    positions: int
+
+
+@dataclass
+class WriteTable:
+    """One write site's parameters: which op slots are on, their coefficients and vectors."""
+
+    active: torch.Tensor  # [S, K] bool
+    coef: torch.Tensor  # [S, K, 6] fp32
+    vecs: torch.Tensor  # [S, K, 2, D] fp32
+    mask_idx: torch.Tensor  # [S, K] int32, -1 = unmasked
+
+    @classmethod
+    def empty(cls, shape: TableShape, width: int, device: torch.device) -> WriteTable:
+        s, k = shape.slots, shape.ops
+        return cls(
+            active=torch.zeros(s, k, dtype=torch.bool, device=device),
+            coef=torch.zeros(s, k, N_COEF, dtype=torch.float32, device=device),
+            vecs=torch.zeros(s, k, 2, width, dtype=torch.float32, device=device),
+            mask_idx=torch.full((s, k), -1, dtype=torch.int32, device=device),
+        )
+
+    def nbytes(self) -> int:
+        return sum(
+            t.numel() * t.element_size() for t in (self.active, self.coef, self.vecs, self.mask_idx)
+        )
+
+    def fill(self, slot: int, ops: Sequence[tuple[SteeringOp, int]]) -> None:
+        """Put `(op, mask index)` pairs, in order, into `slot`; the rest of the slot turns off."""
+        k_max = self.active.shape[1]
+        if len(ops) > k_max:
+            raise SteeringSpecError(
+                f"{len(ops)} steering ops at one site exceed this vllm-static engine's "
+                f"{k_max} op slots per site; reload with static_max_ops={len(ops)} or more"
+            )
+        self.clear(slot)
+        for k, (op, mask) in enumerate(ops):
+            coef, u, w = encode_op(op)
+            self.coef[slot, k] = coef.to(self.coef.device)
+            self.vecs[slot, k, 0] = u.to(self.vecs.device)
+            self.vecs[slot, k, 1] = w.to(self.vecs.device)
+            self.mask_idx[slot, k] = mask
+            self.active[slot, k] = True
+
+    def clear(self, slot: int) -> None:
+        self.active[slot] = False
+        self.coef[slot] = 0.0
+        self.vecs[slot] = 0.0
+        self.mask_idx[slot] = -1
+
+
+def table_bytes(shape: TableShape, width: int) -> int:
+    """Bytes of one site's `WriteTable` (see `WriteTable.empty`)."""
+    s, k = shape.slots, shape.ops
+    return s * k * (1 + 4 * N_COEF + 4 * 2 * width + 4)

@@ -1,1 +1,4 @@
+"""interp-engine's speed harness: one `(model, variant)` cell per process, a report, publishing.
 
+The spec (`ie_bench.spec`) is plain data; nothing here imports torch until a cell runs.
+"""

@@ -1,0 +1,271 @@
+"""Run one `(model, variant)` cell in this process and write its JSON after every step.
+
+One process per cell: vLLM keeps its memory in worker processes that a dropped reference does not
+free, so a second engine in the same interpreter would measure the first one's leftovers.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ie_bench import environment
+from ie_bench.cells import SCHEMA, cell_id, write_cell
+from ie_bench.spec import (
+    CAPTURE_WORKLOADS,
+    MID,
+    WORKLOADS,
+    ModelSpec,
+    Profile,
+    VariantSpec,
+    mid_layer,
+    resolve_kwargs,
+)
+
+# Room above prompt + new tokens for BOS and the engine's own bookkeeping.
+MODEL_LEN_SLACK = 64
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def skeleton(
+    model: ModelSpec, variant: VariantSpec, profile: Profile, command: list[str]
+) -> dict[str, Any]:
+    """The cell before anything ran; the sweep also writes this for a cell that never started."""
+    return {
+        "schema": SCHEMA,
+        "cell_id": cell_id(model.key, variant.key),
+        "status": "running",
+        "started_at": now(),
+        "finished_at": None,
+        "command": command,
+        "model": {
+            "key": model.key,
+            "model_id": model.model_id,
+            "label": model.label,
+            "capture_point": model.capture_point,
+        },
+        "variant": {
+            "key": variant.key,
+            "backend": variant.backend,
+            "label": variant.label,
+            "description": variant.description,
+            "capture_capable": variant.capture_capable,
+        },
+        "profile": profile.as_dict(),
+        "environment": environment.stamp(),
+        "load": {"dtype_requested": profile.dtype, "device_requested": profile.device},
+        "workloads": {},
+        "error": None,
+    }
+
+
+def config_layers(model_id: str) -> int | None:
+    """`num_hidden_layers` from the local folder's config.json, read without loading weights."""
+    from ie_core.models import resolve_model_path
+
+    folder = resolve_model_path(model_id)
+    if folder is None or not (folder / "config.json").exists():
+        return None
+    config = json.loads((folder / "config.json").read_text())
+    config = config.get("text_config", config)
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        if isinstance(config.get(key), int):
+            return int(config[key])
+    return None
+
+
+def load_kwargs(variant: VariantSpec, profile: Profile, mid: int) -> dict[str, Any]:
+    kwargs = resolve_kwargs(variant.load_kwargs, mid)
+    kwargs["dtype"] = profile.dtype
+    if variant.vllm_engine:
+        # Every repeat sends the same prompt; a prefix cache would turn repeats into cache hits.
+        kwargs["enable_prefix_caching"] = False
+        kwargs["max_model_len"] = profile.prompt_tokens + profile.new_tokens + MODEL_LEN_SLACK
+    else:
+        kwargs["device"] = profile.device
+    return kwargs
+
+
+def resolved_dtype(model: Any) -> tuple[str | None, str]:
+    """The dtype the backend actually computes in, and where that was read."""
+    for path in ("dtype", "hf_model.dtype", "model.dtype", "torch_dtype"):
+        obj = model
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        if obj is not None:
+            return str(obj).removeprefix("torch."), f"model.{path}"
+    return None, "unknown"
+
+
+def resolved_device(model: Any, profile: Profile) -> tuple[str, str]:
+    device = getattr(model, "device", None)
+    if device is not None:
+        return str(device), "model.device"
+    import torch
+
+    return ("cuda" if torch.cuda.is_available() else "cpu"), "torch platform"
+
+
+def _finish(cell: dict[str, Any]) -> None:
+    statuses = [w["status"] for w in cell["workloads"].values()]
+    if cell["error"] is not None:
+        cell["status"] = "error"
+    else:
+        cell["status"] = "partial" if "error" in statuses else "ok"
+    cell["finished_at"] = now()
+    cell["environment"]["loadavg_end"] = environment.loadavg()
+
+
+def _load(
+    cell: dict[str, Any], model_spec: ModelSpec, variant: VariantSpec, profile: Profile
+) -> Any:
+    """Load synchronously, as a script would: backends may drive ie-core's loop while loading."""
+    from ie_core.loading import load_model
+
+    # Only a variant that names a mid-stack site needs the depth before the model exists.
+    layers = None
+    if MID in json.dumps(dict(variant.load_kwargs), default=list):
+        layers = config_layers(model_spec.model_id)
+        if layers is None:
+            raise ValueError(
+                f"{variant.key} names a mid-stack site, but {model_spec.model_id} has no local "
+                "config.json to read its depth from"
+            )
+    kwargs = load_kwargs(variant, profile, mid_layer(layers or 0))
+    cell["load"]["kwargs"] = kwargs
+    start = time.perf_counter()
+    model = load_model(model_spec.model_id, backend=variant.backend, **kwargs)
+    cell["load"]["load_s"] = time.perf_counter() - start
+    return model
+
+
+async def _measure_all(
+    cell: dict[str, Any],
+    out: Path,
+    model: Any,
+    model_spec: ModelSpec,
+    profile: Profile,
+    workloads: list[str],
+) -> None:
+    from ie_bench.prompts import check_lengths, normalized_prompts
+    from ie_bench.workloads import Context, measure
+
+    start = time.perf_counter()
+    await model.warmup()
+    cell["load"]["warmup_s"] = time.perf_counter() - start
+    dtype, dtype_source = resolved_dtype(model)
+    device, device_source = resolved_device(model, profile)
+    cell["load"].update(
+        dtype_resolved=dtype, dtype_source=dtype_source, device=device, device_source=device_source
+    )
+    mid = mid_layer(model.n_layers)
+    cell["model"].update(n_layers=model.n_layers, d_model=model.d_model, mid_layer=mid)
+    started_load = cell["environment"]["loadavg"]
+    cell["environment"] = environment.stamp() | {"loadavg_start": started_load}
+    prompts = normalized_prompts(model, profile.prompt_tokens, profile.concurrency)
+    check_lengths(prompts, profile.prompt_tokens)
+    ctx = Context(
+        model=model,
+        profile=profile,
+        prompts=prompts,
+        capture_point=model_spec.capture_point,
+        mid=mid,
+        n_layers=model.n_layers,
+        d_model=model.d_model,
+    )
+    write_cell(out, cell)
+    for name in workloads:
+        outcome = await measure(ctx, name)
+        cell["workloads"][name] = {
+            "status": outcome.status,
+            "metrics": outcome.metrics,
+            "samples": outcome.samples,
+            "detail": outcome.detail,
+        }
+        write_cell(out, cell)
+    if cell["load"]["dtype_resolved"] is None and "capture_dtype" in ctx.memo:
+        cell["load"].update(
+            dtype_resolved=ctx.memo["capture_dtype"], dtype_source="captured tensor"
+        )
+
+
+def _run(
+    cell: dict[str, Any],
+    out: Path,
+    model_spec: ModelSpec,
+    variant: VariantSpec,
+    profile: Profile,
+    workloads: list[str],
+) -> None:
+    from ie_core.runner import run
+
+    model = _load(cell, model_spec, variant, profile)
+    try:
+        run(_measure_all(cell, out, model, model_spec, profile, workloads))
+    finally:
+        run(model.shutdown())
+
+
+def run_cell(
+    model_spec: ModelSpec,
+    variant: VariantSpec,
+    profile: Profile,
+    out: Path,
+    workloads: list[str] | None = None,
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    """Measure one cell and write it to `out`; a failure to load is recorded, not raised."""
+    names = workloads or [w.key for w in WORKLOADS]
+    cell = skeleton(model_spec, variant, profile, command or sys.argv)
+    write_cell(out, cell)
+    if profile.torch_threads:
+        import torch
+
+        torch.set_num_threads(profile.torch_threads)
+    if profile.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            cell["error"] = {
+                "type": "NoCudaDevice",
+                "message": f"profile {profile.name!r} measures on CUDA, and no CUDA device is visible; "
+                "use --profile cpu on this machine",
+            }
+    if cell["error"] is None:
+        try:
+            _run(cell, out, model_spec, variant, profile, names)
+        except Exception as exc:
+            cell["error"] = {
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": traceback.format_exc(limit=8)[-4000:],
+            }
+    for name in names:
+        cell["workloads"].setdefault(name, _not_run(cell["error"]))
+    _finish(cell)
+    write_cell(out, cell)
+    return cell
+
+
+def _not_run(error: dict[str, Any] | None) -> dict[str, Any]:
+    reason = error["message"] if error else "not run"
+    return {
+        "status": "error",
+        "metrics": {},
+        "samples": {},
+        "detail": {"message": f"not run: {reason}"},
+    }
+
+
+__all__ = ["CAPTURE_WORKLOADS", "run_cell", "skeleton"]

@@ -1,0 +1,126 @@
+"""The cell JSON: its schema, where cells live, and reading a directory of them.
+
+A cell is one `(model, variant)` under one profile. The schema is documented in
+`benchmarks/README.md` ("Cell JSON"); the dashboard ingests these files, so a change here bumps
+`SCHEMA` and the README together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "ie-bench/cell/1"
+CELL_STATUSES = ("running", "ok", "partial", "error")
+WORKLOAD_STATUSES = ("ok", "unsupported", "error")
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+BENCH_DIR = REPO_ROOT / "benchmarks"
+CELLS_DIR = BENCH_DIR / "cells"
+README = REPO_ROOT / "README.md"
+RESULTS_MD = BENCH_DIR / "results-latest.md"
+THROUGHPUT_JSON = BENCH_DIR / "throughput.json"
+
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "schema": str,
+    "cell_id": str,
+    "status": str,
+    "started_at": str,
+    "finished_at": (str, type(None)),
+    "command": list,
+    "model": dict,
+    "variant": dict,
+    "profile": dict,
+    "environment": dict,
+    "load": dict,
+    "workloads": dict,
+    "error": (dict, type(None)),
+}
+
+
+def cell_id(model_key: str, variant_key: str) -> str:
+    return f"{model_key}__{variant_key}"
+
+
+def cell_path(cells_dir: Path, profile: str, model_key: str, variant_key: str) -> Path:
+    return cells_dir / profile / f"{cell_id(model_key, variant_key)}.json"
+
+
+def schema_errors(cell: Any) -> list[str]:
+    """What is wrong with a cell dict, as sentences; empty when it matches the schema."""
+    if not isinstance(cell, dict):
+        return [f"a cell is a JSON object, got {type(cell).__name__}"]
+    errors = [
+        f"field {k!r} must be {t}, got {type(cell.get(k)).__name__}"
+        for k, t in _REQUIRED.items()
+        if not isinstance(cell.get(k), t)
+    ]
+    if errors:
+        return errors
+    if cell["schema"] != SCHEMA:
+        errors.append(f"schema is {cell['schema']!r}, this reader understands {SCHEMA!r}")
+    if cell["status"] not in CELL_STATUSES:
+        errors.append(f"status {cell['status']!r} is not one of {CELL_STATUSES}")
+    for key in ("key", "model_id"):
+        if not isinstance(cell["model"].get(key), str):
+            errors.append(f"model.{key} must be a string")
+    for key in ("key", "backend"):
+        if not isinstance(cell["variant"].get(key), str):
+            errors.append(f"variant.{key} must be a string")
+    if not isinstance(cell["profile"].get("name"), str):
+        errors.append("profile.name must be a string")
+    for name, w in cell["workloads"].items():
+        if not isinstance(w, dict) or w.get("status") not in WORKLOAD_STATUSES:
+            errors.append(f"workloads.{name}.status must be one of {WORKLOAD_STATUSES}")
+            continue
+        metrics = w.get("metrics")
+        if not isinstance(metrics, dict) or not all(
+            isinstance(v, int | float) for v in metrics.values()
+        ):
+            errors.append(f"workloads.{name}.metrics must map names to numbers")
+    return errors
+
+
+def write_cell(path: Path, cell: dict[str, Any]) -> None:
+    """Atomic write, so a cell killed mid-write leaves the previous complete file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(cell, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def read_cell(path: Path) -> dict[str, Any]:
+    cell = json.loads(path.read_text())
+    errors = schema_errors(cell)
+    if errors:
+        raise ValueError(f"{path} is not a valid cell: " + "; ".join(errors))
+    return cell
+
+
+def load_cells(cells_dir: Path, profile: str | None = None) -> list[dict[str, Any]]:
+    """Every cell under `cells_dir` (optionally one profile's folder), sorted by path."""
+    root = cells_dir / profile if profile else cells_dir
+    if not root.exists():
+        return []
+    return [read_cell(p) for p in sorted(root.rglob("*.json")) if not p.name.startswith(".")]
+
+
+def profiles_present(cells: Iterable[dict[str, Any]]) -> list[str]:
+    return sorted({c["profile"]["name"] for c in cells})
+
+
+def metric(cell: dict[str, Any] | None, workload: str, key: str) -> float | None:
+    """A measured figure, or None when the cell or workload did not produce it."""
+    if cell is None:
+        return None
+    w = cell["workloads"].get(workload)
+    if not w or w["status"] != "ok":
+        return None
+    value = w["metrics"].get(key)
+    return float(value) if value is not None else None

@@ -1,0 +1,182 @@
+"""The grid: one subprocess per cell, a memory gate between cells, a time cap per cell.
+
+A cell that crashes or overruns is recorded as an `error` cell with the tail of its log, and the
+sweep moves on: one wedged engine must not cost the rest of the grid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+from tqdm import tqdm
+
+from ie_bench.cell import now, skeleton
+from ie_bench.cells import cell_path, read_cell, write_cell
+from ie_bench.spec import WORKLOADS, ModelSpec, Profile, VariantSpec
+
+GIB = 1024**3
+LOG_TAIL_CHARS = 3000
+
+
+@dataclass(frozen=True)
+class CellRun:
+    model: ModelSpec
+    variant: VariantSpec
+    path: Path
+    status: str
+    seconds: float
+
+
+def wait_for_memory(min_free_gib: float, max_wait_s: float = 300.0, poll_s: float = 2.0) -> float:
+    """Block until `min_free_gib` is available (the last cell's workers may still be exiting).
+
+    Returns the GiB available when it stopped waiting; gives up after `max_wait_s`, since the cell
+    then records what it had and fails on its own if that is not enough.
+    """
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        free = psutil.virtual_memory().available / GIB
+        if free >= min_free_gib or time.monotonic() >= deadline:
+            return free
+        time.sleep(poll_s)
+
+
+def _kill_group(pgid: int) -> None:
+    """End every process the cell started (vLLM workers included), politely and then not."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        time.sleep(3)
+
+
+def cell_command(
+    model: ModelSpec, variant: VariantSpec, profile: Profile, out: Path, workloads: list[str] | None
+) -> list[str]:
+    cmd = [sys.executable, "-m", "ie_bench", "cell", "--model", model.model_id]
+    cmd += ["--variant", variant.key, "--profile", profile.name, "--out", str(out)]
+    if workloads:
+        cmd += ["--workloads", ",".join(workloads)]
+    return cmd
+
+
+def _tail(log: Path) -> str:
+    try:
+        return log.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+    except OSError:
+        return ""
+
+
+def _record_failure(
+    path: Path,
+    model: ModelSpec,
+    variant: VariantSpec,
+    profile: Profile,
+    command: list[str],
+    workloads: list[str],
+    kind: str,
+    message: str,
+    log: Path,
+) -> dict[str, Any]:
+    """Close a cell the process did not finish: keep what it measured, mark the rest not run."""
+    try:
+        cell = read_cell(path)
+    except (OSError, ValueError):
+        cell = skeleton(model, variant, profile, command)
+    cell["error"] = {"type": kind, "message": message, "log_tail": _tail(log)}
+    for name in workloads:
+        cell["workloads"].setdefault(
+            name,
+            {
+                "status": "error",
+                "metrics": {},
+                "samples": {},
+                "detail": {"message": f"not run: {message}"},
+            },
+        )
+    cell["status"] = "error"
+    cell["finished_at"] = now()
+    write_cell(path, cell)
+    return cell
+
+
+def run_one(
+    model: ModelSpec,
+    variant: VariantSpec,
+    profile: Profile,
+    cells_dir: Path,
+    log_dir: Path,
+    workloads: list[str] | None = None,
+    timeout_s: float | None = None,
+) -> CellRun:
+    path = cell_path(cells_dir, profile.name, model.key, variant.key)
+    log = log_dir / f"{profile.name}__{path.stem}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    command = cell_command(model, variant, profile, path, workloads)
+    limit = timeout_s or profile.cell_timeout_s
+    names = workloads or [w.key for w in WORKLOADS]
+    start = time.monotonic()
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            command, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            rc = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.wait()
+            _record_failure(
+                path, model, variant, profile, command, names, "Timeout",
+                f"cell exceeded its {limit:.0f} s cap and was killed", log,
+            )  # fmt: skip
+            return CellRun(model, variant, path, "error", time.monotonic() - start)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # stragglers left in the cell's session
+    seconds = time.monotonic() - start
+    try:
+        status = read_cell(path)["status"]
+    except (OSError, ValueError):
+        status = "missing"
+    if rc != 0 or status in ("running", "missing"):
+        _record_failure(
+            path, model, variant, profile, command, names, "CellExit",
+            f"cell process exited with code {rc} before finishing", log,
+        )  # fmt: skip
+        status = "error"
+    return CellRun(model, variant, path, status, seconds)
+
+
+def run_sweep(
+    models: list[ModelSpec],
+    variants: list[VariantSpec],
+    profile: Profile,
+    cells_dir: Path,
+    log_dir: Path,
+    workloads: list[str] | None = None,
+    timeout_s: float | None = None,
+    on_cell: Callable[[CellRun], None] | None = None,
+) -> list[CellRun]:
+    grid = [(m, v) for m in models for v in variants]
+    runs: list[CellRun] = []
+    bar = tqdm(grid, desc=f"ie bench ({profile.name})", unit="cell")
+    for model, variant in bar:
+        bar.set_postfix_str(f"{model.key} / {variant.key}")
+        wait_for_memory(profile.min_free_gib)
+        run = run_one(model, variant, profile, cells_dir, log_dir, workloads, timeout_s)
+        runs.append(run)
+        bar.write(f"{model.key} / {variant.key}: {run.status} in {run.seconds:.0f} s -> {run.path}")
+        if on_cell:
+            on_cell(run)
+    return runs

@@ -1,0 +1,123 @@
+"""Report and publish rendering from fixture cells (no engine, no measurement)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from bench_fixtures import make_cell, sweep_cells, variant_of
+from ie_bench.cells import schema_errors
+from ie_bench.publish import (
+    END,
+    START,
+    MarkersMissing,
+    PublishRefused,
+    drift,
+    figures,
+    publish,
+    render_block,
+    splice,
+)
+from ie_bench.report import render_report
+from ie_bench.tables import rounded, rounded_multiplier
+
+
+def test_fixture_cells_match_the_schema() -> None:
+    for cell in sweep_cells():
+        assert schema_errors(cell) == []
+
+
+def test_schema_names_what_is_wrong() -> None:
+    cell = sweep_cells()[0]
+    cell["workloads"]["generate"]["status"] = "fine"
+    del cell["profile"]
+    assert any("profile" in e for e in schema_errors(cell))
+
+
+def test_multipliers_come_from_unrounded_figures() -> None:
+    data = figures(sweep_cells())
+    entry = data["rows"][0]["tables"]["generate"]["vllm"]
+    # 25.4 / 10.4 = 2.44 -> "2.4x"; the printed 25 / 10 would say 2.5x.
+    assert entry["multiplier"] == pytest.approx(25.4 / 10.4)
+    assert rounded(25.4) == "25" and rounded(10.4) == "10"
+    block = render_block(sweep_cells())
+    assert "25 (2.4x)" in block
+    assert "(2.5x)" not in block
+
+
+def test_rounding_rules() -> None:
+    assert rounded(1238.4) == "1,238"
+    assert rounded(9.94) == "9.9"
+    assert rounded(0.456) == "0.46"
+    assert rounded_multiplier(127.3) == "127x"
+    assert rounded_multiplier(14.04) == "14.0x"
+
+
+def test_block_shows_missing_and_unsupported_distinctly() -> None:
+    block = render_block(sweep_cells())
+    assert "Measured on Test CPU (2 cores, CPU), float32, 128-token prompt, 32 new tokens" in block
+    lines = [line for line in block.splitlines() if line.startswith("| `smollm2-135m`")]
+    one_stream, concurrent = lines
+    assert "| --" in one_stream  # vllm-static's generate errored: not measured
+    assert "300 (29x)" in concurrent  # 300 / 10.2
+    assert "8 concurrent requests" in block
+
+
+def test_report_has_every_section() -> None:
+    text = render_report(sweep_cells())
+    for heading in ("## Environment", "## Models", "## Variants", "## Steering overhead",
+                    "## Unsupported (what came back)", "## What failed", "## Reproduce"):  # fmt: skip
+        assert heading in text
+    assert "higher is better" in text and "lower is better" in text
+    assert "Profile `cpu`" in text
+    assert "+25.0%" in text  # steer 1.25 s against capture_gen 1.0 s
+    assert "vllm-generate cannot capture" in text
+    assert "engine died" in text
+    assert "uv run ie bench sweep --profile cpu --models smollm2-135m" in text
+
+
+@pytest.mark.parametrize(
+    ("field", "change"),
+    [
+        ("dtype", lambda c: c["load"].update(dtype_resolved="bfloat16")),
+        (
+            "device",
+            lambda c: c["environment"].update(gpu={"name": "NVIDIA H200", "memory_gib": 139}),
+        ),
+    ],
+)
+def test_publish_refuses_mixed_conditions(field: str, change) -> None:
+    cells = sweep_cells()
+    odd = variant_of(cells, "vllm")
+    change(odd)
+    cells = [c for c in cells if c["variant"]["key"] != "vllm"] + [odd]
+    with pytest.raises(PublishRefused, match=f"disagree on {field}"):
+        render_block(cells)
+
+
+def test_publish_writes_between_markers_and_check_sees_drift(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\nbefore\n\n{START}\nold\n{END}\n\nafter\n")
+    json_path = tmp_path / "throughput.json"
+    cells = sweep_cells()
+    assert drift(cells, readme, json_path)
+    assert publish(cells, readme, json_path) == [readme, json_path]
+    text = readme.read_text()
+    assert text.startswith("# title\n\nbefore\n\n") and text.endswith("\n\nafter\n")
+    assert "old" not in text
+    assert drift(cells, readme, json_path) == []
+    assert publish(cells, readme, json_path) == []  # idempotent
+    readme.write_text(text.replace("25 (2.4x)", "26 (2.5x)"))
+    assert len(drift(cells, readme, json_path)) == 1
+
+
+def test_splice_refuses_a_file_without_markers() -> None:
+    with pytest.raises(MarkersMissing):
+        splice("# no markers here\n", "block")
+
+
+def test_publish_refuses_when_nothing_loaded() -> None:
+    cell = make_cell("smollm2-135m", "eager", decode=1.0, aggregate=1.0)
+    del cell["load"]["load_s"]
+    with pytest.raises(PublishRefused, match="no cell loaded"):
+        render_block([cell])

@@ -1,0 +1,37 @@
+"""The spec and everything that reads cells import no torch, and the grid is what the issue names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from ie_bench.spec import MID, PROFILES, VARIANTS, WORKLOADS, get_profile, resolve_kwargs
+
+
+def test_reading_side_imports_no_torch() -> None:
+    code = (
+        "import sys, ie_bench.spec, ie_bench.cells, ie_bench.report, ie_bench.publish, ie_bench.cli;"
+        "bad = [m for m in ('torch', 'vllm', 'transformers') if m in sys.modules];"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_grid_names() -> None:
+    assert [v.key for v in VARIANTS] == ["eager", "vllm", "vllm-static", "vllm-generate"]
+    assert [w.key for w in WORKLOADS] == [
+        "generate", "generate_x8", "capture_mid", "capture_all", "capture_gen", "steer", "lens_topk",
+    ]  # fmt: skip
+
+
+def test_gpu_profile_is_the_seed_sizes() -> None:
+    gpu = get_profile("gpu")
+    assert (gpu.prompt_tokens, gpu.new_tokens, gpu.concurrency, gpu.lens_rows) == (512, 128, 8, 512)
+    assert {p.name for p in PROFILES} >= {"gpu", "cpu"}
+
+
+def test_static_variant_resolves_its_mid_write_site() -> None:
+    static = next(v for v in VARIANTS if v.key == "vllm-static")
+    kwargs = resolve_kwargs(static.load_kwargs, 15)
+    assert kwargs == {"static_points": "auto", "static_writes": ["resid_post.15"]}
+    assert MID not in str(kwargs)

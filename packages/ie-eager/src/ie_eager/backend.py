@@ -1,0 +1,448 @@
+"""The `eager` backend: a Hugging Face model with `attn_implementation="eager"` and hooks on its
+real modules. It is the reference the other backends are measured against."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ie_core.address import AddressLike, to_address
+from ie_core.cache import ActivationCache
+from ie_core.errors import (
+    InterpError,
+    ModelNotFoundError,
+    PointUnavailableError,
+    SteeringSpecError,
+    UnsupportedOperationError,
+)
+from ie_core.families import Family, family_for_architecture
+from ie_core.models import resolve_model_path
+from ie_core.protocol import (
+    Generation,
+    GenerationCapture,
+    Prompt,
+    SamplingParams,
+    SteeringArg,
+    StreamChunk,
+    TopK,
+    steering_tuple,
+)
+from ie_eager import lens, sampling
+from ie_eager.hooks import Session, Write
+from ie_eager.resolve import Resolved, Resolver, Tap
+from ie_eager.structure import Structure, analyze
+
+
+class DeviceUnavailableError(InterpError, RuntimeError):
+    """The requested device does not exist on this machine."""
+
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """`None` means CUDA when present, else CPU; an explicit GPU that is absent is an error."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceUnavailableError(
+            f"device {str(device)!r} was requested but no CUDA GPU is visible to torch; "
+            "pass device='cpu' to run on the CPU"
+        )
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DeviceUnavailableError(
+            f"device {str(device)!r} was requested but only {torch.cuda.device_count()} GPU(s) exist"
+        )
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device, config: Any) -> torch.dtype:
+    """`None`: float32 on CPU; on a GPU the checkpoint's own dtype (float32 stays float32)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None or dtype == "auto":
+        if device.type == "cpu":
+            return torch.float32
+        saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+        if isinstance(saved, str):
+            saved = _DTYPES.get(saved)
+        return saved if isinstance(saved, torch.dtype) else torch.float32
+    try:
+        return _DTYPES[str(dtype).lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}") from None
+
+
+def _text_config(config: Any) -> Any:
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _n_layers(config: Any) -> int:
+    text = _text_config(config)
+    for name in ("num_hidden_layers", "n_layer", "num_layers"):
+        value = getattr(text, name, None)
+        if value is not None:
+            return int(value)
+    raise ValueError(f"{type(config).__name__} has no layer count")
+
+
+class EagerModel:
+    """A loaded HF causal LM speaking `ie_core.protocol.InterpModel`.
+
+    Methods are async (the protocol is), but run their torch work directly: on a CPU one forward
+    occupies the caller until it finishes. `capture(..., grad=True)` keeps the autograd graph."""
+
+    backend = "eager"
+
+    def __init__(self, hf_model: nn.Module, tokenizer: Any, model_id: str, family: Family | None = None) -> None:
+        self.hf_model = hf_model.eval()
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        config = hf_model.config
+        self.config = config
+        self.text_config = _text_config(config)
+        arch = (getattr(config, "architectures", None) or [type(hf_model).__name__])[0]
+        self.family = family or family_for_architecture(arch) or family_for_architecture(type(hf_model).__name__)
+        self.structure: Structure = analyze(hf_model, config, self.text_config, _n_layers(config))
+        self.resolver = Resolver(self.structure, self.family, hf_model, self._probe)
+        self._points: tuple[str, ...] | None = None
+
+    def _probe(self, tap: Tap, n: int) -> torch.Size:
+        """Shape of the raw tensor at `tap` on a forward of `n` tokens (layout detection)."""
+        shapes: list[torch.Size] = []
+
+        def grab(value: Any) -> None:
+            t = value[tap.item] if isinstance(value, tuple | list) else value
+            shapes.append(t.shape)
+
+        if tap.io == "in":
+            handle = tap.module.register_forward_pre_hook(
+                lambda m, a, k: grab(a[0] if a else k["hidden_states"]), with_kwargs=True
+            )
+        else:
+            handle = tap.module.register_forward_hook(lambda m, a, o: grab(o))
+        try:
+            ids = torch.zeros((1, n), dtype=torch.long, device=self.device)
+            with torch.no_grad():
+                self.hf_model(input_ids=ids, use_cache=False)
+        finally:
+            handle.remove()
+        return shapes[0]
+
+    # -- facts --
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.structure.blocks)
+
+    @property
+    def d_model(self) -> int:
+        return self.structure.shapes.d_model
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.hf_model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.hf_model.parameters()).dtype
+
+    def __repr__(self) -> str:
+        fam = self.family.slug if self.family else "unregistered family"
+        return f"EagerModel({self.model_id!r}, {fam}, {self.n_layers} layers, {self.device}, {self.dtype})"
+
+    def points(self) -> tuple[str, ...]:
+        if self._points is None:
+            self._points = self.resolver.point_names()
+        return self._points
+
+    def resolve(self, address: AddressLike) -> Resolved:
+        return self.resolver.resolve(address)
+
+    def point_width(self, address: AddressLike) -> int:
+        r = self.resolver.resolve(address)
+        if r.width is None:
+            raise PointUnavailableError(
+                f"{r.address} has no fixed width (attention maps are heads x q x k; path points "
+                "take the module's output)"
+            )
+        return r.width
+
+    # -- tokens --
+
+    def to_tokens(self, text: str, *, prepend_bos: bool = True) -> list[int]:
+        """Token ids with the tokenizer's own special tokens (its BOS) when `prepend_bos`."""
+        if not isinstance(text, str):
+            raise TypeError(f"to_tokens takes a string, got {type(text).__name__}")
+        return list(self.tokenizer(text, add_special_tokens=prepend_bos)["input_ids"])
+
+    def to_string(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
+    ) -> str:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise UnsupportedOperationError(
+                f"{self.model_id}'s tokenizer has no chat template; build the prompt text yourself"
+            )
+        return self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def _prompt_ids(self, tokens: Prompt) -> list[int]:
+        if isinstance(tokens, str):
+            ids = self.to_tokens(tokens)
+        elif isinstance(tokens, torch.Tensor):
+            ids = [int(t) for t in tokens.reshape(-1).tolist()]
+        else:
+            try:
+                ids = [int(t) for t in tokens]
+            except (TypeError, ValueError):
+                raise TypeError("a prompt is a string or a sequence of token ids") from None
+        if not ids:
+            raise ValueError("the prompt is empty")
+        vocab = self.structure.shapes.vocab
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (0..{vocab - 1})")
+        return ids
+
+    def _batch_ids(self, tokens: Any) -> list[list[int]]:
+        if isinstance(tokens, torch.Tensor) and tokens.dim() == 2:
+            rows = [list(map(int, r)) for r in tokens.tolist()]
+        elif isinstance(tokens, str) or (isinstance(tokens, Sequence) and tokens and isinstance(tokens[0], int)):
+            rows = [self._prompt_ids(tokens)]
+        elif isinstance(tokens, torch.Tensor):
+            rows = [self._prompt_ids(tokens)]
+        elif isinstance(tokens, Sequence) and tokens:
+            rows = [self._prompt_ids(t) for t in tokens]
+        else:
+            raise ValueError("tokens must be a prompt, a sequence of token ids, or a batch of them")
+        lengths = {len(r) for r in rows}
+        if len(lengths) > 1:
+            raise ValueError(
+                f"batch rows have different lengths {sorted(lengths)}; the eager backend does not "
+                "pad (padding changes positions); capture rows of equal length or one at a time"
+            )
+        for r in rows:
+            self._prompt_ids(r)
+        return rows
+
+    # -- steering --
+
+    def _writes(self, steering: SteeringArg, prompts: list[list[int]]) -> list[Write]:
+        specs = steering_tuple(steering)
+        writes: list[Write] = []
+        special = set(getattr(self.tokenizer, "all_special_ids", []) or [])
+        for spec in specs:
+            for address in spec.addresses():
+                r = self.resolver.resolve(address)
+                if not r.writable or r.kind == "attention":
+                    raise SteeringSpecError(f"{address} is capture-only and cannot be steered")
+                if r.width is not None:
+                    spec.check_width(r.width)
+                masked = tuple(spec.mask.masked(p, special) for p in prompts)
+                writes.append(Write(r, spec.ops, masked, spec.width))
+        return writes
+
+    # -- forward --
+
+    def forward_with_cache(
+        self,
+        tokens: Any,
+        addresses: Sequence[AddressLike] = (),
+        *,
+        steering: SteeringArg = None,
+        grad: bool = False,
+    ) -> tuple[torch.Tensor, ActivationCache]:
+        """One forward: (logits `[batch, seq, vocab]`, cache). Eager-only convenience."""
+        rows = self._batch_ids(tokens)
+        reads = [self.resolver.resolve(a) for a in addresses]
+        writes = self._writes(steering, rows)
+        ids = torch.tensor(rows, dtype=torch.long, device=self.device)
+        context = torch.enable_grad() if grad else torch.no_grad()
+        with context, Session(self.hf_model, reads, writes, keep_graph=grad) as session:
+            session.batch_shape = (ids.shape[0], ids.shape[1])
+            logits = self.hf_model(input_ids=ids, use_cache=False).logits
+        missing = [r.address for r in reads if r.address not in session.captured]
+        if missing:
+            raise PointUnavailableError(
+                f"{', '.join(map(str, missing))} did not fire during the forward; the module was not run"
+            )
+        cache = ActivationCache({r.address: session.captured[r.address] for r in reads})
+        return (logits if grad else logits.detach()), cache
+
+    async def capture(
+        self,
+        tokens: Any,
+        addresses: Sequence[AddressLike],
+        *,
+        steering: SteeringArg = None,
+        grad: bool = False,
+    ) -> ActivationCache:
+        """Activations at `addresses` as `[batch, seq, ...]` (attention `[batch, heads, q, k]`).
+
+        With `grad=True` the forward runs with autograd on and tensors keep their graph."""
+        if isinstance(addresses, str):
+            addresses = [addresses]
+        return self.forward_with_cache(tokens, addresses, steering=steering, grad=grad)[1]
+
+    async def capture_attention(self, tokens: Prompt, layers: Sequence[int] | None = None) -> ActivationCache:
+        layer_list = range(self.n_layers) if layers is None else layers
+        addresses = [to_address(("attn_probs", int(i))) for i in layer_list]
+        return self.forward_with_cache(tokens, addresses)[1]
+
+    # -- generation --
+
+    def _decode_loop(self, ids: list[int], params: SamplingParams, steering: SteeringArg):
+        """Yield generated token ids one by one, steering prefill and every decode step."""
+        writes = self._writes(steering, [ids])
+        gen = sampling.make_generator(params, self.device)
+        eos = self._eos_ids() if params.stop_at_eos else set()
+        with torch.no_grad(), Session(self.hf_model, (), writes) as session:
+            inputs = torch.tensor([ids], dtype=torch.long, device=self.device)
+            past = None
+            position = 0
+            for _ in range(params.max_new_tokens):
+                session.offset = position
+                session.batch_shape = (1, inputs.shape[1])
+                out = self.hf_model(input_ids=inputs, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                position += inputs.shape[1]
+                token = sampling.next_token(out.logits[0, -1], params, gen)
+                yield token
+                if token in eos:
+                    return
+                inputs = torch.tensor([[token]], dtype=torch.long, device=self.device)
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (getattr(self.hf_model, "generation_config", None), self.config, self.tokenizer):
+            value = getattr(source, "eos_token_id", None)
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, list | tuple):
+                ids.update(int(v) for v in value)
+        return ids
+
+    async def generate(
+        self, tokens: Prompt, sampling_params: SamplingParams = SamplingParams(), *, steering: SteeringArg = None
+    ) -> Generation:
+        ids = self._prompt_ids(tokens)
+        out = list(self._decode_loop(ids, sampling_params, steering))
+        return Generation(tuple(ids), tuple(out), self.tokenizer.decode(out, skip_special_tokens=True))
+
+    async def generate_stream(
+        self, tokens: Prompt, sampling_params: SamplingParams = SamplingParams(), *, steering: SteeringArg = None
+    ) -> AsyncIterator[StreamChunk]:
+        ids = self._prompt_ids(tokens)
+        out: list[int] = []
+        emitted = ""
+        for token in self._decode_loop(ids, sampling_params, steering):
+            out.append(token)
+            text = self.tokenizer.decode(out, skip_special_tokens=True)
+            # Multi-byte characters can span tokens: emit only text that is complete so far.
+            chunk = text[len(emitted) :] if text.startswith(emitted) and not text.endswith("\ufffd") else ""
+            emitted += chunk
+            yield StreamChunk(token, chunk)
+
+    async def capture_generation(
+        self,
+        tokens: Prompt,
+        addresses: Sequence[AddressLike],
+        sampling_params: SamplingParams = SamplingParams(),
+        *,
+        steering: SteeringArg = None,
+    ) -> GenerationCapture:
+        generation = await self.generate(tokens, sampling_params, steering=steering)
+        full = list(generation.prompt_ids) + list(generation.token_ids[:-1])
+        cache = self.forward_with_cache([full], addresses, steering=steering)[1]
+        return GenerationCapture(generation, cache)
+
+    # -- lens --
+
+    async def decode_residuals(self, rows: Any) -> torch.Tensor:
+        return lens.decode(self, rows)
+
+    async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
+        return lens.topk(self, rows, k)
+
+    # -- lifecycle --
+
+    async def warmup(self) -> None:
+        ids = self.to_tokens("Hello")
+        with torch.no_grad():
+            self.hf_model(input_ids=torch.tensor([ids], device=self.device), use_cache=False)
+
+    async def shutdown(self) -> None:
+        """Drop the weights; the object is unusable afterwards."""
+        self.hf_model = None  # type: ignore[assignment]
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _load_tokenizer(folder: Any) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def load(
+    model_id: Any,
+    *,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    tokenizer: Any = None,
+    **kw: Any,
+) -> EagerModel:
+    """Load an HF folder / id / `ie-synthetic/<family>`, or wrap an HF model object (pass
+    `tokenizer=`), with eager attention on an explicit device and dtype (float32 on CPU)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
+
+    dev = resolve_device(device)
+    if isinstance(model_id, PreTrainedModel):
+        if tokenizer is None:
+            raise ValueError("pass tokenizer= together with an HF model object")
+        model = model_id
+        if getattr(model.config, "_attn_implementation", "eager") != "eager":
+            model.set_attn_implementation("eager")
+        if dtype is not None:
+            model = model.to(resolve_dtype(dtype, dev, model.config))
+        model = model.to(dev)
+        name = kw.pop("name", None) or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        return EagerModel(model, tokenizer, str(name))
+    model_name = os.fspath(model_id)
+    folder = resolve_model_path(model_name)
+    source: Any = folder if folder is not None else model_name
+    try:
+        config = AutoConfig.from_pretrained(source, local_files_only=folder is None)
+    except OSError as exc:
+        raise ModelNotFoundError(
+            f"cannot find {model_name!r} on this machine ({exc}); pass a local folder, "
+            "an ie-synthetic/<family> id, or a model already in the Hugging Face cache"
+        ) from None
+    torch_dtype = resolve_dtype(dtype, dev, config)
+    model = AutoModelForCausalLM.from_pretrained(
+        source,
+        attn_implementation="eager",
+        dtype=torch_dtype,
+        local_files_only=folder is None,
+        **kw,
+    ).to(dev)
+    tok = tokenizer if tokenizer is not None else _load_tokenizer(source)
+    return EagerModel(model, tok, model_name)

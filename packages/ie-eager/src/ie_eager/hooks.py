@@ -1,0 +1,259 @@
+"""One forward's hooks: reads (captures) and writes (steering) grouped per module site.
+
+At each site the actions run in forward order of the points, each point's writes before its
+read, so a capture is post-intervention. Hooks are removed when the session closes, exceptions
+included. A read-only session returns nothing from its hooks, so the forward is untouched.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ie_core.address import Address
+from ie_core.errors import PointUnavailableError, SteeringSpecError
+from ie_core.points import POINTS_BY_NAME
+from ie_core.steer_math import apply_ops
+from ie_core.steering import SteeringOp
+from ie_eager import attention
+from ie_eager.resolve import Resolved, Tap
+
+_ORDER = {name: i for i, name in enumerate(POINTS_BY_NAME)}
+# resid_mid needs the block input as the block sees it: after resid_pre's writes and read.
+_REMEMBER = (_ORDER["resid_pre"], 2, 0)
+
+
+@dataclass(frozen=True)
+class Write:
+    """Steering ops at one resolved address; `masked[b]` are row b's unsteered prompt positions."""
+
+    resolved: Resolved
+    ops: tuple[SteeringOp, ...]
+    masked: tuple[frozenset[int], ...]
+    width: int
+
+
+@dataclass
+class _Action:
+    order: tuple[int, int, int]
+    kind: str  # "write" | "read" | "remember"
+    resolved: Resolved | None = None
+    write: Write | None = None
+
+
+@dataclass
+class Session:
+    """Install with `with Session(model, reads, writes) as s:`; run forwards; read `s.captured`."""
+
+    model: nn.Module
+    reads: Sequence[Resolved]
+    writes: Sequence[Write] = ()
+    keep_graph: bool = False
+    captured: dict[Address, torch.Tensor] = field(default_factory=dict)
+    offset: int = 0  # absolute position of the first row of the current forward
+    batch_shape: tuple[int, int] = (0, 0)
+    _handles: list[Any] = field(default_factory=list)
+    _seen_base: dict[int, torch.Tensor] = field(default_factory=dict)
+    _attn_calls: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=dict)
+
+    def __enter__(self) -> Session:
+        try:
+            self._install()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    # -- installation --
+
+    def _install(self) -> None:
+        sites: dict[tuple[int, str], list[_Action]] = defaultdict(list)
+        modules: dict[tuple[int, str], nn.Module] = {}
+        attn: dict[int, tuple[nn.Module, list[Resolved]]] = {}
+
+        def add(tap: Tap, action: _Action) -> None:
+            sites[tap.site].append(action)
+            modules[tap.site] = tap.module
+
+        for i, w in enumerate(self.writes):
+            add(w.resolved.tap, _Action(self._key(w.resolved, 0, i), "write", w.resolved, w))
+            if w.resolved.kind == "sum":
+                base = w.resolved.base
+                assert base is not None
+                add(base, _Action(_REMEMBER, "remember", w.resolved))
+        for i, r in enumerate(self.reads):
+            if r.kind == "attention":
+                module, items = attn.setdefault(id(r.tap.module), (r.tap.module, []))
+                items.append(r)
+                continue
+            add(r.tap, _Action(self._key(r, 1, i), "read", r))
+            if r.kind == "sum":
+                assert r.base is not None
+                add(r.base, _Action(_REMEMBER, "remember", r))
+        for site, actions in sites.items():
+            actions.sort(key=lambda a: a.order)
+            module = modules[site]
+            if site[1] == "in":
+                self._handles.append(
+                    module.register_forward_pre_hook(self._pre_hook(actions), with_kwargs=True)
+                )
+            else:
+                self._handles.append(
+                    module.register_forward_hook(self._out_hook(actions), with_kwargs=True)
+                )
+        for module, items in attn.values():
+            self._install_attention(module, items)
+
+    @staticmethod
+    def _key(r: Resolved, phase: int, i: int) -> tuple[int, int, int]:
+        # Path addresses are not in the registry and run last at their site.
+        return (_ORDER.get(r.address.name, len(_ORDER)), phase, i)
+
+    # -- hook bodies --
+
+    def _pre_hook(self, actions: list[_Action]):
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> Any:
+            if args:
+                base = args[0]
+            elif "hidden_states" in kwargs:
+                base = kwargs["hidden_states"]
+            else:
+                raise PointUnavailableError(
+                    f"{type(module).__name__} was called without hidden states to read"
+                )
+            new = self._run(actions, {0: base})[0]
+            if new is base:
+                return None
+            if args:
+                return (new, *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": new}
+
+        return hook
+
+    def _out_hook(self, actions: list[_Action]):
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+            if isinstance(output, torch.Tensor):
+                new = self._run(actions, {0: output})[0]
+                return None if new is output else new
+            if isinstance(output, tuple | list):
+                items = dict(enumerate(output))
+                new_items = self._run(actions, items)
+                if all(new_items[k] is items[k] for k in items):
+                    return None
+                return type(output)(new_items[k] for k in range(len(output)))
+            raise PointUnavailableError(
+                f"{type(module).__name__} returned {type(output).__name__}, not a tensor or tuple"
+            )
+
+        return hook
+
+    def _run(self, actions: list[_Action], items: dict[int, Any]) -> dict[int, Any]:
+        items = dict(items)
+        for action in actions:
+            r = action.resolved
+            assert r is not None
+            if action.kind == "remember":
+                self._seen_base[id(r)] = items[0]
+                continue
+            tap = r.tap
+            raw = items[tap.item]
+            if not isinstance(raw, torch.Tensor):
+                raise PointUnavailableError(f"{r.address}: {tap.path} produced no tensor at item {tap.item}")
+            if action.kind == "write":
+                assert action.write is not None
+                items[tap.item] = self._write(r, action.write, raw)
+            else:
+                self.captured[r.address] = self._value(r, raw)
+        return items
+
+    def _rows_view(self, t: torch.Tensor) -> torch.Tensor:
+        """[batch*seq, ...] (OPT's MLP, MoE routers) viewed as [batch, seq, ...]."""
+        b, s = self.batch_shape
+        if t.dim() == 2 and b * s and t.shape[0] == b * s:
+            return t.reshape(b, s, *t.shape[1:])
+        return t
+
+    def _value(self, r: Resolved, raw: torch.Tensor) -> torch.Tensor:
+        t = self._rows_view(r.tap.select.get(raw))
+        if r.scale is not None:
+            t = t * r.scale
+        if r.kind == "sum":
+            t = self._seen_base[id(r)] + t
+        return t if self.keep_graph else t.detach()
+
+    def _write(self, r: Resolved, w: Write, raw: torch.Tensor) -> torch.Tensor:
+        flat = r.tap.select.get(raw)
+        part = self._rows_view(flat)
+        if part.shape[-1] != w.width:
+            raise SteeringSpecError(
+                f"steering vector for {r.address} has width {w.width}, but the tensor there is "
+                f"{part.shape[-1]} wide on this model"
+            )
+        h = part * r.scale if r.scale is not None else part
+        if r.kind == "sum":
+            base = self._seen_base[id(r)]
+            h = base + h
+        steered = apply_ops(h, w.ops, self._rows(w, h))
+        if r.kind == "sum":
+            steered = steered - base
+        if r.scale is not None:
+            steered = steered / r.scale
+        return r.tap.select.put(raw, steered.to(raw.dtype).reshape(flat.shape))
+
+    def _rows(self, w: Write, h: torch.Tensor) -> torch.Tensor | None:
+        if not any(w.masked):
+            return None
+        batch, seq = h.shape[0], h.shape[1]
+        positions = range(self.offset, self.offset + seq)
+        rows = [[p not in w.masked[b] for p in positions] for b in range(batch)]
+        return torch.tensor(rows, dtype=torch.bool, device=h.device)
+
+    # -- attention --
+
+    def _install_attention(self, module: nn.Module, items: list[Resolved]) -> None:
+        if not attention.install(module):
+            names = ", ".join(str(r.address) for r in items)
+            raise PointUnavailableError(
+                f"{names}: {type(module).__name__} does not compute softmax through torch.nn.functional "
+                "in its modeling module, so its scores cannot be recorded exactly"
+            )
+        calls: list[tuple[torch.Tensor, torch.Tensor]] = []
+        tokens: list[Any] = []
+
+        def record(scores: torch.Tensor, probs: torch.Tensor) -> None:
+            calls.append((scores, probs))
+
+        def pre(mod: nn.Module, args: tuple, kwargs: dict) -> None:
+            calls.clear()
+            tokens.append(attention.CURRENT.set(record))
+
+        def post(mod: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            if tokens:
+                attention.CURRENT.reset(tokens.pop())
+            if len(calls) != 1:
+                names = ", ".join(str(r.address) for r in items)
+                raise PointUnavailableError(
+                    f"{names}: expected one softmax inside {type(mod).__name__}, saw {len(calls)}; "
+                    "this attention does not expose one score tensor"
+                )
+            scores, probs = calls[0]
+            dtype = output[0].dtype if isinstance(output, tuple) else scores.dtype
+            for r in items:
+                t = scores if r.address.name == "attn_scores" else probs.to(dtype)
+                self.captured[r.address] = t if self.keep_graph else t.detach()
+
+        self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))

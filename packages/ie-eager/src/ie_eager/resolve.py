@@ -1,0 +1,401 @@
+"""Point resolution: each address becomes a real module, an input or output position on it, and how
+to cut the tensor out (a slice of a fused projection, a head flatten), or a documented derivation
+(`resid_mid` = `resid_pre` + `attn_out_post`; attention scores and probabilities recorded from the
+family's own softmax call)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ie_core.address import Address, AddressLike, to_address
+from ie_core.errors import LayerOutOfRangeError, PointUnavailableError
+from ie_core.families import Family
+from ie_core.points import POINTS, Point
+from ie_eager import structure as st
+from ie_eager.structure import Block, Structure
+
+# --- selectors: cut a point out of the tensor a hook sees, and write it back -------------------
+
+
+@dataclass(frozen=True)
+class Whole:
+    """The tensor as it is, flattening a trailing [heads, head_dim] pair to one axis;
+    `heads_first` marks a [batch, heads, seq, head_dim] layout (Gemma 3 norms after transposing)."""
+
+    heads_first: bool = False
+
+    def get(self, t: torch.Tensor) -> torch.Tensor:
+        if t.dim() != 4:
+            return t
+        return (t.transpose(1, 2) if self.heads_first else t).flatten(-2)
+
+    def put(self, t: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        if t.dim() != 4 or not self.heads_first:
+            return new.reshape(t.shape)
+        b, h, s, hd = t.shape
+        return new.reshape(b, s, h, hd).transpose(1, 2)
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """Slot `index` of a last axis laid out as [groups, per_group, head_dim] (fused QKV).
+
+    Contiguous thirds are one group; GPT-NeoX / BLOOM interleave [q, k, v] per head (groups =
+    heads, per_group 3); Falcon's new decoder groups [q..., k, v] per KV head."""
+
+    groups: int
+    per_group: int
+    index: int | slice
+    head_dim: int
+
+    def _view(self, t: torch.Tensor) -> torch.Tensor:
+        return t.unflatten(-1, (self.groups, self.per_group, self.head_dim))
+
+    def get(self, t: torch.Tensor) -> torch.Tensor:
+        return self._view(t)[..., self.index, :].flatten(-2 if isinstance(self.index, int) else -3)
+
+    def put(self, t: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        out = t.clone()
+        view = self._view(out)
+        part = view[..., self.index, :]
+        part.copy_(new.reshape(part.shape))
+        return out
+
+
+@dataclass(frozen=True)
+class LastSlice:
+    start: int
+    stop: int
+
+    def get(self, t: torch.Tensor) -> torch.Tensor:
+        return t[..., self.start : self.stop]
+
+    def put(self, t: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t[..., : self.start], new, t[..., self.stop :]], dim=-1)
+
+
+Selector = Whole | Grouped | LastSlice
+
+
+@dataclass(frozen=True)
+class Tap:
+    """A tensor position on a real module: its input hidden states or output element `item`."""
+
+    path: str
+    module: nn.Module = None  # type: ignore[assignment]
+    io: Literal["in", "out"] = "out"
+    item: int = 0
+    select: Selector = Whole()
+
+    @property
+    def site(self) -> tuple[int, str]:
+        return id(self.module), self.io
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """How one address is produced. kind: `tap` reads `tap` (times `scale`); `sum` is `base` plus
+    `tap` (times `scale`), added in the model's own order; `attention` records the softmax."""
+
+    address: Address
+    kind: Literal["tap", "sum", "attention"]
+    tap: Tap
+    width: int | None
+    writable: bool
+    scale: float | None = None
+    base: Tap | None = None
+
+
+# --- resolution ------------------------------------------------------------------------------
+
+
+def _tap(block: Block, owner: tuple[str, nn.Module] | None, io: str = "out", **kw) -> Tap | None:
+    if owner is None:
+        return None
+    path = f"{block.path}.{owner[0]}" if owner[0] else block.path
+    return Tap(path, owner[1], io, **kw)  # type: ignore[arg-type]
+
+
+def _block_tap(block: Block, io: str) -> Tap:
+    return Tap(block.path, block.module, io)  # type: ignore[arg-type]
+
+
+class Resolver:
+    """Resolves addresses against one model's structure and family."""
+
+    def __init__(
+        self,
+        structure: Structure,
+        family: Family | None,
+        model: nn.Module,
+        probe: Callable[[Tap, int], torch.Size] | None = None,
+    ) -> None:
+        self.probe = probe  # shape of a tap's raw tensor on a forward of n tokens
+        self.s = structure
+        self.family = family
+        self.model = model
+        self._cache: dict[Address, Resolved] = {}
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.s.blocks)
+
+    def point_names(self) -> tuple[str, ...]:
+        """Every point name this model offers on at least one layer (trunk points included)."""
+        names = []
+        for point in POINTS:
+            if not point.per_layer:
+                if self._try(Address(point.name)) is not None:
+                    names.append(point.name)
+                continue
+            if any(self._try(Address(point.name, i)) is not None for i in range(self.n_layers)):
+                names.append(point.name)
+        return tuple(names)
+
+    def _try(self, address: Address) -> Resolved | None:
+        try:
+            return self.resolve(address)
+        except PointUnavailableError:
+            return None
+
+    def resolve(self, value: AddressLike) -> Resolved:
+        address = to_address(value, check=True)
+        hit = self._cache.get(address)
+        if hit is not None:
+            return hit
+        resolved = self._resolve(address)
+        self._cache[address] = resolved
+        return resolved
+
+    # -- internals --
+
+    def _refuse(self, point: Point, why: str) -> PointUnavailableError:
+        return PointUnavailableError(f"{point.name} is not available on this model: {why}")
+
+    def _missing(self, point: Point, fallback: str) -> PointUnavailableError:
+        if self.family is not None and not self.family.has_point(point):
+            return self._refuse(point, self.family.missing_reason(point))
+        return self._refuse(point, fallback)
+
+    def _resolve(self, address: Address) -> Resolved:
+        if address.is_path:
+            return self._path(address)
+        from ie_core.points import get_point
+
+        point = get_point(address.name)
+        if address.stream is not None or point.requires == "multi_stream":
+            if not self.s.multi_stream:
+                raise self._missing(
+                    point,
+                    "the model has a single residual stream, so there are no stream coordinates "
+                    "or hyper-connection points; use the plain residual points",
+                )
+            raise self._refuse(point, "multi-stream trunks are not implemented on the eager backend")
+        if not point.per_layer:
+            return self._trunk(point, address)
+        assert address.layer is not None
+        if address.layer >= self.n_layers:
+            raise LayerOutOfRangeError(
+                f"{address} asks for layer {address.layer}, but the model has {self.n_layers} "
+                f"layers (0..{self.n_layers - 1})",
+                str(address),
+            )
+        return self._layer(point, address, self.s.blocks[address.layer])
+
+    def _path(self, address: Address) -> Resolved:
+        path = address.module_path
+        try:
+            module = self.model.get_submodule(path)
+        except AttributeError:
+            raise PointUnavailableError(
+                f"{address}: the model has no module at {path!r}; module paths look like "
+                f"{self.s.blocks[0].path!r}"
+            ) from None
+        return Resolved(address, "tap", Tap(path, module, "out"), None, writable=True)
+
+    def _trunk(self, point: Point, address: Address) -> Resolved:
+        d = self.s.shapes.d_model
+        if point.name == "embeddings":
+            path, mod = self.s.embed
+            return Resolved(address, "tap", Tap(path, mod, "out"), d, True)
+        if point.name == "final_norm":
+            if self.s.final_norm is None:
+                raise self._refuse(point, "no final norm module found before the unembed")
+            path, mod = self.s.final_norm
+            return Resolved(address, "tap", Tap(path, mod, "out"), d, True)
+        if point.name == "lm_head":
+            path, mod = self.s.lm_head
+            return Resolved(address, "tap", Tap(path, mod, "out"), st.out_features(mod), False)
+        raise self._refuse(point, "unknown trunk point")
+
+    def _layer(self, point: Point, address: Address, b: Block) -> Resolved:
+        name = point.name
+        shapes = self.s.shapes
+        d = shapes.d_model
+
+        def tap(t: Tap | None, width: int | None, why: str, **kw) -> Resolved:
+            if t is None:
+                raise self._missing(point, why)
+            return Resolved(address, "tap", t, width, point.writable, **kw)
+
+        if name == "resid_pre":
+            return tap(_block_tap(b, "in"), d, "")
+        if name == "resid_post":
+            return tap(_block_tap(b, "out"), d, "")
+        if name == "attn_in":
+            return tap(_tap(b, b.attn, "in"), d, "no attention module found in the block")
+        if name in ("q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out"):
+            names = st.Q_NORM_NAMES if name.startswith("q") else st.K_NORM_NAMES
+            norm = b.sub(b.attn, names)
+            heads = shapes.n_heads if name.startswith("q") else shapes.n_kv_heads
+            io = "in" if name.endswith("_in") else "out"
+            return tap(
+                self._head_layout(_tap(b, norm, io), heads),
+                heads * shapes.head_dim,
+                "the attention has no per-head query/key norm (no QK-norm)",
+            )
+        if name == "value":
+            return self._value(point, address, b)
+        if name in ("attn_scores", "attn_probs"):
+            if b.attn is None:
+                raise self._missing(point, "no attention module in this block")
+            return Resolved(address, "attention", _tap(b, b.attn, "out"), None, False)  # type: ignore[arg-type]
+        if name == "z":
+            o_proj = b.sub(b.attn, st.O_PROJ_NAMES)
+            width = st.in_features(o_proj[1]) if o_proj else None
+            return tap(_tap(b, o_proj, "in"), width, "no attention output projection found")
+        if name == "attn_gate":
+            raise self._missing(point, "the attention has no output gate")
+        if name == "attn_out":
+            return tap(self._attn_out(b), d, "no attention module found")
+        if name == "attn_out_post":
+            return self._post(point, address, b, self._attn_out(b), b.post_attn_norm)
+        if name == "resid_mid":
+            if b.parallel:
+                raise self._missing(
+                    point,
+                    "attention and MLP run in parallel on this block, so there is no residual "
+                    "between them; use resid_pre (what both read) or resid_post",
+                )
+            post = self._post(point, address, b, self._attn_out(b), b.post_attn_norm)
+            return Resolved(address, "sum", post.tap, d, True, post.scale, _block_tap(b, "in"))
+        if name == "mlp_in":
+            return tap(self._mlp_in(b), d, "no MLP module found")
+        if name in ("mlp_pre", "mlp_pre_linear", "mlp_act"):
+            return self._mlp_inner(point, address, b)
+        if name in ("router_logits", "expert_weights", "expert_indices"):
+            router = b.sub(b.mlp, st.ROUTER_NAMES) if b.moe else None
+            if router is None:
+                if self.family is not None and not self.family.has_point(point):
+                    raise self._missing(point, "")
+                raise self._refuse(point, f"layer {b.index} has a dense MLP, not a mixture of experts")
+            item = {"router_logits": 0, "expert_weights": 1, "expert_indices": 2}[name]
+            width = None
+            return tap(_tap(b, router, "out", item=item), width, "")
+        if name == "mlp_out":
+            return tap(self._mlp_out(b), d, "no MLP module found")
+        if name == "mlp_out_post":
+            return self._post(point, address, b, self._mlp_out(b), b.post_mlp_norm)
+        raise self._missing(point, "no module of this model computes it")
+
+    def _head_layout(self, t: Tap | None, heads: int) -> Tap | None:
+        """Per-head norms see [b, s, heads, hd] or, after a transpose, [b, heads, s, hd]: probe."""
+        if t is None or self.probe is None:
+            return t
+        n = heads + 3
+        shape = self.probe(t, n)
+        if len(shape) == 4 and shape[1] == heads and shape[2] == n:
+            return Tap(t.path, t.module, t.io, t.item, Whole(heads_first=True))
+        return t
+
+    def _attn_out(self, b: Block) -> Tap | None:
+        if b.attn_adds_residual:
+            # BLOOM's attention module returns attention + residual; its dense projection is attn_out.
+            return _tap(b, b.sub(b.attn, st.O_PROJ_NAMES), "out")
+        return _tap(b, b.attn, "out")
+
+    def _mlp_in(self, b: Block) -> Tap | None:
+        if b.mlp is not None and b.mlp[1] is b.module:
+            return _tap(b, b.sub(b.mlp, st.PLAIN_IN_NAMES), "in")
+        return _tap(b, b.mlp, "in")
+
+    def _mlp_out(self, b: Block) -> Tap | None:
+        if b.mlp is not None and (b.mlp[1] is b.module or b.attn_adds_residual):
+            return _tap(b, b.sub(b.mlp, st.DOWN_NAMES), "out")
+        return _tap(b, b.mlp, "out")
+
+    def _post(self, point: Point, address: Address, b: Block, raw: Tap | None, norm) -> Resolved:
+        d = self.s.shapes.d_model
+        if raw is None:
+            raise self._missing(point, "no sublayer module found")
+        if norm is not None:
+            return Resolved(address, "tap", _tap(b, norm, "out"), d, True)  # type: ignore[arg-type]
+        # Granite-style residual multipliers scale what is added to the residual.
+        return Resolved(address, "tap", raw, d, True, self.s.residual_multiplier)
+
+    def _value(self, point: Point, address: Address, b: Block) -> Resolved:
+        sh = self.s.shapes
+        kv_width = sh.n_kv_heads * sh.head_dim
+        v_proj = b.sub(b.attn, st.V_PROJ_NAMES)
+        if v_proj is not None and st.out_features(v_proj[1]) == kv_width:
+            return Resolved(address, "tap", _tap(b, v_proj, "out"), kv_width, True)  # type: ignore[arg-type]
+        fused = b.sub(b.attn, st.FUSED_QKV_NAMES)
+        if fused is None:
+            raise self._missing(point, "no value projection (v_proj or a fused qkv) found")
+        total = st.out_features(fused[1])
+        hd, heads, kv = sh.head_dim, sh.n_heads, sh.n_kv_heads
+        if total != (heads + 2 * kv) * hd:
+            raise self._refuse(
+                point,
+                f"fused projection {fused[0]} is {total} wide, expected (heads {heads} + 2 x kv "
+                f"{kv}) x head_dim {hd}; its layout is unknown",
+            )
+        config = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        name = fused[0].rsplit(".", 1)[-1]
+        if name == "query_key_value" and getattr(config, "new_decoder_architecture", False):
+            sel: Selector = Grouped(kv, heads // kv + 2, heads // kv + 1, hd)  # Falcon: per KV group
+        elif name == "query_key_value" and kv == heads:
+            sel = Grouped(heads, 3, 2, hd)  # GPT-NeoX / BLOOM: [q, k, v] interleaved per head
+        elif name == "query_key_value":
+            raise self._refuse(point, "fused query_key_value with grouped KV heads has no known layout")
+        else:
+            sel = LastSlice((heads + kv) * hd, total)  # contiguous q | k | v (GPT-2, Phi-3)
+        return Resolved(address, "tap", _tap(b, fused, "out", select=sel), kv_width, True)  # type: ignore[arg-type]
+
+    def _mlp_inner(self, point: Point, address: Address, b: Block) -> Resolved:
+        if b.mlp is None:
+            raise self._missing(point, "no MLP module found")
+        if b.moe:
+            raise self._refuse(
+                point,
+                f"layer {b.index} is a sparse mixture-of-experts layer: each expert has its own "
+                "MLP activations over the tokens routed to it, so there is no single "
+                f"[batch, seq, d_mlp] tensor; capture router_logits / expert_indices or mlp_out",
+            )
+        down = b.sub(b.mlp, st.DOWN_NAMES)
+        gate = b.sub(b.mlp, st.GATE_NAMES)
+        up = b.sub(b.mlp, st.UP_NAMES)
+        fused = b.sub(b.mlp, st.FUSED_GATE_UP_NAMES)
+        plain = b.sub(b.mlp, st.PLAIN_IN_NAMES)
+        if down is None:
+            raise self._missing(point, "no down projection found in the MLP")
+        n = st.in_features(down[1])
+        if point.name == "mlp_act":
+            return Resolved(address, "tap", _tap(b, down, "in"), n, True)  # type: ignore[arg-type]
+        if fused is not None and st.out_features(fused[1]) == 2 * n:
+            # Phi-3: gate_up_proj output chunks into [gate | up].
+            sel = LastSlice(0, n) if point.name == "mlp_pre" else LastSlice(n, 2 * n)
+            return Resolved(address, "tap", _tap(b, fused, "out", select=sel), n, True)  # type: ignore[arg-type]
+        if gate is not None and up is not None:
+            target = gate if point.name == "mlp_pre" else up
+            return Resolved(address, "tap", _tap(b, target, "out"), n, True)  # type: ignore[arg-type]
+        if point.name == "mlp_pre_linear":
+            raise self._missing(point, "the MLP is not gated (no separate up projection)")
+        if plain is not None:
+            return Resolved(address, "tap", _tap(b, plain, "out"), n, True)  # type: ignore[arg-type]
+        raise self._missing(point, "no first MLP projection found")

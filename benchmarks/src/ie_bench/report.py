@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ie_bench.cells import metric
-from ie_bench.publish import BASELINE, conditions, grid
+from ie_bench.publish import BASELINE, Conditions, PublishRefused, conditions, grid
 from ie_bench.spec import VARIANTS, WORKLOADS
 from ie_bench.tables import markdown_table, multiplier, precise, rounded_multiplier
 
@@ -168,8 +168,16 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _conditions(cells: list[dict[str, Any]]) -> Conditions:
+    """The shared conditions; a report still renders (to show what failed) when there are none."""
+    try:
+        return conditions(cells)
+    except PublishRefused as exc:
+        return Conditions(f"(no single device: {exc})", "(see Environment)", cells[0]["profile"])
+
+
 def render_report(cells: list[dict[str, Any]]) -> str:
-    cond = conditions(cells)
+    cond = _conditions(cells)
     models, variants, by = grid(cells)
     p = cond.profile
     parts = [

@@ -149,7 +149,8 @@ def run_one(
         status = read_cell(path)["status"]
     except (OSError, ValueError):
         status = "missing"
-    if rc != 0 or status in ("running", "missing"):
+    # A finished cell records its own failure (exit code 1 included); only an unfinished one needs ours.
+    if status in ("running", "missing"):
         _record_failure(
             path, model, variant, profile, command, names, "CellExit",
             f"cell process exited with code {rc} before finishing", log,

@@ -1,0 +1,303 @@
+"""The FastAPI app: pages, htmx fragments, the JSON read API and the token-guarded ingest API."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable
+from importlib.resources import files
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ValidationError
+from sqlmodel import Session, select
+
+from ie_dashboard import render, views
+from ie_dashboard.config import TOKEN_ENV, write_token
+from ie_dashboard.db import Database
+from ie_dashboard.ingest import upsert_cell, upsert_validator
+from ie_dashboard.links import Links
+from ie_dashboard.migrations import applied_versions
+from ie_dashboard.registry import seed_registry
+from ie_dashboard.schemas import BenchmarkCell, ValidatorResult
+from ie_dashboard.tables import BenchmarkCellRow, ValidatorPointRow, ValidatorRunRow, WorkloadRow
+
+LIVE = Links()
+_FROM_ENV = object()
+
+
+class ApiError(Exception):
+    def __init__(
+        self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(body)
+        self.status, self.body, self.headers = status, body, headers
+
+
+def create_app(db: Database | str | None = None, *, token: Any = _FROM_ENV) -> FastAPI:
+    """Build the app on `db` (a Database, a file path or URL; default from config).
+
+    Migrates the schema and refreshes the registry tables from ie-core. `token` is the write token
+    (default: `$IE_DASHBOARD_TOKEN`); None disables writes.
+    """
+    database = db if isinstance(db, Database) else Database(None if db is None else _as_url(db))
+    database.migrate()
+    with database.write() as session:
+        seed_registry(session)
+    app = FastAPI(
+        title="interp-engine dashboard", docs_url="/api/docs", openapi_url="/api/openapi.json"
+    )
+    app.state.db = database
+    app.state.token = write_token() if token is _FROM_ENV else token
+    app.mount(
+        "/static", StaticFiles(directory=str(files("ie_dashboard") / "static")), name="static"
+    )
+
+    @app.exception_handler(views.NotFound)
+    async def _not_found(request: Request, exc: views.NotFound) -> Any:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"detail": str(exc)}, status_code=404)
+        return HTMLResponse(render.error(LIVE, 404, str(exc)), status_code=404)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body, status_code=exc.status, headers=exc.headers)
+
+    _pages(app, database)
+    _read_api(app, database)
+    _ingest_api(app, database)
+    return app
+
+
+def _as_url(db: str) -> str:
+    from ie_dashboard.config import database_url
+
+    return database_url(db)
+
+
+def _page(database: Database, fn: Callable[[Session], str]) -> HTMLResponse:
+    with database.read() as session:
+        return HTMLResponse(fn(session))
+
+
+def _pages(app: FastAPI, database: Database) -> None:
+    @app.get("/", response_class=HTMLResponse)
+    def cheatsheet(arch: str | None = None, point: str | None = None) -> HTMLResponse:
+        return _page(database, lambda s: render.cheatsheet(s, LIVE, arch, point))
+
+    @app.get("/fragments/card", response_class=HTMLResponse)
+    def card(arch: str, point: str) -> HTMLResponse:
+        return _page(database, lambda s: render.card(s, LIVE, arch, point))
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare(a: str, b: str) -> HTMLResponse:
+        return _page(database, lambda s: render.compare(s, LIVE, a, b))
+
+    @app.get("/throughput", response_class=HTMLResponse)
+    def throughput() -> HTMLResponse:
+        return _page(database, lambda s: render.throughput(s, LIVE))
+
+    @app.get("/validation", response_class=HTMLResponse)
+    def validation() -> HTMLResponse:
+        return _page(database, lambda s: render.validation(s, LIVE))
+
+    @app.get("/validation/run", response_class=HTMLResponse)
+    def validation_run(model: str, engine: str) -> HTMLResponse:
+        return _page(database, lambda s: render.validation_run(s, LIVE, model, engine))
+
+    @app.get("/fragments/run", response_class=HTMLResponse)
+    def run_fragment(model: str, engine: str) -> HTMLResponse:
+        return _page(database, lambda s: render.run_fragment(s, LIVE, model, engine))
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"ok": True, "schema_versions": applied_versions(database.engine)}
+
+
+# ---------------------------------------------------------------- JSON read API
+
+
+def _cell_json(session: Session, cell: BenchmarkCellRow) -> dict[str, Any]:
+    workloads = session.exec(
+        select(WorkloadRow).where(WorkloadRow.cell_id == cell.id).order_by(WorkloadRow.id)
+    )
+    return {
+        "id": cell.id,
+        "model": cell.model,
+        "variant": cell.variant,
+        "started": cell.started,
+        "finished": cell.finished,
+        "command": cell.command,
+        "device": cell.device,
+        "environment_label": cell.env_label,
+        "environment": json.loads(cell.env_json),
+        "source": cell.source,
+        "workloads": [
+            {
+                "workload": w.workload,
+                "status": w.status,
+                "metrics": json.loads(w.metrics_json),
+                "detail": w.detail,
+            }
+            for w in workloads
+        ],
+    }
+
+
+def _run_json(session: Session, run: ValidatorRunRow, with_points: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": run.id,
+        "hf_id": run.hf_id,
+        "engine": run.engine,
+        "reference": run.reference,
+        "verdict": run.verdict,
+        "captured_at": run.captured_at,
+        "status": run.status,
+        "dtype": run.dtype,
+        "device": run.device,
+        "versions": json.loads(run.versions_json),
+        "source": run.source,
+    }
+    if with_points:
+        rows = session.exec(
+            select(ValidatorPointRow)
+            .where(ValidatorPointRow.run_id == run.id)
+            .order_by(ValidatorPointRow.id)
+        )
+        out["points"] = [r.model_dump(exclude={"id", "run_id"}) for r in rows]
+    return out
+
+
+def _read_api(app: FastAPI, database: Database) -> None:
+    @app.get("/api/points")
+    def points() -> list[dict[str, Any]]:
+        with database.read() as s:
+            return [p.model_dump() for p in views.list_points(s)]
+
+    @app.get("/api/architectures")
+    def architectures() -> list[dict[str, Any]]:
+        with database.read() as s:
+            return [
+                _arch_json(views.get_architecture(s, a.slug)) for a in views.list_architectures(s)
+            ]
+
+    @app.get("/api/architectures/{slug}")
+    def architecture(slug: str) -> dict[str, Any]:
+        with database.read() as s:
+            return _arch_json(views.get_architecture(s, slug))
+
+    @app.get("/api/benchmarks")
+    def benchmarks(model: str | None = None, variant: str | None = None) -> list[dict[str, Any]]:
+        with database.read() as s:
+            q = select(BenchmarkCellRow).order_by(BenchmarkCellRow.id)
+            if model:
+                q = q.where(BenchmarkCellRow.model == model)
+            if variant:
+                q = q.where(BenchmarkCellRow.variant == variant)
+            return [_cell_json(s, c) for c in s.exec(q)]
+
+    @app.get("/api/throughput")
+    def throughput() -> list[dict[str, Any]]:
+        with database.read() as s:
+            return [
+                {
+                    "model": m.model,
+                    "environments": m.environments,
+                    "figures": [f.__dict__ for f in m.figures],
+                }
+                for m in views.throughput(s)
+            ]
+
+    @app.get("/api/validator")
+    def validator(
+        model: str | None = None, engine: str | None = None, points: bool = False
+    ) -> list[dict[str, Any]]:
+        with database.read() as s:
+            q = select(ValidatorRunRow).order_by(ValidatorRunRow.id)
+            if model:
+                q = q.where(ValidatorRunRow.hf_id == model)
+            if engine:
+                q = q.where(ValidatorRunRow.engine == engine)
+            return [_run_json(s, r, points) for r in s.exec(q)]
+
+
+def _arch_json(arch: views.Architecture) -> dict[str, Any]:
+    return {
+        **arch.row.model_dump(exclude={"position"}),
+        "hf_classes": arch.hf_classes,
+        "examples": arch.examples,
+        "traits": [t for t, _ in arch.traits],
+        "points": [name for name, p in arch.presence.items() if p.present],
+        "missing": {name: p.reason for name, p in arch.presence.items() if not p.present},
+    }
+
+
+# ---------------------------------------------------------------- ingest API
+
+
+def _authorize(request: Request) -> None:
+    """401 without a bearer token, 403 with a wrong one (or when the server has none set)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if not header or scheme.lower() != "bearer" or not value.strip():
+        raise ApiError(
+            401, {"detail": "missing write token: send 'Authorization: Bearer <token>'"}, challenge
+        )
+    expected = request.app.state.token
+    if not expected:
+        raise ApiError(
+            403, {"detail": f"writes are disabled: start the server with {TOKEN_ENV} set"}
+        )
+    if not secrets.compare_digest(value.strip().encode(), str(expected).encode()):
+        raise ApiError(403, {"detail": "wrong write token"})
+
+
+async def _parse(request: Request, schema: type[BaseModel], what: str) -> Any:
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(422, {"detail": [{"loc": ["body"], "msg": f"invalid JSON: {exc}", "type": "json_invalid"}],
+                             "error": f"invalid {what}: body is not JSON ({exc})"}) from None  # fmt: skip
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        errors = [
+            {"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]}
+            for e in exc.errors(include_url=False, include_context=False, include_input=False)
+        ]
+        first = errors[0]
+        field = ".".join(str(x) for x in first["loc"][1:]) or "body"
+        raise ApiError(
+            422, {"detail": errors, "error": f"invalid {what}: {field}: {first['msg']}"}
+        ) from None
+
+
+def _ingest_api(app: FastAPI, database: Database) -> None:
+    @app.post("/api/benchmarks", status_code=201)
+    async def post_benchmark(request: Request) -> JSONResponse:
+        _authorize(request)
+        cell = await _parse(request, BenchmarkCell, "benchmark cell")
+
+        def write() -> tuple[int, bool]:
+            with database.write() as s:
+                return upsert_cell(s, cell, source="api")
+
+        row_id, created = await run_in_threadpool(write)
+        return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)
+
+    @app.post("/api/validator", status_code=201)
+    async def post_validator(request: Request) -> JSONResponse:
+        _authorize(request)
+        result = await _parse(request, ValidatorResult, "validator result")
+
+        def write() -> tuple[int, bool]:
+            with database.write() as s:
+                return upsert_validator(s, result, source="api")
+
+        row_id, created = await run_in_threadpool(write)
+        return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)

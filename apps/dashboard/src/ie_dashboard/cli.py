@@ -1,0 +1,114 @@
+"""`ie dashboard`: serve the dashboard, seed its database, export the static site, take screenshots.
+
+ie dashboard [serve] [--host H] [--port P] [--db PATH]   serve (seeds an empty database first)
+ie dashboard seed [--db PATH] [--root DIR]                refresh from ie-core and committed JSON
+ie dashboard export [--out visualizer-web] [--db PATH]    write the static site
+ie dashboard screenshots [--out docs/img] [--db PATH]     PNGs of the three pages
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from ie_dashboard.config import database_url, default_db_path
+
+COMMANDS = ("serve", "seed", "export", "screenshots")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ie dashboard",
+        description="Points cheat sheet, throughput cards and validation matrix (FastAPI + htmx + SQLite).",
+        epilog=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command")
+    db_help = f"SQLite file or database URL (default: $DATABASE_URL, else {default_db_path()})"
+    root_help = "workspace root holding benchmarks/ and validator/ (default: found from the working directory)"
+    serve = sub.add_parser("serve", help="serve the dashboard (the default command)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--db", help=db_help)
+    serve.add_argument("--root", type=Path, help=root_help)
+    seed = sub.add_parser(
+        "seed", help="seed or refresh the database from ie-core and the committed JSON"
+    )
+    seed.add_argument("--db", help=db_help)
+    seed.add_argument("--root", type=Path, help=root_help)
+    export = sub.add_parser("export", help="write the static site")
+    export.add_argument("--out", type=Path, default=Path("visualizer-web"))
+    export.add_argument(
+        "--db", help="read this database instead of seeding a fresh one from the committed JSON"
+    )
+    export.add_argument("--root", type=Path, help=root_help)
+    shots = sub.add_parser("screenshots", help="write PNG screenshots of the three pages")
+    shots.add_argument("--out", type=Path, default=Path("docs/img"))
+    shots.add_argument(
+        "--db", help="read this database instead of seeding a fresh one from the committed JSON"
+    )
+    shots.add_argument("--root", type=Path, help=root_help)
+    return parser
+
+
+def _fresh_db(tmp: str, root: Path | None):  # type: ignore[no-untyped-def]
+    """A throwaway SQLite file seeded from the committed JSON, so outputs depend only on the repo."""
+    from ie_dashboard.db import Database
+    from ie_dashboard.seed import find_repo_root, seed
+
+    db = Database(database_url(Path(tmp) / "dashboard.sqlite"))
+    report = seed(db, root or find_repo_root())
+    print(report.summary(), file=sys.stderr)
+    return db, report
+
+
+def dashboard_command(argv: list[str]) -> int:
+    argv = list(argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in {"-h", "--help"}):
+        argv = ["serve", *argv]
+    args = _parser().parse_args(argv)
+    from ie_dashboard.db import Database
+    from ie_dashboard.seed import find_repo_root, is_empty, seed
+
+    if args.command == "serve":
+        import uvicorn
+
+        from ie_dashboard.app import create_app
+
+        db = Database(database_url(args.db))
+        db.migrate()
+        if is_empty(db):
+            print(seed(db, args.root or find_repo_root()).summary(), file=sys.stderr)
+        print(f"ie dashboard: serving {db.url} on http://{args.host}:{args.port}", file=sys.stderr)
+        uvicorn.run(create_app(db), host=args.host, port=args.port, log_level="info")
+        return 0
+    if args.command == "seed":
+        db = Database(database_url(args.db))
+        report = seed(db, args.root or find_repo_root())
+        print(report.summary())
+        return 1 if report.errors else 0
+    with tempfile.TemporaryDirectory(prefix="ie-dashboard-") as tmp:
+        if args.db:
+            db, failed = Database(database_url(args.db)), False
+            db.migrate()
+        else:
+            db, report = _fresh_db(tmp, args.root)
+            failed = bool(report.errors)
+        if args.command == "export":
+            from ie_dashboard.export import ExportError, export_site
+
+            try:
+                n = export_site(db, args.out)
+            except ExportError as exc:
+                print(f"ie dashboard export: {exc}", file=sys.stderr)
+                return 2
+            print(f"wrote {n} files to {args.out}")
+        else:
+            from ie_dashboard.screenshots import take_screenshots
+
+            for path in take_screenshots(db, args.out):
+                print(f"wrote {path}")
+        db.dispose()
+    return 1 if failed else 0

@@ -1,0 +1,71 @@
+"""URLs for the live app and for the static export, so one set of templates renders both.
+
+Live pages use query strings and htmx fragments; static pages are plain files linked relatively
+(so the site works from `file://` or any static host), and htmx attributes are left out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a model id or engine name (`org/Model-1.5` -> `org--model-1.5`)."""
+    text = text.strip().lower().replace("/", "--")
+    return re.sub(r"[^a-z0-9._-]+", "-", text).strip("-") or "x"
+
+
+@dataclass(frozen=True)
+class Links:
+    static: bool = False
+    root: str = "/"  # live: "/"; static: the relative path from the page to the site root
+
+    @classmethod
+    def for_static_page(cls, depth: int) -> Links:
+        return cls(static=True, root="../" * depth)
+
+    def _q(self, path: str, **params: object) -> str:
+        query = urlencode({k: v for k, v in params.items() if v is not None and v != ""})
+        return f"{self.root}{path}" + (f"?{query}" if query else "")
+
+    def asset(self, name: str) -> str:
+        return f"{self.root}static/{name}"
+
+    def home(self) -> str:
+        return f"{self.root}index.html" if self.static else self.root
+
+    def cheatsheet(self, arch: str, point: str | None = None, layer: int | None = None) -> str:
+        if self.static:
+            return f"{self.root}cheatsheet/{arch}/{point or 'index'}.html"
+        address = point if layer is None or point is None else f"{point}.{layer}"
+        return self._q("", arch=arch, point=address)
+
+    def card_fragment(self, arch: str, point: str, layer: int | None = None) -> str | None:
+        """The htmx fragment URL of a point card; None in the static site (plain links instead)."""
+        if self.static:
+            return None
+        address = point if layer is None else f"{point}.{layer}"
+        return self._q("fragments/card", arch=arch, point=address)
+
+    def compare(self, a: str, b: str) -> str:
+        if self.static:
+            return f"{self.root}compare/{a}--{b}.html"
+        return self._q("compare", a=a, b=b)
+
+    def throughput(self) -> str:
+        return f"{self.root}throughput/index.html" if self.static else f"{self.root}throughput"
+
+    def validation(self) -> str:
+        return f"{self.root}validation/index.html" if self.static else f"{self.root}validation"
+
+    def validation_run(self, model: str, engine: str) -> str:
+        if self.static:
+            return f"{self.root}validation/{slug(model)}__{slug(engine)}.html"
+        return self._q("validation/run", model=model, engine=engine)
+
+    def run_fragment(self, model: str, engine: str) -> str | None:
+        if self.static:
+            return None
+        return self._q("fragments/run", model=model, engine=engine)

@@ -1,0 +1,199 @@
+"""Versioned schema migrations: ordered steps recorded in `schema_migrations`, never drops.
+
+Each step declares the tables as they were at that version (not the current ORM classes), so
+replaying old steps on a new database always yields the same schema. Add a change as a new step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+_LEDGER = sa.Table(
+    "schema_migrations",
+    sa.MetaData(),
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("applied_at", sa.String, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    apply: Callable[[Connection], None]
+
+
+def _registry_tables(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "points",
+        md,
+        sa.Column("name", sa.String, primary_key=True),
+        sa.Column("position", sa.Integer, nullable=False),
+        sa.Column("scope", sa.String, nullable=False),
+        sa.Column("width", sa.String, nullable=False),
+        sa.Column("role", sa.String, nullable=False),
+        sa.Column("definition", sa.String, nullable=False),
+        sa.Column("requires", sa.String, nullable=True),
+        sa.Column("vllm_service", sa.String, nullable=False),
+        sa.Column("vllm_reason", sa.String, nullable=False),
+        sa.Column("static_service", sa.String, nullable=False),
+        sa.Column("static_reason", sa.String, nullable=False),
+        sa.Column("tl_name", sa.String, nullable=True),
+        sa.Column("nnsight_name", sa.String, nullable=True),
+        sa.Column("nnterp_name", sa.String, nullable=True),
+    )
+    sa.Table(
+        "traits",
+        md,
+        sa.Column("name", sa.String, primary_key=True),
+        sa.Column("note", sa.String, nullable=False),
+    )
+    sa.Table(
+        "architectures",
+        md,
+        sa.Column("slug", sa.String, primary_key=True),
+        sa.Column("position", sa.Integer, nullable=False),
+        sa.Column("name", sa.String, nullable=False),
+        sa.Column("hf_classes", sa.String, nullable=False),
+        sa.Column("significance", sa.String, nullable=False),
+        sa.Column("examples", sa.String, nullable=False),
+        sa.Column("synthetic", sa.Boolean, nullable=False),
+    )
+    sa.Table(
+        "architecture_traits",
+        md,
+        sa.Column("architecture", sa.String, sa.ForeignKey("architectures.slug"), primary_key=True),
+        sa.Column("trait", sa.String, sa.ForeignKey("traits.name"), primary_key=True),
+    )
+    sa.Table(
+        "architecture_points",
+        md,
+        sa.Column("architecture", sa.String, sa.ForeignKey("architectures.slug"), primary_key=True),
+        sa.Column("point", sa.String, sa.ForeignKey("points.name"), primary_key=True),
+        sa.Column("present", sa.Boolean, nullable=False),
+        sa.Column("reason", sa.String, nullable=False),
+    )
+    md.create_all(conn)
+
+
+def _benchmark_tables(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "benchmark_cells",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("cell_key", sa.String, nullable=False, unique=True),
+        sa.Column("model", sa.String, nullable=False, index=True),
+        sa.Column("variant", sa.String, nullable=False),
+        sa.Column("started", sa.String, nullable=False),
+        sa.Column("finished", sa.String, nullable=True),
+        sa.Column("command", sa.String, nullable=False),
+        sa.Column("device", sa.String, nullable=False),
+        sa.Column("env_label", sa.String, nullable=False),
+        sa.Column("env_json", sa.String, nullable=False),
+        sa.Column("raw_json", sa.String, nullable=False),
+        sa.Column("source", sa.String, nullable=False),
+        sa.Column("ingested_at", sa.String, nullable=False),
+    )
+    sa.Table(
+        "benchmark_workloads",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column(
+            "cell_id", sa.Integer, sa.ForeignKey("benchmark_cells.id"), nullable=False, index=True
+        ),
+        sa.Column("workload", sa.String, nullable=False),
+        sa.Column("status", sa.String, nullable=False),
+        sa.Column("metrics_json", sa.String, nullable=False),
+        sa.Column("detail", sa.String, nullable=False),
+        sa.UniqueConstraint("cell_id", "workload"),
+    )
+    md.create_all(conn)
+
+
+def _validator_tables(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "validator_runs",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("run_key", sa.String, nullable=False, unique=True),
+        sa.Column("hf_id", sa.String, nullable=False, index=True),
+        sa.Column("engine", sa.String, nullable=False),
+        sa.Column("reference", sa.String, nullable=False),
+        sa.Column("verdict", sa.String, nullable=False),
+        sa.Column("captured_at", sa.String, nullable=False),
+        sa.Column("status", sa.String, nullable=False),
+        sa.Column("dtype", sa.String, nullable=False),
+        sa.Column("device", sa.String, nullable=False),
+        sa.Column("versions_json", sa.String, nullable=False),
+        sa.Column("raw_json", sa.String, nullable=False),
+        sa.Column("source", sa.String, nullable=False),
+        sa.Column("ingested_at", sa.String, nullable=False),
+    )
+    sa.Table(
+        "validator_points",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column(
+            "run_id", sa.Integer, sa.ForeignKey("validator_runs.id"), nullable=False, index=True
+        ),
+        sa.Column("address", sa.String, nullable=False),
+        sa.Column("point", sa.String, nullable=False),
+        sa.Column("layer", sa.Integer, nullable=True),
+        sa.Column("tier", sa.String, nullable=False),
+        sa.Column("cos", sa.Float, nullable=True),
+        sa.Column("max_abs_diff", sa.Float, nullable=True),
+        sa.Column("rel_diff", sa.Float, nullable=True),
+        sa.Column("status", sa.String, nullable=False),
+        sa.Column("reason", sa.String, nullable=False),
+        sa.UniqueConstraint("run_id", "address"),
+    )
+    md.create_all(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "registry: points, traits, architectures", _registry_tables),
+    Migration(2, "benchmark cells and workloads", _benchmark_tables),
+    Migration(3, "validator runs and point results", _validator_tables),
+)  # fmt: skip
+
+
+def applied_versions(engine: Engine) -> list[int]:
+    with engine.connect() as conn:
+        if not sa.inspect(conn).has_table("schema_migrations"):
+            return []
+        return [
+            row[0] for row in conn.execute(sa.select(_LEDGER.c.version).order_by(_LEDGER.c.version))
+        ]
+
+
+def migrate(engine: Engine, *, target: int | None = None) -> list[int]:
+    """Apply pending steps up to `target` (default: all), each in its own transaction."""
+    _LEDGER.metadata.create_all(engine)
+    applied: list[int] = []
+    for step in MIGRATIONS:
+        if target is not None and step.version > target:
+            break
+        with engine.begin() as conn:
+            # Re-read inside the transaction so two processes starting at once apply a step once.
+            done = conn.execute(
+                sa.select(_LEDGER.c.version).where(_LEDGER.c.version == step.version)
+            ).first()
+            if done:
+                continue
+            step.apply(conn)
+            conn.execute(
+                _LEDGER.insert().values(
+                    version=step.version, name=step.name, applied_at=datetime.now(UTC).isoformat()
+                )
+            )
+            applied.append(step.version)
+    return applied

@@ -1,0 +1,156 @@
+"""Render pages and fragments to HTML strings; the live app and the static export both call these."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from sqlmodel import Session
+
+from ie_dashboard import charts, diagram, snippets, views
+from ie_dashboard.links import Links
+
+DEFAULT_ARCH = "llama"
+GLYPHS = {
+    "pass": "✓",
+    "warn": "!",
+    "fail": "✗",
+    "unsupported": "–",
+    "n/a": "–",
+    "error": "✗",
+    "not_run": "·",
+}
+
+
+def fmt_mult(value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{value:.1f}x" if value < 10 else f"{value:.0f}x"
+
+
+def fmt_cos(value: float | None) -> str:
+    """Cosines near 1 need their digits: 0.99999 must not print as 1."""
+    return "-" if value is None else f"{value:.6f}"
+
+
+def fmt_num(value: float | None) -> str:
+    return (
+        "-"
+        if value is None
+        else f"{value:.3g}"
+        if abs(value) >= 1e-3 or value == 0
+        else f"{value:.2e}"
+    )
+
+
+@cache
+def env() -> Environment:
+    # Autoescape everything: model names, reasons and details come from POSTed JSON.
+    e = Environment(
+        loader=PackageLoader("ie_dashboard", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    e.filters["rate"] = charts.fmt_rate
+    e.filters["mult"] = fmt_mult
+    e.filters["num"] = fmt_num
+    e.filters["cos"] = fmt_cos
+    e.globals["glyph"] = lambda status: GLYPHS.get(status, "?")
+    return e
+
+
+def _render(template: str, links: Links, **ctx: object) -> str:
+    return env().get_template(template).render(links=links, **ctx)
+
+
+def card_context(
+    session: Session, arch: views.Architecture, point: str, layer: int | None
+) -> dict[str, object]:
+    presence = arch.presence[point]
+    serving = views.serving(presence, arch.name)
+    model = arch.examples[0] if arch.examples else f"ie-synthetic/{arch.slug}"
+    return {
+        "arch": arch,
+        "presence": presence,
+        "p": presence.point,
+        "layer": layer,
+        "address": snippets.address_for(presence.point, layer),
+        "serving": serving,
+        "peers": views.peer_names(presence.point, layer),
+        "snippets": snippets.snippets(presence.point, serving, model, layer),
+        "model": model,
+    }
+
+
+def card(session: Session, links: Links, arch_slug: str, point_param: str) -> str:
+    arch = views.get_architecture(session, arch_slug)
+    point, layer = views.parse_point_param(point_param, arch.presence)
+    assert point is not None
+    return _render("_card.html", links, ctx=card_context(session, arch, point, layer))
+
+
+def cheatsheet(
+    session: Session, links: Links, arch_slug: str | None = None, point_param: str | None = None
+) -> str:
+    arch = views.get_architecture(session, arch_slug or DEFAULT_ARCH)
+    point, layer = views.parse_point_param(point_param, arch.presence)
+    ctx = card_context(session, arch, point, layer) if point else {}
+    return _render(
+        "cheatsheet.html",
+        links,
+        page="cheatsheet",
+        arch=arch,
+        architectures=views.list_architectures(session),
+        layout=diagram.layout(parallel="parallel_block" in arch.trait_names()),
+        selected=point,
+        card=ctx,
+    )
+
+
+def compare(session: Session, links: Links, a: str, b: str) -> str:
+    left, right = views.get_architecture(session, a), views.get_architecture(session, b)
+    rows = views.compare(left, right)
+    return _render(
+        "compare.html",
+        links,
+        page="cheatsheet",
+        left=left,
+        right=right,
+        rows=rows,
+        differing=sum(r.differs for r in rows),
+        architectures=views.list_architectures(session),
+    )
+
+
+def throughput(session: Session, links: Links) -> str:
+    models = views.throughput(session)
+    return _render(
+        "throughput.html",
+        links,
+        page="throughput",
+        models=models,
+        charts={m.model: charts.chart(m) for m in models},
+        one_stream=views.ONE_STREAM,
+        concurrent=views.CONCURRENT,
+    )
+
+
+def validation(session: Session, links: Links) -> str:
+    return _render(
+        "validation.html", links, page="validation", matrix=views.validation_matrix(session)
+    )
+
+
+def run_fragment(session: Session, links: Links, model: str, engine: str) -> str:
+    return _render("_run.html", links, detail=views.run_detail(session, model, engine))
+
+
+def validation_run(session: Session, links: Links, model: str, engine: str) -> str:
+    detail = views.run_detail(session, model, engine)
+    return _render("validation_run.html", links, page="validation", detail=detail)
+
+
+def error(links: Links, status: int, message: str) -> str:
+    return _render("error.html", links, page="", status=status, message=message)

@@ -1,0 +1,61 @@
+"""`ie dashboard screenshots`: PNGs of the three pages, taken in headless Chromium via Playwright."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ie_dashboard.app import create_app
+from ie_dashboard.db import Database
+from ie_dashboard.serve import background_server
+
+CHROMIUM = "/usr/bin/chromium"
+# No sandbox (root in containers), no GPU, and nothing that phones home: pages are localhost only.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str:
+    """Debian's chromium (Playwright's own browser download is not used)."""
+    path = shutil.which("chromium") or (CHROMIUM if Path(CHROMIUM).exists() else None)
+    if path is None:
+        raise RuntimeError("chromium not found; install it with `apt-get install -y chromium`")
+    return path
+
+
+def take_screenshots(
+    db: Database, out: Path, arch: str = "llama", point: str = "resid_post.9"
+) -> list[Path]:
+    from playwright.sync_api import sync_playwright
+
+    out.mkdir(parents=True, exist_ok=True)
+    app = create_app(db, token=None)
+    written: list[Path] = []
+    with background_server(app) as base, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1560, "height": 1000}, device_scale_factor=1)
+        page.goto(f"{base}/?arch={arch}&point={point}", wait_until="networkidle")
+        written.append(_shot(page, out / "cheatsheet.png"))
+        page.goto(f"{base}/throughput", wait_until="networkidle")
+        written.append(_shot(page, out / "throughput.png"))
+        page.goto(f"{base}/validation", wait_until="networkidle")
+        cell = page.query_selector("table.matrix td.g a")
+        if cell is not None:
+            cell.click()
+            page.wait_for_selector("#run .run")
+        written.append(_shot(page, out / "validation.png"))
+        browser.close()
+    return written
+
+
+def _shot(page, path: Path) -> Path:  # type: ignore[no-untyped-def]
+    page.screenshot(path=str(path), full_page=True)
+    return path

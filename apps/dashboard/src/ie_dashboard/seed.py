@@ -1,0 +1,129 @@
+"""Seed or refresh the database: the registry from ie-core, results from the committed JSON.
+
+Benchmark cells come from `benchmarks/results/`, validator results from `validator/results/`
+(see those folders' READMEs). Ingest is idempotent, so re-seeding refreshes without duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ie_dashboard.db import Database
+from ie_dashboard.ingest import upsert_cell, upsert_validator
+from ie_dashboard.registry import seed_registry
+from ie_dashboard.schemas import BenchmarkCell, ValidatorResult
+
+BENCH_DIR = Path("benchmarks/results")
+VALIDATOR_DIR = Path("validator/results")
+# Keys that mark a JSON object as a cell / a result; other JSON there (reports, aggregates) is skipped.
+BENCH_MARK = ("variant", "workloads")
+VALIDATOR_MARK = ("hf_id", "engine")
+
+
+@dataclass
+class SeedReport:
+    architectures: int = 0
+    cells: int = 0
+    results: int = 0
+    skipped: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = [
+            f"registry: {self.architectures} architectures; "
+            f"benchmark cells: {self.cells}; validator results: {self.results}"
+        ]
+        lines += [f"skipped {s}" for s in self.skipped]
+        lines += [f"error: {e}" for e in self.errors]
+        return "\n".join(lines)
+
+
+def find_repo_root(start: Path | None = None) -> Path | None:
+    """The workspace root above `start` (default: the working directory, then this package)."""
+    candidates = [start or Path.cwd(), Path(__file__).resolve()]
+    for base in candidates:
+        for folder in (base, *base.parents):
+            if (folder / "benchmarks").is_dir() and (folder / "validator").is_dir():
+                return folder
+    return None
+
+
+def _objects(path: Path) -> list[Any]:
+    data = json.loads(path.read_text())
+    return data if isinstance(data, list) else [data]
+
+
+def _looks_like(obj: Any, mark: tuple[str, ...]) -> bool:
+    return isinstance(obj, dict) and all(k in obj for k in mark)
+
+
+def _first_error(exc: ValidationError) -> str:
+    e = exc.errors(include_url=False)[0]
+    return f"{'.'.join(str(x) for x in e['loc']) or 'body'}: {e['msg']}"
+
+
+def _ingest_dir(
+    db: Database,
+    root: Path,
+    folder: Path,
+    schema: type[BaseModel],
+    mark: tuple[str, ...],
+    report: SeedReport,
+) -> int:
+    count = 0
+    for path in sorted((root / folder).rglob("*.json")):
+        rel = path.relative_to(root).as_posix()
+        try:
+            objects = _objects(path)
+        except (OSError, json.JSONDecodeError) as exc:
+            report.errors.append(f"{rel}: not readable JSON ({exc})")
+            continue
+        for i, obj in enumerate(objects):
+            where = rel if len(objects) == 1 else f"{rel}[{i}]"
+            if not _looks_like(obj, mark):
+                report.skipped.append(f"{where} (no {' / '.join(mark)}: not a {schema.__name__})")
+                continue
+            try:
+                item = schema.model_validate(obj)
+            except ValidationError as exc:
+                report.errors.append(f"{where}: {_first_error(exc)}")
+                continue
+            with db.write() as session:
+                if isinstance(item, BenchmarkCell):
+                    upsert_cell(session, item, source=where)
+                else:
+                    upsert_validator(session, item, source=where)  # type: ignore[arg-type]
+            count += 1
+    return count
+
+
+def seed(db: Database, root: Path | None) -> SeedReport:
+    """Migrate, refresh the registry, then ingest every committed result under `root`."""
+    report = SeedReport()
+    db.migrate()
+    with db.write() as session:
+        report.architectures = seed_registry(session)
+    if root is None:
+        report.skipped.append("result JSON: no workspace root found (pass --root)")
+        return report
+    report.cells = _ingest_dir(db, root, BENCH_DIR, BenchmarkCell, BENCH_MARK, report)
+    report.results = _ingest_dir(db, root, VALIDATOR_DIR, ValidatorResult, VALIDATOR_MARK, report)
+    return report
+
+
+def is_empty(db: Database) -> bool:
+    """No results stored yet (the registry alone does not count)."""
+    from sqlmodel import select
+
+    from ie_dashboard.tables import BenchmarkCellRow, ValidatorRunRow
+
+    with db.read() as s:
+        return (
+            s.exec(select(BenchmarkCellRow.id)).first() is None
+            and s.exec(select(ValidatorRunRow.id)).first() is None
+        )

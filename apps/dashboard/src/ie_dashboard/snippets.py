@@ -1,0 +1,68 @@
+"""Copyable code per backend for one point on one architecture (or the refusal it would get)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ie_dashboard.tables import PointRow
+from ie_dashboard.views import BackendServing
+
+SAMPLE_LAYER = 0
+PROMPT = "The capital of France is"
+
+
+@dataclass(frozen=True)
+class Snippet:
+    backend: str
+    code: str
+    runnable: bool  # False: the text explains a refusal instead of code
+
+
+def address_for(point: PointRow, layer: int | None) -> str:
+    if point.scope == "trunk":
+        return point.name
+    return f"{point.name}.{SAMPLE_LAYER if layer is None else layer}"
+
+
+def _load(model: str, backend: str, point: PointRow, address: str) -> str:
+    if backend == "vllm-static":
+        writes = (
+            f", static_writes=[{address!r}]" if point.role == "read_write" else ", static_writes=[]"
+        )
+        return f'model = load_model({model!r}, backend="vllm-static", static_points=[{address!r}]{writes})'
+    return f"model = load_model({model!r}, backend={backend!r})"
+
+
+def _code(model: str, backend: str, point: PointRow, address: str) -> str:
+    lines = ["from ie_core import load_model, run_with_cache"]
+    if point.role == "read_write":
+        lines[0] = (
+            "from ie_core import Additive, generate, load_model, run_with_cache, steer, steer_at"
+        )
+    lines += [_load(model, backend, point, address), ""]
+    lines += [
+        f"cache = run_with_cache(model, {PROMPT!r}, [{address!r}])",
+        f"acts = cache[{address!r}]  # {point.width} wide",
+    ]
+    if point.role == "read_write":
+        lines += [
+            "",
+            "# steer: add a vector at this point for everything inside the block",
+            "vector = acts[0, -1]  # any vector of the point's width",
+            f"with steer(model, steer_at({address!r}, Additive(vector, 4.0))):",
+            f"    out = generate(model, {PROMPT!r}, max_new_tokens=16)",
+        ]
+    return "\n".join(lines)
+
+
+def snippets(
+    point: PointRow, serving: list[BackendServing], model: str, layer: int | None
+) -> list[Snippet]:
+    address = address_for(point, layer)
+    out = []
+    for s in serving:
+        if s.served:
+            out.append(Snippet(s.backend, _code(model, s.backend, point, address), True))
+        else:
+            out.append(Snippet(s.backend, f"# refused on {s.backend}: {s.reason}", False))
+    return out

@@ -1,0 +1,123 @@
+"""The ORM view of the tables. Their DDL lives in `migrations.py`; a test checks the two agree."""
+
+from __future__ import annotations
+
+from sqlmodel import Field, SQLModel
+
+
+class PointRow(SQLModel, table=True):
+    __tablename__ = "points"  # type: ignore[assignment]
+
+    name: str = Field(primary_key=True)
+    position: int
+    scope: str
+    width: str
+    role: str
+    definition: str
+    requires: str | None = None
+    vllm_service: str
+    vllm_reason: str = ""
+    static_service: str
+    static_reason: str = ""
+    tl_name: str | None = None
+    nnsight_name: str | None = None
+    nnterp_name: str | None = None
+
+
+class TraitRow(SQLModel, table=True):
+    __tablename__ = "traits"  # type: ignore[assignment]
+
+    name: str = Field(primary_key=True)
+    note: str
+
+
+class ArchitectureRow(SQLModel, table=True):
+    __tablename__ = "architectures"  # type: ignore[assignment]
+
+    slug: str = Field(primary_key=True)
+    position: int
+    name: str
+    hf_classes: str  # space separated
+    significance: str
+    examples: str  # space separated HF ids
+    synthetic: bool
+
+
+class ArchitectureTraitRow(SQLModel, table=True):
+    __tablename__ = "architecture_traits"  # type: ignore[assignment]
+
+    architecture: str = Field(primary_key=True, foreign_key="architectures.slug")
+    trait: str = Field(primary_key=True, foreign_key="traits.name")
+
+
+class ArchitecturePointRow(SQLModel, table=True):
+    __tablename__ = "architecture_points"  # type: ignore[assignment]
+
+    architecture: str = Field(primary_key=True, foreign_key="architectures.slug")
+    point: str = Field(primary_key=True, foreign_key="points.name")
+    present: bool
+    reason: str = ""
+
+
+class BenchmarkCellRow(SQLModel, table=True):
+    __tablename__ = "benchmark_cells"  # type: ignore[assignment]
+
+    id: int | None = Field(default=None, primary_key=True)
+    cell_key: str = Field(unique=True)  # model | variant | started: the same cell twice is one row
+    model: str = Field(index=True)
+    variant: str
+    started: str
+    finished: str | None = None
+    command: str = ""
+    device: str = ""
+    env_label: str = ""
+    env_json: str = "{}"
+    raw_json: str = "{}"
+    source: str = ""
+    ingested_at: str = ""
+
+
+class WorkloadRow(SQLModel, table=True):
+    __tablename__ = "benchmark_workloads"  # type: ignore[assignment]
+
+    id: int | None = Field(default=None, primary_key=True)
+    cell_id: int = Field(foreign_key="benchmark_cells.id", index=True)
+    workload: str
+    status: str
+    metrics_json: str = "{}"
+    detail: str = ""
+
+
+class ValidatorRunRow(SQLModel, table=True):
+    __tablename__ = "validator_runs"  # type: ignore[assignment]
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_key: str = Field(unique=True)  # hf_id | engine | captured_at
+    hf_id: str = Field(index=True)
+    engine: str
+    reference: str = ""
+    verdict: str
+    captured_at: str
+    status: str = ""
+    dtype: str = ""
+    device: str = ""
+    versions_json: str = "{}"
+    raw_json: str = "{}"
+    source: str = ""
+    ingested_at: str = ""
+
+
+class ValidatorPointRow(SQLModel, table=True):
+    __tablename__ = "validator_points"  # type: ignore[assignment]
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="validator_runs.id", index=True)
+    address: str
+    point: str
+    layer: int | None = None
+    tier: str = ""
+    cos: float | None = None
+    max_abs_diff: float | None = None
+    rel_diff: float | None = None
+    status: str
+    reason: str = ""

@@ -1,0 +1,347 @@
+"""Read models for the pages and the JSON API, built from the database rows only."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ie_core.address import parse_address
+from ie_core.errors import AddressError
+from sqlmodel import Session, select
+
+from ie_dashboard.tables import (
+    ArchitecturePointRow,
+    ArchitectureRow,
+    ArchitectureTraitRow,
+    BenchmarkCellRow,
+    PointRow,
+    TraitRow,
+    ValidatorPointRow,
+    ValidatorRunRow,
+    WorkloadRow,
+)
+
+BACKENDS = ("eager", "vllm", "vllm-static", "vllm-generate")
+VARIANT_ORDER = ("eager", "vllm", "vllm-static", "vllm-generate")
+ENGINE_ORDER = ("eager", "vllm", "vllm-static", "transformer_lens", "nnsight", "nnterp")
+# (workload, metric) behind the two throughput columns; names from benchmarks' spec.
+ONE_STREAM = ("generate", "decode_tok_s")
+CONCURRENT = ("generate_x8", "aggregate_tok_s")
+HOOK_NOTE = "hook in the vLLM worker, sliced per request (enforce_eager)"
+TAP_NOTE = (
+    "custom-op tap kept through torch.compile and CUDA graphs; declare it at load (static_points)"
+)
+GENERATE_REFUSAL = (
+    "vllm-generate runs vLLM untouched; load backend='vllm' or 'vllm-static' to capture"
+)
+
+
+class NotFound(LookupError):
+    """A page asked for something the database does not hold; the message says what exists."""
+
+
+# ---------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class PointPresence:
+    point: PointRow
+    present: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Architecture:
+    row: ArchitectureRow
+    traits: tuple[tuple[str, str], ...]  # (trait, note)
+    presence: dict[str, PointPresence]
+
+    @property
+    def slug(self) -> str:
+        return self.row.slug
+
+    @property
+    def name(self) -> str:
+        return self.row.name
+
+    @property
+    def examples(self) -> list[str]:
+        return self.row.examples.split()
+
+    @property
+    def hf_classes(self) -> list[str]:
+        return self.row.hf_classes.split()
+
+    @property
+    def point_count(self) -> int:
+        return sum(p.present for p in self.presence.values())
+
+    def has(self, point: str) -> bool:
+        return self.presence[point].present
+
+    def trait_names(self) -> set[str]:
+        return {t for t, _ in self.traits}
+
+
+def list_points(session: Session) -> list[PointRow]:
+    return list(session.exec(select(PointRow).order_by(PointRow.position)))
+
+
+def list_architectures(session: Session) -> list[ArchitectureRow]:
+    return list(session.exec(select(ArchitectureRow).order_by(ArchitectureRow.position)))
+
+
+def get_architecture(session: Session, slug: str) -> Architecture:
+    row = session.get(ArchitectureRow, slug)
+    if row is None:
+        known = ", ".join(a.slug for a in list_architectures(session))
+        raise NotFound(f"unknown architecture {slug!r}; known: {known}")
+    notes = {t.name: t.note for t in session.exec(select(TraitRow))}
+    traits = tuple(
+        (t.trait, notes.get(t.trait, ""))
+        for t in session.exec(
+            select(ArchitectureTraitRow).where(ArchitectureTraitRow.architecture == slug)
+        )
+    )
+    points = {p.name: p for p in list_points(session)}
+    rows = session.exec(
+        select(ArchitecturePointRow).where(ArchitecturePointRow.architecture == slug)
+    )
+    presence = {r.point: PointPresence(points[r.point], r.present, r.reason) for r in rows}
+    ordered = {name: presence[name] for name in points if name in presence}
+    return Architecture(row, tuple(sorted(traits)), ordered)
+
+
+def parse_point_param(
+    text: str | None, known: dict[str, PointPresence]
+) -> tuple[str | None, int | None]:
+    """`resid_post.9` -> ("resid_post", 9); raises NotFound naming the known points."""
+    if not text:
+        return None, None
+    try:
+        address = parse_address(text)
+    except AddressError as exc:
+        raise NotFound(f"bad point {text!r}: {exc}") from None
+    if address.name not in known:
+        raise NotFound(f"unknown point {address.name!r}; known points: {', '.join(known)}")
+    point = known[address.name].point
+    if point.scope == "trunk" and address.layer is not None:
+        raise NotFound(
+            f"{address.name!r} is a trunk point and takes no layer; write '{address.name}'"
+        )
+    return address.name, address.layer
+
+
+@dataclass(frozen=True)
+class BackendServing:
+    backend: str
+    served: bool
+    service: str
+    reason: str
+
+
+def serving(presence: PointPresence, arch_name: str) -> list[BackendServing]:
+    """Which backends produce this point on this architecture, and why not where they don't."""
+    p = presence.point
+    if not presence.present:
+        return [BackendServing(b, False, "absent", presence.reason) for b in BACKENDS]
+    rows = [
+        BackendServing("eager", True, "hook", "forward hook on the real HF module"),
+        BackendServing(
+            "vllm", p.vllm_service != "not served", p.vllm_service, p.vllm_reason or HOOK_NOTE
+        ),
+        BackendServing(
+            "vllm-static",
+            p.static_service != "not served",
+            p.static_service,
+            p.static_reason or TAP_NOTE,
+        ),
+        BackendServing("vllm-generate", False, "not served", GENERATE_REFUSAL),
+    ]
+    return rows
+
+
+def peer_names(point: PointRow, layer: int | None) -> list[tuple[str, str | None]]:
+    fill = "{L}" if layer is None else str(layer)
+    names = [
+        ("TransformerLens", point.tl_name),
+        ("nnsight", point.nnsight_name),
+        ("nnterp", point.nnterp_name),
+    ]
+    return [(engine, n.replace("{L}", fill) if n else None) for engine, n in names]
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    point: PointRow
+    left: PointPresence
+    right: PointPresence
+
+    @property
+    def differs(self) -> bool:
+        return self.left.present != self.right.present
+
+
+def compare(left: Architecture, right: Architecture) -> list[CompareRow]:
+    return [CompareRow(p.point, p, right.presence[name]) for name, p in left.presence.items()]
+
+
+# ---------------------------------------------------------------- throughput
+
+
+@dataclass(frozen=True)
+class Figure:
+    variant: str
+    cell_id: int
+    started: str
+    env_label: str
+    one_stream: float | None
+    concurrent: float | None
+    one_status: str  # ok | unsupported | error | missing
+    concurrent_status: str
+    one_mult: float | None = None
+    concurrent_mult: float | None = None
+    env_differs: bool = False  # the eager baseline came from another environment
+
+
+@dataclass(frozen=True)
+class ModelThroughput:
+    model: str
+    figures: list[Figure]
+    environments: list[str]
+
+    @property
+    def peak(self) -> float:
+        values = [v for f in self.figures for v in (f.one_stream, f.concurrent) if v]
+        return max(values, default=0.0)
+
+
+def _metric(workloads: dict[str, WorkloadRow], spec: tuple[str, str]) -> tuple[float | None, str]:
+    row = workloads.get(spec[0])
+    if row is None:
+        return None, "missing"
+    value = json.loads(row.metrics_json).get(spec[1])
+    if row.status != "ok":
+        return None, row.status
+    return (float(value), "ok") if isinstance(value, int | float) else (None, "missing")
+
+
+def _variant_key(variant: str) -> tuple[int, str]:
+    return (
+        VARIANT_ORDER.index(variant) if variant in VARIANT_ORDER else len(VARIANT_ORDER),
+        variant,
+    )
+
+
+def throughput(session: Session) -> list[ModelThroughput]:
+    """Per model, the latest cell of each variant and its multipliers over the eager cell."""
+    latest: dict[tuple[str, str], BenchmarkCellRow] = {}
+    for cell in session.exec(select(BenchmarkCellRow).order_by(BenchmarkCellRow.started)):  # type: ignore[arg-type]
+        latest[(cell.model, cell.variant)] = cell
+    models: dict[str, list[Figure]] = {}
+    for (model, variant), cell in sorted(
+        latest.items(), key=lambda kv: (kv[0][0], _variant_key(kv[0][1]))
+    ):
+        workloads = {
+            w.workload: w
+            for w in session.exec(select(WorkloadRow).where(WorkloadRow.cell_id == cell.id))
+        }
+        one, one_status = _metric(workloads, ONE_STREAM)
+        conc, conc_status = _metric(workloads, CONCURRENT)
+        assert cell.id is not None
+        models.setdefault(model, []).append(
+            Figure(
+                variant, cell.id, cell.started, cell.env_label, one, conc, one_status, conc_status
+            )
+        )
+    out = []
+    for model, figures in models.items():
+        eager = next((f for f in figures if f.variant == "eager"), None)
+        with_mult = []
+        for f in figures:
+            if eager is None:
+                with_mult.append(f)
+                continue
+            # Ratios of unrounded figures, as the benchmark report computes them.
+            one_mult = (
+                f.one_stream / eager.one_stream if f.one_stream and eager.one_stream else None
+            )
+            conc_mult = (
+                f.concurrent / eager.concurrent if f.concurrent and eager.concurrent else None
+            )
+            with_mult.append(
+                Figure(
+                    **{**f.__dict__, "one_mult": one_mult, "concurrent_mult": conc_mult,
+                       "env_differs": f.env_label != eager.env_label}
+                )
+            )  # fmt: skip
+        envs = sorted({f.env_label for f in figures})
+        out.append(ModelThroughput(model, with_mult, envs))
+    return out
+
+
+# ---------------------------------------------------------------- validation
+
+
+@dataclass(frozen=True)
+class MatrixCell:
+    run: ValidatorRunRow
+    counts: dict[str, int]
+
+
+@dataclass
+class Matrix:
+    models: list[str] = field(default_factory=list)
+    engines: list[str] = field(default_factory=list)
+    cells: dict[tuple[str, str], MatrixCell] = field(default_factory=dict)
+
+
+def _engine_key(engine: str) -> tuple[int, str]:
+    return (ENGINE_ORDER.index(engine) if engine in ENGINE_ORDER else len(ENGINE_ORDER), engine)
+
+
+def validation_matrix(session: Session) -> Matrix:
+    latest: dict[tuple[str, str], ValidatorRunRow] = {}
+    for run in session.exec(select(ValidatorRunRow).order_by(ValidatorRunRow.captured_at)):  # type: ignore[arg-type]
+        latest[(run.hf_id, run.engine)] = run
+    matrix = Matrix()
+    matrix.models = sorted({m for m, _ in latest})
+    matrix.engines = sorted({e for _, e in latest}, key=_engine_key)
+    for key, run in latest.items():
+        counts: dict[str, int] = {}
+        for status in session.exec(
+            select(ValidatorPointRow.status).where(ValidatorPointRow.run_id == run.id)
+        ):
+            counts[status] = counts.get(status, 0) + 1
+        matrix.cells[key] = MatrixCell(run, counts)
+    return matrix
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    run: ValidatorRunRow
+    layers: list[int | None]
+    grid: dict[str, dict[int | None, ValidatorPointRow]]  # point -> layer -> result
+    results: list[ValidatorPointRow]
+    versions: dict[str, Any]
+
+
+def run_detail(session: Session, model: str, engine: str) -> RunDetail:
+    run = session.exec(
+        select(ValidatorRunRow)
+        .where(ValidatorRunRow.hf_id == model, ValidatorRunRow.engine == engine)
+        .order_by(ValidatorRunRow.captured_at.desc())  # type: ignore[attr-defined]
+    ).first()
+    if run is None:
+        raise NotFound(f"no validator result for model {model!r} on engine {engine!r}")
+    order = {p.name: p.position for p in list_points(session)}
+    results = sorted(
+        session.exec(select(ValidatorPointRow).where(ValidatorPointRow.run_id == run.id)),
+        key=lambda r: (order.get(r.point, len(order)), r.point, -1 if r.layer is None else r.layer),
+    )
+    layers = sorted({r.layer for r in results}, key=lambda x: -1 if x is None else x)
+    grid: dict[str, dict[int | None, ValidatorPointRow]] = {}
+    for r in results:
+        grid.setdefault(r.point, {})[r.layer] = r
+    return RunDetail(run, layers, grid, results, json.loads(run.versions_json))

@@ -112,7 +112,7 @@ _RECOMPUTE_ATTN = Serving(
 )
 _STATIC_NO = Serving(
     Service.NOT_SERVED,
-    "vllm-static taps only resid_pre, resid_post, attn_out, mlp_out and resid_streams; "
+    "vllm-static taps only resid_pre, resid_post, attn_out and mlp_out; "
     "use backend='vllm' for this point",
 )
 
@@ -210,7 +210,8 @@ POINTS: tuple[Point, ...] = (
     _p("lm_head", T, Width.VOCAB, CAP, "Raw unembed output: no logit multiplier, no softcap.",
        vllm=_fused("vLLM folds the logit scale and softcap into compute_logits"), nnsight="lm_head.output"),
     _p("resid_streams", L, Width.SD, RW, "Hyper-connection trunks: the block's output stack of S residual streams.",
-       requires="multi_stream", static=_TAP),
+       requires="multi_stream",
+       static=Serving(Service.NOT_SERVED, "vllm-static does not tap multi-stream trunks yet; use backend='vllm'")),
     _p("attn_stream_collapse", L, Width.D, CAP, "Multi-stream trunks: the one d_model vector attention reads.",
        requires="multi_stream", vllm=Serving(Service.RECOMPUTE, "recomputed from resid_streams and the collapse weights")),
     _p("mlp_stream_collapse", L, Width.D, CAP, "Multi-stream trunks: the one d_model vector the MLP reads.",

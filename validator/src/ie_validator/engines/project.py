@@ -1,0 +1,65 @@
+"""This project's backends (`eager`, `vllm`, `vllm-static`) through the ie_core protocol."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from ie_core.errors import InterpError
+
+from ie_validator.engines.base import Capture, EngineError, ModelSpec, Request, canonical
+from ie_validator.mappings import Gap
+from ie_validator.scoring import Tier
+
+LOAD_KWARGS: dict[str, dict[str, Any]] = {
+    "eager": {"dtype": "float32", "device": "cpu"},
+    "vllm": {"dtype": "float32"},
+    "vllm-static": {"dtype": "float32"},
+}
+
+
+class ProjectEngine:
+    """One of this project's backends, loaded with `ie_core.load_model(folder, backend=...)`."""
+
+    def __init__(self, backend: str) -> None:
+        self.name = backend
+        self.tier = Tier.RAW_HF if backend == "eager" else Tier.FUSED
+
+    def _load(self, model: ModelSpec) -> Any:
+        from ie_core import load_model
+
+        try:
+            return load_model(str(model.path), backend=self.name, **LOAD_KWARGS.get(self.name, {}))
+        except Exception as exc:
+            raise EngineError(
+                f"load_model(backend={self.name!r}) failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def capture(self, model: ModelSpec, ids: Sequence[int], requests: Sequence[Request]) -> Capture:
+        from ie_core import run_with_cache
+        from ie_core.runner import run
+
+        loaded = self._load(model)
+        out: Capture = {}
+        try:
+            batch = [list(ids)]
+            try:
+                cache = run_with_cache(loaded, batch, [r.address for r in requests])
+                for req in requests:
+                    out[req.key] = canonical(req.address.name, cache[req.address])
+            except InterpError:
+                # One refused point fails the whole call: ask point by point for the reasons.
+                for req in requests:
+                    try:
+                        cache = run_with_cache(loaded, batch, [req.address])
+                        out[req.key] = canonical(req.address.name, cache[req.address])
+                    except InterpError as exc:
+                        out[req.key] = Gap(f"{self.name} refuses: {exc}")
+        finally:
+            shutdown = getattr(loaded, "shutdown", None)
+            if shutdown is not None:
+                # Best effort: a failed shutdown leaves nothing this sweep still needs.
+                with contextlib.suppress(Exception):
+                    run(shutdown())
+        return out

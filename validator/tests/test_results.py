@@ -1,0 +1,78 @@
+"""Gaps become N/A rows, results are written per (model, engine), rendering keeps other models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from ie_core.address import Address
+from ie_validator.engines.base import ModelSpec, plan
+from ie_validator.mappings import Gap, lookup
+from ie_validator.render import BEGIN, END, render_all
+from ie_validator.results import EngineResult, PointResult, load_results, result_path, write_result
+from ie_validator.scoring import Tier
+from ie_validator.sweep import compare
+
+
+def _spec(family: str) -> ModelSpec:
+    return ModelSpec(f"ie-synthetic/{family}", Path("/nonexistent"), family, "X", 4)
+
+
+def test_declared_gap_yields_na_with_reason() -> None:
+    address = Address("value", 0)
+    requests, gaps = plan("nnsight", _spec("phi3"), [address])
+    assert requests == []
+    gap = gaps["value.0"]
+    assert isinstance(gap, Gap) and "fused" in gap.reason
+    ref = {"value.0": np.ones((1, 3, 8))}
+    (row,) = compare([address], ref, gaps, Tier.RAW_HF, {})
+    assert row.status == "n/a" and row.reason == gap.reason and row.cos is None
+
+
+def test_reference_refusal_yields_na_naming_the_reference() -> None:
+    address = Address("resid_mid", 1)
+    ref = {"resid_mid.1": Gap("parallel block: no resid_mid")}
+    (row,) = compare([address], ref, {"resid_mid.1": np.ones((1, 3, 8))}, Tier.FUSED, {})
+    assert row.status == "n/a" and "reference cannot produce it" in row.reason
+
+
+def test_transformer_lens_sandwich_gap_is_data() -> None:
+    # On sandwich-norm families TransformerLens' hook_attn_out is this project's attn_out_post.
+    assert lookup("transformer-lens", "gemma2", "attn_out_post").name == "blocks.{L}.hook_attn_out"
+    assert lookup("transformer-lens", "gemma2", "attn_out").name == "blocks.{L}.attn.hook_out"
+    assert lookup("transformer-lens", "llama", "attn_out").name == "blocks.{L}.hook_attn_out"
+
+
+def _result(hf_id: str, engine: str, verdict: str = "pass") -> EngineResult:
+    point = PointResult("resid_post", 0, "resid_post.0", "raw_hf", verdict, 1.0, 0.0, 0.0)
+    return EngineResult(
+        hf_id=hf_id, engine=engine, reference="eager", verdict=verdict, status="ok",
+        captured_at="2026-01-01T00:00:00+00:00", dtype="float32", device="cpu", family="llama",
+        architecture="LlamaForCausalLM", tier="raw_hf", prompt="p", token_ids=[1, 2], layers=[0],
+        versions={}, summary={"pass": 1, "warn": 0, "fail": 0, "n/a": 0}, points=[point],
+    )  # fmt: skip
+
+
+def test_rerunning_one_model_leaves_others_alone(tmp_path: Path) -> None:
+    write_result(_result("ie-synthetic/a", "nnsight"), tmp_path)
+    other = write_result(_result("ie-synthetic/b", "nnsight"), tmp_path)
+    before = (other.read_bytes(), other.stat().st_mtime_ns)
+    write_result(_result("ie-synthetic/a", "nnsight", "fail"), tmp_path)
+    assert (other.read_bytes(), other.stat().st_mtime_ns) == before
+    a = json.loads(result_path("ie-synthetic/a", "nnsight", tmp_path).read_text())
+    assert a["verdict"] == "fail"
+    assert [r["hf_id"] for r in load_results(tmp_path)] == ["ie-synthetic/a", "ie-synthetic/b"]
+
+
+def test_render_writes_matrix_between_markers_and_pages(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    write_result(_result("ie-synthetic/a", "nnsight"), results)
+    write_result(_result("ie-synthetic/b", "transformer-lens", "fail"), results)
+    (tmp_path / "README.md").write_text(f"intro\n{BEGIN}\nold\n{END}\noutro\n")
+    render_all(results, tmp_path)
+    text = (tmp_path / "README.md").read_text()
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
+    assert "| [ie-synthetic/a](models/ie-synthetic__a.md) | · | ✅ 1/1 |" in text
+    assert "UNEXPLAINED" in text  # a failing cell with no recorded explanation is flagged
+    assert (tmp_path / "models" / "ie-synthetic__b.md").exists()

@@ -1,0 +1,410 @@
+"""Backend `vllm-static`: vLLM compiled (and on a GPU, graph-captured) with taps declared at load.
+
+The host side is ie-vllm's `VLLMModel` with two changes: the engine runs compiled with the static
+worker class, and a request may only read and write the sites the engine declared. Worker calls
+go through `_StaticEngine`, which maps ie-vllm's register / collect / release calls onto the static
+worker's and hands each steered request one of the engine's parameter slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from ie_core.address import Address, AddressLike, to_address
+from ie_core.errors import (
+    LayerOutOfRangeError,
+    PointUnavailableError,
+    SteeringSpecError,
+    UnsupportedOperationError,
+)
+from ie_core.families import Trait, family_for_architecture
+from ie_core.models import resolve_model_path
+from ie_core.points import get_point
+from ie_core.protocol import SamplingParams, SteeringArg
+from ie_core.runner import run
+from ie_core.steering import Additive, steer_at
+from ie_vllm.backend import VLLMModel
+from ie_vllm.engine import Engine, on_cpu
+from ie_vllm.registry import SteerSpec
+
+from ie_static.config import CONFIG_KEY, StaticConfig
+from ie_static.memory import GIB, plan_buffers
+from ie_static.tables import TableShape
+
+BACKEND = "vllm-static"
+TAPPABLE = ("resid_pre", "resid_post", "attn_out", "mlp_out")
+CPU_WORKER = "ie_static.worker_cpu.StaticCPUWorker"
+GPU_WORKER = "ie_static.worker_gpu.StaticGPUWorker"
+DEFAULT_ROWS_CPU = 2048
+DEFAULT_ROWS_GPU = 8192
+DEFAULT_BUFFER_GIB = 2.0
+SELF_TEST_PROMPT = "The capital of France is"
+
+
+class SelfTestError(RuntimeError):
+    """The warm-up self-test failed; the engine is shut down rather than serve wrong numbers."""
+
+
+# --- declared sets ---------------------------------------------------------------------------
+
+
+def expand_points(spec: Any, n_layers: int, label: str) -> tuple[str, ...]:
+    """A list of addresses or bare per-layer point names (= every layer) -> address strings."""
+    if isinstance(spec, str):
+        raise ValueError(f"{label} must be 'auto' or a list of addresses, got {spec!r}")
+    out: list[str] = []
+    for item in spec:
+        if isinstance(item, str) and "." not in item:
+            point = get_point(item)
+            if not point.per_layer:
+                raise PointUnavailableError(f"{label}: vllm-static taps only {', '.join(TAPPABLE)}")
+            out.extend(f"{item}.{i}" for i in range(n_layers))
+            continue
+        address = to_address(item, check=True)
+        if address.name not in TAPPABLE:
+            raise PointUnavailableError(
+                f"{label}: vllm-static taps only {', '.join(TAPPABLE)}, not {address.name}; "
+                f"use backend='vllm' for {address}"
+            )
+        if address.stream is not None:
+            raise PointUnavailableError(
+                f"{label}: {address} has a stream; this model has one stream"
+            )
+        if address.layer is not None and address.layer >= n_layers:
+            raise LayerOutOfRangeError(
+                f"{label}: layer {address.layer} in {address} is out of range: the model has "
+                f"{n_layers} layers (0..{n_layers - 1})",
+                str(address),
+            )
+        out.append(str(address))
+    for name in {a.split(".")[0] for a in out}:
+        if name not in TAPPABLE:
+            raise PointUnavailableError(f"{label}: vllm-static taps only {', '.join(TAPPABLE)}")
+    return tuple(dict.fromkeys(out))
+
+
+def declared_sets(
+    static_points: Any, static_writes: Any, n_layers: int
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    reads = (
+        tuple(f"resid_post.{i}" for i in range(n_layers))
+        if static_points == "auto"
+        else expand_points(static_points, n_layers, "static_points")
+    )
+    if not reads:
+        raise ValueError("static_points is empty; declare at least one site (or 'auto')")
+    if static_writes == "auto":
+        return reads, reads
+    writes = expand_points(static_writes, n_layers, "static_writes")
+    outside = [w for w in writes if w not in reads]
+    if outside:
+        raise ValueError(
+            f"static_writes {outside} are not among static_points; a write site must also be "
+            "declared in static_points"
+        )
+    return reads, writes
+
+
+def describe(addresses: Sequence[str]) -> str:
+    """`resid_post at layers 0..29` style summary of a declared set."""
+    if not addresses:
+        return "nothing"
+    by_point: dict[str, list[int]] = {}
+    for a in addresses:
+        name, _, layer = a.partition(".")
+        by_point.setdefault(name, []).append(int(layer))
+    parts = []
+    for name, layers in by_point.items():
+        layers = sorted(layers)
+        if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 2:
+            parts.append(f"{name} at layers {layers[0]}..{layers[-1]}")
+        else:
+            parts.append(f"{name} at layers {', '.join(map(str, layers))}")
+    return "; ".join(parts)
+
+
+# --- the engine adapter ------------------------------------------------------------------------
+
+
+class _StaticEngine:
+    """ie-vllm's `Engine`, with its registry calls routed to the static worker and slots assigned."""
+
+    def __init__(self, engine: Engine, slots: int) -> None:
+        self._engine = engine
+        self._n_slots = slots
+        self._free = list(range(slots))
+        self._held: dict[str, int] = {}
+        self._available: asyncio.Semaphore | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def _acquire(self, key: str) -> int:
+        if self._available is None:
+            self._available = asyncio.Semaphore(self._n_slots)
+        await self._available.acquire()  # more steered requests than slots wait their turn
+        slot = self._free.pop()
+        self._held[key] = slot
+        return slot
+
+    def _free_slot(self, key: str) -> None:
+        slot = self._held.pop(key, None)
+        if slot is not None and self._available is not None:
+            self._free.append(slot)
+            self._available.release()
+
+    async def rpc(self, method: str, *args: Any) -> list[Any]:
+        if method == "ie_register":
+            specs = list(args[0])
+            slots = []
+            for wire in specs:
+                slots.append(await self._acquire(wire["key"]) if wire.get("steering") else -1)
+            try:
+                return await self._engine.rpc("ie_static_register", specs, slots)
+            except BaseException:
+                for wire in specs:
+                    self._free_slot(wire["key"])
+                raise
+        if method == "ie_release":
+            try:
+                return await self._engine.rpc("ie_static_release", list(args[0]))
+            finally:
+                for key in args[0]:
+                    self._free_slot(key)
+        return await self._engine.rpc(method, *args)
+
+    async def rpc_payload(self, method: str, *args: Any) -> dict[str, Any]:
+        if method == "ie_collect":
+            key, start, stop, release = args
+            try:
+                return await self._engine.rpc_payload(
+                    "ie_static_collect", key, start, stop, release
+                )
+            finally:
+                if release:
+                    self._free_slot(key)
+        return await self._engine.rpc_payload(method, *args)
+
+
+# --- the model ---------------------------------------------------------------------------------
+
+
+class StaticModel(VLLMModel):
+    """A vLLM engine compiled with taps at the declared sites; see `load`."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        info: dict[str, Any],
+        tokenizer: Any,
+        model_id: str,
+        config: StaticConfig,
+        static_info: dict[str, Any],
+    ) -> None:
+        super().__init__(_StaticEngine(engine, config.slots), info, tokenizer, model_id, BACKEND)  # type: ignore[arg-type]
+        self.config = config
+        self.static_info = static_info
+        self._reads = frozenset(config.reads)
+        self._writable = set(config.writes)
+
+    @classmethod
+    async def create_static(
+        cls,
+        model_id: str,
+        *,
+        static_points: Any = "auto",
+        static_writes: Any = "auto",
+        static_slots: int = 16,
+        static_max_ops: int = 4,
+        static_masks: int = 4,
+        static_buffer_gib: float = DEFAULT_BUFFER_GIB,
+        self_test: bool = True,
+        **kw: Any,
+    ) -> StaticModel:
+        if kw.get("enforce_eager"):
+            raise UnsupportedOperationError(
+                "backend 'vllm-static' exists to keep torch.compile and CUDA graphs on, so "
+                "enforce_eager=True is refused; use backend='vllm' for an eager, hooked engine"
+            )
+        path = resolve_model_path(model_id)
+        source = str(path) if path is not None else model_id
+        from transformers import AutoConfig, AutoTokenizer
+
+        hf = AutoConfig.from_pretrained(source)
+        text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
+        architecture = (getattr(hf, "architectures", None) or [""])[0]
+        family = family_for_architecture(architecture)
+        if family is not None and family.has(Trait.MULTI_STREAM):
+            raise PointUnavailableError(
+                f"{architecture} has several residual streams; vllm-static does not tap "
+                "resid_streams yet; use backend='vllm'"
+            )
+        n_layers = int(getattr(text, "num_hidden_layers", 0) or getattr(text, "n_layer", 0))
+        width = int(getattr(text, "hidden_size", 0) or getattr(text, "n_embd", 0))
+        reads, writes = declared_sets(static_points, static_writes, n_layers)
+        config = StaticConfig(reads, writes, static_slots, static_max_ops, static_masks)
+        cpu = on_cpu()
+        dtype_bytes = _dtype_bytes(kw.get("dtype"), hf, cpu)
+        max_len = int(kw.get("max_model_len") or getattr(text, "max_position_embeddings", 2048))
+        shape = TableShape(static_slots, static_max_ops, static_masks, max_len)
+        plan = plan_buffers(
+            n_reads=len(reads),
+            n_writes=len(writes),
+            width=width,
+            dtype_bytes=dtype_bytes,
+            shape=shape,
+            budget_bytes=int(static_buffer_gib * GIB),
+            requested_rows=kw.get("max_num_batched_tokens"),
+            default_rows=DEFAULT_ROWS_CPU if cpu else DEFAULT_ROWS_GPU,
+        )
+        kw["max_num_batched_tokens"] = plan.rows
+        kw.setdefault("max_num_seqs", min(256, plan.rows))
+        extra = dict(kw.pop("additional_config", None) or {})
+        extra[CONFIG_KEY] = config.to_dict()
+        engine = await Engine.start(
+            source,
+            hooked=False,
+            worker_cls=CPU_WORKER if cpu else GPU_WORKER,
+            additional_config=extra,
+            **kw,
+        )
+        try:
+            info = (await engine.rpc("ie_setup", False))[0]
+            static_info = (await engine.rpc("ie_static_setup"))[0]
+            static_info["planned_bytes"] = plan.total
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            model = cls(engine, info, tokenizer, model_id, config, static_info)
+            if self_test:
+                await model.self_test()
+        except BaseException:
+            engine.shutdown()
+            raise
+        return model
+
+    # --- declared sets ---------------------------------------------------------------------
+
+    def points(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(a.split(".")[0] for a in self.config.reads))
+
+    def _reload_hint(self, address: str, writes: bool) -> str:
+        key = "static_writes" if writes else "static_points"
+        return (
+            f"reload with load_model(..., backend='vllm-static', {key}=[..., '{address}']) to "
+            "declare it, or use backend='vllm' for any point chosen per request"
+        )
+
+    def _check(self, address: AddressLike) -> str:
+        text = super()._check(address)
+        if text not in self._reads:
+            raise PointUnavailableError(
+                f"{text} is not a declared site of this vllm-static engine, which taps "
+                f"{describe(self.config.reads)}; {self._reload_hint(text, False)}"
+            )
+        return text
+
+    def _write_reason(self, address: str) -> str:
+        point = get_point(address.split(".")[0])
+        if not point.writable:
+            return f"{point.name} is a capture-only point"
+        return (
+            f"this engine writes only at {describe(self.config.writes)}; "
+            f"{self._reload_hint(address, True)}"
+        )
+
+    def _steer_specs(
+        self, steering: SteeringArg, prompt_ids: Sequence[int]
+    ) -> tuple[SteerSpec, ...]:
+        specs = super()._steer_specs(steering, prompt_ids)
+        ops_at: dict[str, int] = {}
+        masks = {frozenset(s.masked) for s in specs if s.masked}
+        for s in specs:
+            ops_at[s.address] = ops_at.get(s.address, 0) + len(s.ops)
+        for address, n in ops_at.items():
+            if n > self.config.ops:
+                raise SteeringSpecError(
+                    f"{n} steering ops at {address} exceed this engine's {self.config.ops} per "
+                    f"site; reload with static_max_ops={n}"
+                )
+        if len(masks) > self.config.masks:
+            raise SteeringSpecError(
+                f"{len(masks)} distinct position masks in one request exceed this engine's "
+                f"{self.config.masks}; reload with static_masks={len(masks)}"
+            )
+        return specs
+
+    async def capture_attention(self, tokens: Any, layers: Sequence[int] | None = None) -> Any:
+        raise PointUnavailableError(
+            "attention probabilities are recomputed from q and k, which vllm-static does not tap; "
+            "use backend='vllm' or backend='eager' for capture_attention"
+        )
+
+    # --- self-test -------------------------------------------------------------------------
+
+    async def self_test(self) -> dict[str, Any]:
+        """A read site is finite and non-zero; a sentinel write changes the greedy output."""
+        ids = self.to_tokens(SELF_TEST_PROMPT)
+        first = self.config.reads[0]
+        cache = await self.capture(ids, [first])
+        rows = cache[first].float()
+        if not torch.isfinite(rows).all() or not rows.abs().sum() > 0:
+            raise SelfTestError(
+                f"vllm-static self-test: the tap at {first} read {'non-finite' if not torch.isfinite(rows).all() else 'all-zero'} "
+                "values, so the taps are not in the compiled graph; this engine will not serve. "
+                "Use backend='vllm' and report the vLLM version"
+            )
+        result: dict[str, Any] = {"read_site": first, "read_norm": float(rows.norm())}
+        if self.config.writes:
+            site = self.config.writes[len(self.config.writes) // 2]
+            sp = SamplingParams(max_new_tokens=4, stop_at_eos=False)
+            base = await self.generate(ids, sp)
+            scale = 50.0 * float(
+                (await self.capture(ids, [site]))[site].float().norm(dim=-1).mean()
+            )
+            g = torch.Generator().manual_seed(0)
+            vector = torch.randn(self.point_width(site), generator=g)
+            sentinel = steer_at(site, Additive(vector / vector.norm(), scale))
+            steered = await self.generate(ids, sp, steering=sentinel)
+            if steered.token_ids == base.token_ids:
+                raise SelfTestError(
+                    f"vllm-static self-test: a sentinel write at {site} left the greedy output "
+                    "unchanged, so the write taps are not in the compiled graph; this engine will "
+                    "not serve. Use backend='vllm' and report the vLLM version"
+                )
+            result |= {"write_site": site, "base": base.token_ids, "steered": steered.token_ids}
+        return result
+
+
+def _dtype_bytes(dtype: Any, hf: Any, cpu: bool) -> int:
+    if dtype is None:
+        if cpu:
+            return 4
+        dtype = getattr(hf, "dtype", None) or getattr(hf, "torch_dtype", None) or "bfloat16"
+    text = str(dtype).removeprefix("torch.")
+    return {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "auto": 2}.get(
+        text, 4
+    )
+
+
+def load(
+    model_id: str, *, static_points: Any = "auto", static_writes: Any = "auto", **kw: Any
+) -> StaticModel:
+    """Entry point `vllm-static`: `static_points` / `static_writes` declare the tapped sites."""
+    if isinstance(model_id, Path):
+        model_id = str(model_id)
+    return run(
+        StaticModel.create_static(
+            model_id, static_points=static_points, static_writes=static_writes, **kw
+        )
+    )
+
+
+async def create(model_id: str, **kw: Any) -> StaticModel:
+    """Async construction on the caller's loop."""
+    return await StaticModel.create_static(model_id, **kw)
+
+
+__all__ = ["Address", "StaticModel", "create", "load"]

@@ -1,0 +1,72 @@
+"""The tap buffers' size, computed before the engine starts, and the batch size that fits a budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ie_static.tables import TableShape, table_bytes
+
+MIN_ROWS = 256  # below this a step cannot hold a useful batch; refuse instead
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class BufferPlan:
+    """Rows per buffer and the bytes they take: reads `rows x width x dtype`, writes fixed tables."""
+
+    rows: int
+    read_bytes: int
+    table_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.read_bytes + self.table_bytes
+
+
+class BufferBudgetError(MemoryError):
+    """The declared taps do not fit the memory budget; the message has the numbers."""
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def plan_buffers(
+    *,
+    n_reads: int,
+    n_writes: int,
+    width: int,
+    dtype_bytes: int,
+    shape: TableShape,
+    budget_bytes: int,
+    requested_rows: int | None,
+    default_rows: int,
+) -> BufferPlan:
+    """Fit `max_num_batched_tokens` to the budget, or refuse with the numbers.
+
+    A requested row count is kept or refused; otherwise the default shrinks to what fits.
+    """
+    per_row = n_reads * width * dtype_bytes
+    tables = n_writes * table_bytes(shape, width) + shape.slots * shape.masks * shape.positions
+    room = budget_bytes - tables
+    fit = room // per_row if per_row else default_rows
+    if requested_rows is not None:
+        need = tables + requested_rows * per_row
+        if need > budget_bytes:
+            raise BufferBudgetError(
+                f"vllm-static buffers need {_mib(need)} ({n_reads} read sites x {requested_rows} "
+                f"rows x {width} x {dtype_bytes} B + {_mib(tables)} of steering tables) but the "
+                f"budget is {_mib(budget_bytes)}; lower max_num_batched_tokens to {max(fit, 0)} "
+                "or less, declare fewer static_points, or raise static_buffer_gib"
+            )
+        rows = requested_rows
+    else:
+        rows = min(default_rows, fit)
+        if rows < MIN_ROWS:
+            raise BufferBudgetError(
+                f"vllm-static buffers for {n_reads} read sites of width {width} fit only {max(fit, 0)} "
+                f"rows in {_mib(budget_bytes)} ({_mib(per_row)} per row, {_mib(tables)} of tables), "
+                f"fewer than the {MIN_ROWS} a step needs; declare fewer static_points or raise "
+                "static_buffer_gib"
+            )
+    return BufferPlan(rows=rows, read_bytes=rows * per_row, table_bytes=tables)

@@ -1,0 +1,125 @@
+"""Installing taps on a loaded vLLM model, before vLLM compiles it or captures graphs.
+
+Where a point lives (module, input or output, how its tensor is read and written back) comes from
+ie-vllm's resolver, so a static tap sees exactly what the hooked backend's hook sees. Instead of a
+Python hook, each tapped module's class is swapped for a subclass whose `forward` runs the original
+and routes the point through the tap ops; Dynamo inlines that `forward`, so the ops land in the
+compiled graph (and in CUDA graphs) as opaque calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from ie_core.address import Address
+from ie_vllm.resolve import SiteDef
+from torch import nn
+
+from ie_static import ops  # noqa: F401  (registers torch.ops.ie_static.*)
+from ie_static.tables import WriteTable
+
+
+@dataclass
+class StepInputs:
+    """Tensors shared by every write tap, refreshed by the host side of the worker before a step."""
+
+    positions: torch.Tensor  # the model runner's persistent positions buffer
+    row_slot: torch.Tensor  # [R] int32: request slot of each row, -1 = unsteered
+    masks: torch.Tensor  # [S, Q, P] bool: prompt positions a slot's mask leaves alone
+
+
+@dataclass
+class Site:
+    """One tapped address: a read buffer, a write table, or both, on one resolved hook site."""
+
+    address: Address
+    where: SiteDef
+    step: StepInputs
+    buf: torch.Tensor | None = None
+    table: WriteTable | None = None
+
+    @property
+    def sum_only(self) -> bool:
+        """A read-only `(hidden, residual)` output: read the sum without materializing it."""
+        return self.table is None and self.where.read.__qualname__.startswith("post_sum.")
+
+    def tap(self, x: torch.Tensor) -> torch.Tensor:
+        """Write then read `x` (captures are post-intervention)."""
+        if self.table is not None:
+            t = self.table
+            x = torch.ops.ie_static.write_tap(
+                x, self.step.positions, self.step.row_slot,
+                t.active, t.coef, t.vecs, t.mask_idx, self.step.masks,
+            )  # fmt: skip
+        if self.buf is not None:
+            torch.ops.ie_static.read_tap(x, self.buf)
+        return x
+
+
+@dataclass
+class ModuleTaps:
+    pre: list[Site] = field(default_factory=list)
+    post: list[Site] = field(default_factory=list)
+
+
+def _tapped_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    taps: ModuleTaps = self._ie_static_taps  # type: ignore[assignment]
+    base = type(self).__mro__[1]
+    for site in taps.pre:
+        new = site.tap(site.where.read(args, kwargs, None))
+        if site.table is not None:
+            args, kwargs = site.where.write(args, kwargs, None, new)  # type: ignore[misc]
+    out = base.forward(self, *args, **kwargs)
+    for site in taps.post:
+        if site.sum_only and isinstance(out, tuple):
+            torch.ops.ie_static.read_sum_tap(out[0], out[1], site.buf)
+            continue
+        new = site.tap(site.where.read(args, kwargs, out))
+        if site.table is not None:
+            out = site.where.write(args, kwargs, out, new)  # type: ignore[misc]
+    return out
+
+
+_SWAPPED: dict[type, type] = {}
+
+
+def _swap_class(module: nn.Module) -> None:
+    """Give `module` a subclass of its class whose forward taps (one subclass per class)."""
+    base = type(module)
+    if base in _SWAPPED.values():
+        return
+    if base not in _SWAPPED:
+        _SWAPPED[base] = type(f"IeStatic{base.__name__}", (base,), {"forward": _tapped_forward})
+    module.__class__ = _SWAPPED[base]
+
+
+@dataclass
+class ModelTaps:
+    """Everything installed on one model: sites by address, and the shared step inputs."""
+
+    step: StepInputs
+    sites: dict[Address, Site] = field(default_factory=dict)
+
+    def read_sites(self) -> dict[Address, Site]:
+        return {a: s for a, s in self.sites.items() if s.buf is not None}
+
+    def write_sites(self) -> dict[Address, Site]:
+        return {a: s for a, s in self.sites.items() if s.table is not None}
+
+
+def install(sites: Iterable[Site], step: StepInputs) -> ModelTaps:
+    """Install `sites` on their modules (before the model's first forward)."""
+    installed = ModelTaps(step=step)
+    per_module: dict[int, tuple[nn.Module, ModuleTaps]] = {}
+    for site in sites:
+        module = site.where.module
+        _, taps = per_module.setdefault(id(module), (module, ModuleTaps()))
+        (taps.pre if site.where.hook == "pre" else taps.post).append(site)
+        installed.sites[site.address] = site
+    for module, taps in per_module.values():
+        module._ie_static_taps = taps  # type: ignore[assignment]
+        _swap_class(module)
+    return installed

@@ -1,0 +1,280 @@
+"""Worker side of vllm-static: install taps right after the weights load, then per step fill the
+row table before the forward and harvest the read buffers after it.
+
+`StaticWorkerMixin` goes in front of vLLM's worker class (`worker_cpu` / `worker_gpu` build the
+concrete classes named by `worker_cls`), so its `load_model` runs before vLLM compiles the model
+or captures graphs. ie-vllm's worker extension is mixed in as usual for `ie_setup` and the lens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from ie_core.address import Address, to_address
+from ie_core.steering import SteeringOp
+from ie_vllm import payload
+from ie_vllm.layout import BatchLayout, record_layout
+from ie_vllm.registry import RequestSpec, Rows
+from ie_vllm.resolve import PointTable, resolve
+
+from ie_static import ops
+from ie_static.config import CONFIG_KEY, StaticConfig
+from ie_static.tables import TableShape, WriteTable
+from ie_static.taps import ModelTaps, Site, StepInputs, install
+
+
+@dataclass
+class StaticEntry:
+    """A registered request: its slot (-1 = unsteered), what it captures, its captured rows."""
+
+    spec: RequestSpec
+    slot: int
+    captures: tuple[Address, ...]
+    write_sites: tuple[Address, ...]
+    rows: dict[Address, Rows] = field(default_factory=dict)
+
+
+@dataclass
+class StaticState:
+    config: StaticConfig
+    taps: ModelTaps
+    shape: TableShape
+    rows: int
+    table: PointTable
+    entries: dict[str, StaticEntry] = field(default_factory=dict)
+    host_slots: np.ndarray | None = None
+    steered_last_step: bool = False
+    forwards: int = 0
+    capture_rank: bool = True
+
+
+def _tp_rank() -> int:
+    try:
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        return int(get_tensor_model_parallel_rank())
+    except Exception:
+        return 0
+
+
+def buffer_rows(vllm_config: Any) -> int:
+    """Rows every buffer needs: the most tokens one forward can carry, padding included."""
+    rows = int(vllm_config.scheduler_config.max_num_batched_tokens)
+    capture = getattr(vllm_config.compilation_config, "max_cudagraph_capture_size", None) or 0
+    return max(rows, int(capture))
+
+
+class StaticWorkerMixin:
+    """Put before vLLM's worker class; `self` is the worker."""
+
+    _ie_static: StaticState
+
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        super().load_model(*args, **kwargs)  # type: ignore[misc]
+        config = StaticConfig.from_dict(self.vllm_config.additional_config[CONFIG_KEY])  # type: ignore[attr-defined]
+        self._ie_static = _install(self.model_runner, self.vllm_config, config)  # type: ignore[attr-defined]
+
+    # --- rpc (called by name from the host) -------------------------------------------------
+
+    def ie_static_setup(self) -> dict[str, Any]:
+        state = self._ie_static
+        reads = state.taps.read_sites()
+        writes = state.taps.write_sites()
+        buf_bytes = sum(s.buf.numel() * s.buf.element_size() for s in reads.values())  # type: ignore[union-attr]
+        table_bytes = sum(s.table.nbytes() for s in writes.values())  # type: ignore[union-attr]
+        step = state.taps.step
+        return {
+            "reads": [str(a) for a in reads],
+            "writes": [str(a) for a in writes],
+            "rows": state.rows,
+            "buffer_bytes": buf_bytes,
+            "table_bytes": table_bytes + step.masks.numel() + step.row_slot.numel() * 4,
+            "slots": state.shape.slots,
+            "ops": state.shape.ops,
+            "masks": state.shape.masks,
+            "positions": state.shape.positions,
+            "device": str(step.row_slot.device),
+        }
+
+    def ie_static_register(self, specs: list[dict[str, Any]], slots: list[int]) -> int:
+        state = self._ie_static
+        for wire, slot in zip(specs, slots, strict=True):
+            spec = RequestSpec.from_wire(wire)
+            if spec.key in state.entries:
+                raise ValueError(f"request key {spec.key!r} is already registered")
+            writes = _fill_slot(state, spec, slot) if spec.steering else ()
+            captures = tuple(to_address(a) for a in spec.captures)
+            state.entries[spec.key] = StaticEntry(spec, slot, captures, writes)
+        return len(state.entries)
+
+    def ie_static_collect(
+        self, key: str, start: int = 0, stop: int | None = None, release: bool = True
+    ) -> dict[str, Any]:
+        state = self._ie_static
+        entry = state.entries.get(key)
+        out: dict[str, torch.Tensor] = {}
+        if entry is not None and state.capture_rank:
+            for address in entry.captures:
+                rows = entry.rows.get(address)
+                if rows is not None:
+                    out[str(address)] = rows.gather(start, stop)
+        if release:
+            _release(state, key)
+        return payload.encode(out)
+
+    def ie_static_release(self, keys: list[str]) -> int:
+        for key in keys:
+            _release(self._ie_static, key)
+        return len(self._ie_static.entries)
+
+    def ie_static_stats(self) -> dict[str, Any]:
+        state = self._ie_static
+        return {"registered": len(state.entries), "forwards": state.forwards}
+
+
+# --- install -----------------------------------------------------------------------------------
+
+
+def _install(runner: Any, vllm_config: Any, config: StaticConfig) -> StaticState:
+    model = runner.get_model()
+    hf = vllm_config.model_config.hf_config
+    text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
+    architecture = (getattr(hf, "architectures", None) or [type(model).__name__])[0]
+    table = resolve(model, architecture, text, vllm_config.parallel_config.tensor_parallel_size)
+    param = next(model.parameters())
+    device, dtype = param.device, param.dtype
+    rows = buffer_rows(vllm_config)
+    shape = TableShape(
+        slots=config.slots,
+        ops=config.ops,
+        masks=config.masks,
+        positions=int(vllm_config.model_config.max_model_len),
+    )
+    step = StepInputs(
+        positions=runner.positions,
+        row_slot=torch.full((rows,), -1, dtype=torch.int32, device=device),
+        masks=torch.zeros(
+            shape.slots, shape.masks, shape.positions, dtype=torch.bool, device=device
+        ),
+    )
+    sites = []
+    for text_address in dict.fromkeys((*config.reads, *config.writes)):
+        address = to_address(text_address)
+        site_name = table.addresses.get(text_address)
+        if site_name is None:
+            reason = table.refused.get(text_address) or table.refused.get(address.name, "not found")
+            raise RuntimeError(f"vllm-static cannot tap {text_address} on {architecture}: {reason}")
+        where = table.sites[site_name]
+        buf = None
+        if text_address in config.reads:
+            buf = torch.zeros(rows, where.width, dtype=dtype, device=device)
+        wt = WriteTable.empty(shape, where.width, device) if text_address in config.writes else None
+        sites.append(Site(address, where, step, buf, wt))
+    taps = install(sites, step)
+    state = StaticState(config, taps, shape, rows, table, capture_rank=_tp_rank() == 0)
+    _wrap_forward(runner, state)
+    return state
+
+
+# --- registration ------------------------------------------------------------------------------
+
+
+def _fill_slot(state: StaticState, spec: RequestSpec, slot: int) -> tuple[Address, ...]:
+    """Write the request's ops into its slot at every write site, masks into its mask rows."""
+    if not 0 <= slot < state.shape.slots:
+        raise ValueError(f"slot {slot} is outside 0..{state.shape.slots - 1}")
+    masks: list[frozenset[int]] = []
+    per_site: dict[Address, list[tuple[SteeringOp, int]]] = {}
+    for s in spec.steering:
+        masked = frozenset(p for p in s.masked if p < spec.prompt_len)
+        mask_index = -1
+        if masked:
+            if masked not in masks:
+                masks.append(masked)
+            mask_index = masks.index(masked)
+        per_site.setdefault(to_address(s.address), []).extend((op, mask_index) for op in s.ops)
+    if len(masks) > state.shape.masks:
+        raise ValueError(
+            f"{len(masks)} distinct position masks exceed the engine's {state.shape.masks}"
+        )
+    step = state.taps.step
+    step.masks[slot] = False
+    for q, masked in enumerate(masks):
+        positions = [p for p in masked if p < state.shape.positions]
+        step.masks[slot, q, torch.tensor(positions, dtype=torch.long)] = True
+    sites = state.taps.write_sites()
+    for address, ops_here in per_site.items():
+        sites[address].table.fill(slot, ops_here)  # type: ignore[union-attr]
+    return tuple(per_site)
+
+
+def _release(state: StaticState, key: str) -> None:
+    entry = state.entries.pop(key, None)
+    if entry is None or entry.slot < 0:
+        return
+    sites = state.taps.write_sites()
+    for address in entry.write_sites:
+        sites[address].table.clear(entry.slot)  # type: ignore[union-attr]
+    state.taps.step.masks[entry.slot] = False
+
+
+# --- per step ----------------------------------------------------------------------------------
+
+
+def _wrap_forward(runner: Any, state: StaticState) -> None:
+    original = runner._model_forward
+
+    def forward_with_taps(*args: Any, **kwargs: Any) -> Any:
+        layout = record_layout(runner) if state.entries else None
+        _set_rows(state, layout)
+        out = original(*args, **kwargs)
+        state.forwards += 1
+        if layout is not None:
+            _harvest(state, layout)
+        return out
+
+    runner._model_forward = forward_with_taps
+
+
+def _set_rows(state: StaticState, layout: BatchLayout | None) -> None:
+    """Fill the row -> slot table for this step (left alone while nothing is steered)."""
+    steered = []
+    if layout is not None:
+        for r in layout.keyed():
+            entry = state.entries.get(r.key)  # type: ignore[arg-type]
+            if entry is not None and entry.slot >= 0:
+                steered.append((r.start, r.end, entry.slot))
+    ops.STEP.any_steered = bool(steered)
+    if not steered and not state.steered_last_step:
+        return
+    row_slot = state.taps.step.row_slot
+    host = np.full(row_slot.shape[0], -1, dtype=np.int32)
+    for start, end, slot in steered:
+        host[start:end] = slot
+    row_slot.copy_(torch.from_numpy(host))
+    state.steered_last_step = bool(steered)
+
+
+def _harvest(state: StaticState, layout: BatchLayout) -> None:
+    """Copy each needed buffer's rows once, then hand each request its slice."""
+    if not state.capture_rank:
+        return
+    wanted: dict[Address, list[tuple[Any, StaticEntry]]] = {}
+    for r in layout.keyed():
+        entry = state.entries.get(r.key)  # type: ignore[arg-type]
+        if entry is None:
+            continue
+        for address in entry.captures:
+            wanted.setdefault(address, []).append((r, entry))
+    if not wanted:
+        return
+    reads = state.taps.read_sites()
+    n = layout.num_tokens
+    for address, items in wanted.items():
+        buf = reads[address].buf
+        host = buf[:n].to("cpu", copy=True)  # type: ignore[index]
+        for r, entry in items:
+            entry.rows.setdefault(address, Rows()).add(r.first_pos, host[r.start : r.end])

@@ -76,3 +76,10 @@ def test_render_writes_matrix_between_markers_and_pages(tmp_path: Path) -> None:
     assert "| [ie-synthetic/a](models/ie-synthetic__a.md) | · | ✅ 1/1 |" in text
     assert "UNEXPLAINED" in text  # a failing cell with no recorded explanation is flagged
     assert (tmp_path / "models" / "ie-synthetic__b.md").exists()
+
+
+def test_engine_hook_mappings_doc_is_current() -> None:
+    from ie_validator.cli import MAPPINGS_DOC
+    from ie_validator.render import render_mappings
+
+    assert MAPPINGS_DOC.read_text() == render_mappings(), "run `ie validate mappings --write`"

@@ -162,8 +162,6 @@ def _entry_cell(entry: Hook | Gap) -> str:
 
 def render_mappings() -> str:
     """docs/ENGINE_HOOK_MAPPINGS.md from the tables in `ie_validator.mappings`."""
-    from ie_validator.mappings import TRANSFORMER_LENS
-
     lines = [
         "# Engine hook mappings",
         "",
@@ -176,14 +174,17 @@ def render_mappings() -> str:
         "",
         "## Default tables (Llama-style module names)",
         "",
-        "| point | TransformerLens | nnsight | nnterp | vllm | vllm-static |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "`vllm` and `vllm-static` take the canonical address itself; which points they serve (and "
+        "why not the rest) is in [SUPPORTED_POINTS.md](SUPPORTED_POINTS.md), and a refusal there "
+        "becomes an n/a row here.",
+        "",
+        "| point | TransformerLens | nnsight | nnterp |",
+        "| --- | --- | --- | --- |",
     ]
     for p in POINTS:
         if p.requires in {"multi_stream", "gated_attention"}:
             continue
         cells = [_entry_cell(lookup(e, "default", p.name)) for e in ENGINE_TABLES]
-        cells += [_entry_cell(lookup(e, "default", p.name)) for e in ("vllm", "vllm-static")]
         lines.append(f"| `{p.name}` | " + " | ".join(cells) + " |")
     lines += ["", "## Per-family differences from the default", ""]
     families = sorted({f for t in ENGINE_TABLES.values() for f in t if f != "default"})
@@ -203,5 +204,4 @@ def render_mappings() -> str:
                 if entry != lookup(engine, "default", p.name):
                     lines.append(f"| `{p.name}` | {engine} | {_entry_cell(entry)} |")
         lines.append("")
-    del TRANSFORMER_LENS
     return "\n".join(lines)

@@ -1,0 +1,566 @@
+"""`VLLMModel`: the InterpModel protocol over vLLM's AsyncLLM, and the two backend loaders.
+
+`vllm` runs eagerly with the worker extension's hooks (every servable point, chosen per request);
+`vllm-generate` runs vLLM at its own defaults and refuses capture and steering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from ie_core.address import AddressLike, to_address
+from ie_core.cache import ActivationCache
+from ie_core.errors import (
+    LayerOutOfRangeError,
+    PointUnavailableError,
+    SteeringSpecError,
+    UnsupportedOperationError,
+)
+from ie_core.models import resolve_model_path
+from ie_core.points import POINTS, get_point
+from ie_core.protocol import (
+    Generation,
+    GenerationCapture,
+    Prompt,
+    SamplingParams,
+    SteeringArg,
+    StreamChunk,
+    TopK,
+    steering_tuple,
+)
+from ie_core.runner import run
+
+from ie_vllm import payload
+from ie_vllm.engine import Engine, Submission, new_key
+from ie_vllm.registry import RequestSpec, SteerSpec
+
+T = TypeVar("T")
+
+HOOKED = "vllm"
+GENERATE = "vllm-generate"
+DEFAULT_SAMPLING = SamplingParams()
+FULL_LOGITS_LIMIT = 64 * 2**20  # bytes of [rows, vocab] fp32 decode_residuals may ship back
+
+
+class VLLMModel:
+    """One vLLM engine behind the InterpModel protocol. Build with `load_hooked` / `load_generate`."""
+
+    def __init__(
+        self, engine: Engine, info: dict[str, Any], tokenizer: Any, model_id: str, backend: str
+    ) -> None:
+        self.engine = engine
+        self.info = info
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.backend = backend
+        self._widths: dict[str, int] = dict(info.get("widths", {}))
+        self._writable: set[str] = set(info.get("writable", ()))
+        self._refused: dict[str, str] = dict(info.get("refused", {}))
+
+    # --- construction --------------------------------------------------------------------------
+
+    @classmethod
+    async def create(cls, model_id: str, backend: str = HOOKED, **kw: Any) -> VLLMModel:
+        path = resolve_model_path(model_id)
+        source = str(path) if path is not None else model_id
+        hooked = backend == HOOKED
+        engine = await Engine.start(source, hooked=hooked, **kw)
+        try:
+            info = (await engine.rpc("ie_setup", hooked))[0]
+        except BaseException:
+            engine.shutdown()
+            raise
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        return cls(engine, info, tokenizer, model_id, backend)
+
+    # --- shape -------------------------------------------------------------------------------
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.info["n_layers"])
+
+    @property
+    def d_model(self) -> int:
+        return int(self.info["d_model"])
+
+    @property
+    def architecture(self) -> str:
+        return str(self.info.get("architecture", ""))
+
+    def points(self) -> tuple[str, ...]:
+        """Names of the points this model serves on this backend, in forward order."""
+        if self.backend == GENERATE:
+            return ()
+        served = {a.split(".")[0] for a in self._widths}
+        return tuple(p.name for p in POINTS if p.name in served)
+
+    def point_width(self, address: AddressLike) -> int:
+        return self._widths[self._check(address)]
+
+    # --- tokens ------------------------------------------------------------------------------
+
+    def to_tokens(self, text: str, *, prepend_bos: bool = True) -> list[int]:
+        """Token ids with the tokenizer's own special tokens (its BOS) when `prepend_bos`."""
+        if not isinstance(text, str):
+            raise TypeError(f"to_tokens takes a string, got {type(text).__name__}")
+        return list(self.tokenizer(text, add_special_tokens=prepend_bos)["input_ids"])
+
+    def to_string(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids)))
+
+    def _text(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
+    ) -> str:
+        return str(
+            self.tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+        )
+
+    # --- validation --------------------------------------------------------------------------
+
+    def _refuse_on_generate(self, what: str) -> None:
+        if self.backend == GENERATE:
+            raise UnsupportedOperationError(
+                f"{what} is not available on backend 'vllm-generate', which runs vLLM untouched "
+                "for speed; load the model with backend='vllm' (any point, chosen per request) "
+                "or backend='vllm-static' (declared points, compiled) to capture or steer"
+            )
+
+    def _check(self, address: AddressLike) -> str:
+        """Validate an address for this model; returns its string form or raises with the reason."""
+        addr = to_address(address, check=True)
+        if addr.is_path:
+            raise PointUnavailableError(
+                f"{addr} addresses a raw module, which backend {self.backend!r} does not hook; "
+                "use backend='eager' for path addresses"
+            )
+        if addr.stream is not None:
+            raise PointUnavailableError(f"{addr}: {self.architecture} has a single residual stream")
+        if addr.layer is not None and addr.layer >= self.n_layers:
+            raise LayerOutOfRangeError(
+                f"layer {addr.layer} in {addr} is out of range: the model has {self.n_layers} "
+                f"layers (0..{self.n_layers - 1})",
+                str(addr),
+            )
+        text = str(addr)
+        if text in self._widths:
+            return text
+        reason = self._refused.get(text) or self._refused.get(addr.name)
+        if reason is None:
+            reason = f"{addr.name} does not exist at layer {addr.layer} of {self.architecture}"
+        raise PointUnavailableError(f"{text} is unavailable on backend {self.backend!r}: {reason}")
+
+    def _prompt_ids(self, tokens: Prompt) -> tuple[int, ...]:
+        if isinstance(tokens, str):
+            ids = tuple(self.to_tokens(tokens))
+        else:
+            try:
+                ids = tuple(int(t) for t in tokens)  # type: ignore[union-attr]
+            except (TypeError, ValueError):
+                raise ValueError(
+                    "a prompt must be a string or a sequence of token ids (ints)"
+                ) from None
+        if not ids:
+            raise ValueError("the prompt is empty; give at least one token")
+        vocab = len(self.tokenizer)
+        bad = [t for t in ids if t < 0 or t >= max(vocab, self.info.get("vocab_size", 0))]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (0..{vocab - 1})")
+        return ids
+
+    def _steer_specs(
+        self, steering: SteeringArg, prompt_ids: Sequence[int]
+    ) -> tuple[SteerSpec, ...]:
+        specs: list[SteerSpec] = []
+        for s in steering_tuple(steering):
+            for addr in s.addresses():
+                text = self._check(addr)
+                if text not in self._writable:
+                    raise SteeringSpecError(
+                        f"{text} cannot be written on backend {self.backend!r}: "
+                        f"{self._write_reason(text)}"
+                    )
+                s.check_width(self._widths[text])
+            masked = s.mask.masked(prompt_ids, self.tokenizer.all_special_ids)
+            specs.extend(SteerSpec(str(a), s.ops, tuple(sorted(masked))) for a in s.addresses())
+        return tuple(specs)
+
+    def _write_reason(self, address: str) -> str:
+        point = get_point(address.split(".")[0])
+        if not point.writable:
+            return f"{point.name} is a capture-only point"
+        return (
+            "on this family's vLLM layer the residual is kept outside the hooked module, so a "
+            "write would not reach it; steer resid_pre or resid_post, or use backend='eager'"
+        )
+
+    def _captures(self, addresses: Sequence[AddressLike]) -> tuple[str, ...]:
+        if isinstance(addresses, str):
+            addresses = [addresses]
+        out = tuple(dict.fromkeys(self._check(a) for a in addresses))
+        return out
+
+    # --- sampling ----------------------------------------------------------------------------
+
+    def _params(self, key: str, sampling: SamplingParams) -> Any:
+        return self.engine.sampling_params(
+            key,
+            max_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            seed=sampling.seed,
+            ignore_eos=not sampling.stop_at_eos,
+        )
+
+    # --- core request --------------------------------------------------------------------------
+
+    async def _on_engine(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run on the engine's loop (AsyncLLM is bound to it), from whichever loop awaits us."""
+        if self.engine.closed:
+            coro.close()
+            raise RuntimeError(f"the {self.backend} engine of {self.model_id} has been shut down")
+        if asyncio.get_running_loop() is self.engine.loop:
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.engine.loop))
+
+    async def _request(
+        self,
+        prompt_ids: tuple[int, ...],
+        sampling: SamplingParams,
+        captures: tuple[str, ...],
+        steer: tuple[SteerSpec, ...],
+    ) -> tuple[tuple[int, ...], dict[str, torch.Tensor]]:
+        """Register, submit, wait, collect. Returns generated ids and rows per captured address."""
+        tracked = bool(captures or steer)
+        key = new_key()
+        if tracked:
+            spec = RequestSpec(key, captures, steer, len(prompt_ids))
+            await self.engine.rpc("ie_register", [spec.to_wire()])
+        sub = Submission(prompt_ids, self._params(key, sampling), key, key if tracked else None)
+        token_ids: tuple[int, ...] = ()
+        try:
+            async for out in self.engine.stream(sub):
+                token_ids = tuple(out.outputs[0].token_ids)
+            rows: dict[str, torch.Tensor] = {}
+            if tracked:
+                n_rows = len(prompt_ids) + len(token_ids) - 1
+                rows = await self.engine.rpc_payload("ie_collect", key, 0, n_rows, True)
+                tracked = False
+            return token_ids, rows
+        finally:
+            if tracked:
+                await self.engine.rpc("ie_release", [key])
+
+    # --- protocol ------------------------------------------------------------------------------
+
+    async def capture(
+        self,
+        tokens: Prompt | Sequence[Sequence[int]],
+        addresses: Sequence[AddressLike],
+        *,
+        steering: SteeringArg = None,
+    ) -> ActivationCache:
+        """One forward per prompt (all submitted together); tensors `[batch, seq, ...]`."""
+        self._refuse_on_generate("capture")
+        prompts = self._prompt_list(tokens)
+        captures = self._captures(addresses)
+        one = SamplingParams(max_new_tokens=1, stop_at_eos=False)
+
+        async def one_prompt(ids: tuple[int, ...]) -> dict[str, torch.Tensor]:
+            _, rows = await self._request(ids, one, captures, self._steer_specs(steering, ids))
+            return rows
+
+        results = await self._on_engine(_gather(*(one_prompt(p) for p in prompts)))
+        return self._batch_cache(captures, results, [len(p) for p in prompts])
+
+    def _prompt_list(self, tokens: Prompt | Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+        if isinstance(tokens, str):
+            return [self._prompt_ids(tokens)]
+        if torch.is_tensor(tokens):
+            tokens = tokens.tolist()
+        seq = list(tokens)  # type: ignore[arg-type]
+        if seq and not isinstance(seq[0], int | str) and hasattr(seq[0], "__iter__"):
+            return [self._prompt_ids(p) for p in seq]
+        if seq and isinstance(seq[0], str):
+            return [self._prompt_ids(p) for p in seq]
+        return [self._prompt_ids(seq)]
+
+    def _batch_cache(
+        self,
+        captures: tuple[str, ...],
+        results: Sequence[dict[str, torch.Tensor]],
+        lengths: list[int],
+    ) -> ActivationCache:
+        if len(set(lengths)) > 1:
+            raise ValueError(
+                f"prompts of different lengths {lengths} cannot share one [batch, seq] tensor; "
+                "capture them one at a time or pad them to one length"
+            )
+        out: dict[str, torch.Tensor] = {}
+        for address in captures:
+            parts = []
+            for rows in results:
+                if address not in rows:
+                    raise RuntimeError(f"the worker returned no rows for {address}")
+                parts.append(rows[address])
+            out[address] = torch.stack(parts)
+        return ActivationCache(out)
+
+    async def capture_generation(
+        self,
+        tokens: Prompt,
+        addresses: Sequence[AddressLike],
+        sampling: SamplingParams = DEFAULT_SAMPLING,
+        *,
+        steering: SteeringArg = None,
+    ) -> GenerationCapture:
+        """Generate, capturing over prompt + generated[:-1] as vLLM runs it (prefill, then decode)."""
+        self._refuse_on_generate("capture_generation")
+        ids = self._prompt_ids(tokens)
+        captures = self._captures(addresses)
+        steer = self._steer_specs(steering, ids)
+        token_ids, rows = await self._on_engine(self._request(ids, sampling, captures, steer))
+        cache = ActivationCache({a: rows[a].unsqueeze(0) for a in captures})
+        return GenerationCapture(self._generation(ids, token_ids), cache)
+
+    async def capture_generation_stream(
+        self,
+        tokens: Prompt,
+        addresses: Sequence[AddressLike],
+        sampling: SamplingParams = DEFAULT_SAMPLING,
+        *,
+        steering: SteeringArg = None,
+    ) -> AsyncIterator[tuple[StreamChunk, ActivationCache]]:
+        """Yield each generated token with the rows computed since the previous one (`[1, new, ...]`).
+
+        The first token comes with the prompt's rows; token i with the row of token i-1.
+        """
+        self._refuse_on_generate("capture_generation_stream")
+        ids = self._prompt_ids(tokens)
+        captures = self._captures(addresses)
+        steer = self._steer_specs(steering, ids)
+        agen = self._stream_capture(ids, sampling, captures, steer)
+        async for item in _bridge(agen, self.engine.loop, self._on_engine):
+            yield item
+
+    async def _stream_capture(
+        self,
+        ids: tuple[int, ...],
+        sampling: SamplingParams,
+        captures: tuple[str, ...],
+        steer: tuple[SteerSpec, ...],
+    ) -> AsyncIterator[tuple[StreamChunk, ActivationCache]]:
+        key = new_key()
+        spec = RequestSpec(key, captures, steer, len(ids))
+        await self.engine.rpc("ie_register", [spec.to_wire()])
+        sub = Submission(ids, self._params(key, sampling), key, key)
+        have = 0
+        seen = 0
+        text = _TextStream(self._text)
+        try:
+            async for out in self.engine.stream(sub):
+                new_tokens = list(out.outputs[0].token_ids)[seen:]
+                for tok in new_tokens:
+                    seen += 1
+                    stop = len(ids) + seen - 1
+                    rows = await self.engine.rpc_payload("ie_collect", key, have, stop, False)
+                    have = stop
+                    cache = ActivationCache({a: rows[a].unsqueeze(0) for a in captures})
+                    yield StreamChunk(tok, text.push(tok)), cache
+        finally:
+            await self.engine.rpc("ie_release", [key])
+
+    async def capture_attention(
+        self, tokens: Prompt, layers: Sequence[int] | None = None
+    ) -> ActivationCache:
+        """Attention probabilities `[batch, heads, q, k]`, recomputed from post-RoPE q and k."""
+        self._refuse_on_generate("capture_attention")
+        if layers is None:
+            layers = [int(a.split(".")[1]) for a in self._widths if a.startswith("attn_probs.")]
+        cache = await self.capture(tokens, [f"attn_probs.{layer}" for layer in layers])
+        return cache
+
+    async def generate(
+        self,
+        tokens: Prompt,
+        sampling: SamplingParams = DEFAULT_SAMPLING,
+        *,
+        steering: SteeringArg = None,
+    ) -> Generation:
+        if steering_tuple(steering):
+            self._refuse_on_generate("steering")
+        ids = self._prompt_ids(tokens)
+        steer = self._steer_specs(steering, ids)
+        token_ids, _ = await self._on_engine(self._request(ids, sampling, (), steer))
+        return self._generation(ids, token_ids)
+
+    async def generate_stream(
+        self,
+        tokens: Prompt,
+        sampling: SamplingParams = DEFAULT_SAMPLING,
+        *,
+        steering: SteeringArg = None,
+    ) -> AsyncIterator[StreamChunk]:
+        if steering_tuple(steering):
+            self._refuse_on_generate("steering")
+        ids = self._prompt_ids(tokens)
+        steer = self._steer_specs(steering, ids)
+        async for item in _bridge(
+            self._stream_tokens(ids, sampling, steer), self.engine.loop, self._on_engine
+        ):
+            yield item
+
+    async def _stream_tokens(
+        self, ids: tuple[int, ...], sampling: SamplingParams, steer: tuple[SteerSpec, ...]
+    ) -> AsyncIterator[StreamChunk]:
+        key = new_key()
+        if steer:
+            await self.engine.rpc("ie_register", [RequestSpec(key, (), steer, len(ids)).to_wire()])
+        sub = Submission(ids, self._params(key, sampling), key, key if steer else None)
+        seen = 0
+        text = _TextStream(self._text)
+        try:
+            async for out in self.engine.stream(sub):
+                for tok in list(out.outputs[0].token_ids)[seen:]:
+                    seen += 1
+                    yield StreamChunk(tok, text.push(tok))
+        finally:
+            if steer:
+                await self.engine.rpc("ie_release", [key])
+
+    def _generation(self, prompt_ids: tuple[int, ...], token_ids: tuple[int, ...]) -> Generation:
+        return Generation(prompt_ids, token_ids, self._text(token_ids))
+
+    # --- lens ----------------------------------------------------------------------------------
+
+    def _lens_rows(self, rows: Any) -> tuple[torch.Tensor, tuple[int, ...]]:
+        t = torch.as_tensor(rows)
+        if t.ndim == 0 or t.shape[-1] != self.d_model:
+            raise ValueError(
+                f"residual rows must end in d_model={self.d_model}, got shape {tuple(t.shape)}"
+            )
+        if not t.is_floating_point() or not torch.isfinite(t).all():
+            raise ValueError("residual rows must be finite floating-point values")
+        return t.reshape(-1, self.d_model).contiguous(), tuple(t.shape[:-1])
+
+    async def decode_residuals(self, rows: Any) -> Any:
+        """Full logits `[..., vocab]` (final norm, unembed, scale, softcap) for small inputs."""
+        flat, lead = self._lens_rows(rows)
+        vocab = int(self.info.get("vocab_size", 0)) or len(self.tokenizer)
+        size = flat.shape[0] * vocab * 4
+        if size > FULL_LOGITS_LIMIT:
+            raise UnsupportedOperationError(
+                f"decode_residuals would ship {size / 2**20:.0f} MiB of logits back from the "
+                f"worker (limit {FULL_LOGITS_LIMIT // 2**20} MiB); use decode_residuals_topk"
+            )
+        out = await self._on_engine(
+            self.engine.rpc_payload("ie_decode", payload.encode({"rows": flat}))
+        )
+        logits = out["logits"]
+        return logits.reshape(*lead, logits.shape[-1])
+
+    async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
+        """Top-k ids and full-vocab probabilities, computed in the worker: `[..., k]` back."""
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        flat, lead = self._lens_rows(rows)
+        out = await self._on_engine(
+            self.engine.rpc_payload("ie_lens_topk", payload.encode({"rows": flat}), k)
+        )
+        return TopK(out["ids"].reshape(*lead, k), out["probs"].reshape(*lead, k))
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def warmup(self) -> None:
+        await self.generate([self.tokenizer.bos_token_id or 0], SamplingParams(max_new_tokens=2))
+
+    async def shutdown(self) -> None:
+        alive = self.engine.shutdown()
+        if alive:
+            raise RuntimeError(f"engine processes {alive} did not exit after shutdown")
+
+    async def stats(self) -> dict[str, Any]:
+        """Worker registry and hook counts (tests check that everything was released)."""
+        return (await self._on_engine(self.engine.rpc("ie_stats")))[0]
+
+
+class _TextStream:
+    """Incremental text: emit only characters that are complete (multi-byte tokens can split)."""
+
+    def __init__(self, decode: Any) -> None:
+        self.decode = decode
+        self.ids: list[int] = []
+        self.emitted = ""
+
+    def push(self, token: int) -> str:
+        self.ids.append(token)
+        text = self.decode(self.ids)
+        ok = text.startswith(self.emitted) and not text.endswith("\ufffd")
+        chunk = text[len(self.emitted) :] if ok else ""
+        self.emitted += chunk
+        return chunk
+
+
+async def _gather(*coros: Awaitable[T]) -> list[T]:
+    return list(await asyncio.gather(*coros))
+
+
+async def _bridge(
+    agen: AsyncIterator[T], engine_loop: asyncio.AbstractEventLoop, on_engine: Any
+) -> AsyncIterator[T]:
+    """Drive an async iterator that lives on the engine loop from any loop."""
+    if asyncio.get_running_loop() is engine_loop:
+        async for item in agen:
+            yield item
+        return
+
+    async def step() -> tuple[bool, T | None]:
+        try:
+            return True, await agen.__anext__()  # type: ignore[attr-defined]
+        except StopAsyncIteration:
+            return False, None
+
+    try:
+        while True:
+            ok, item = await on_engine(step())
+            if not ok:
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        await on_engine(agen.aclose())  # type: ignore[attr-defined]
+
+
+def _load(model_id: str, backend: str, **kw: Any) -> VLLMModel:
+    """Build on ie-core's background loop, so the sync mirror and any async caller share it."""
+    if isinstance(model_id, Path):
+        model_id = str(model_id)
+    return run(VLLMModel.create(model_id, backend, **kw))
+
+
+def load_hooked(model_id: str, **kw: Any) -> VLLMModel:
+    """Entry point `vllm`: hooks, enforce_eager, every servable point chosen per request."""
+    return _load(model_id, HOOKED, **kw)
+
+
+def load_generate(model_id: str, **kw: Any) -> VLLMModel:
+    """Entry point `vllm-generate`: vLLM at its own defaults; capture and steering refused."""
+    return _load(model_id, GENERATE, **kw)
+
+
+async def create(model_id: str, backend: str = HOOKED, **kw: Any) -> VLLMModel:
+    """Async construction on the caller's loop (the engine then belongs to that loop)."""
+    return await VLLMModel.create(model_id, backend, **kw)
+
+
+__all__ = ["VLLMModel", "create", "load_generate", "load_hooked"]

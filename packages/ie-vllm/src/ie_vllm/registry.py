@@ -1,0 +1,120 @@
+"""Per-request specs (what to capture, how to steer) and the worker's store of captured rows.
+
+The host registers a `RequestSpec` in every worker *before* submitting the request; the worker
+finds it through the key vLLM carries in `SamplingParams.extra_args` (see `layout.KEY_ARG`).
+Captured rows accumulate per forward (chunked prefill, then one row per decode step), indexed
+by sequence position so a recomputed (preempted) request overwrites rather than duplicates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from ie_core.steering import SteeringOp, op_from_dict
+
+
+@dataclass(frozen=True)
+class SteerSpec:
+    """Ops at one address; prompt positions in `masked` are left alone."""
+
+    address: str
+    ops: tuple[SteeringOp, ...]
+    masked: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    key: str
+    captures: tuple[str, ...] = ()
+    steering: tuple[SteerSpec, ...] = ()
+    prompt_len: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "captures": list(self.captures),
+            "prompt_len": self.prompt_len,
+            "steering": [
+                {
+                    "address": s.address,
+                    "masked": list(s.masked),
+                    "ops": [_op_to_dict(op) for op in s.ops],
+                }
+                for s in self.steering
+            ],
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> RequestSpec:
+        steering = tuple(
+            SteerSpec(s["address"], tuple(op_from_dict(op) for op in s["ops"]), tuple(s["masked"]))
+            for s in data.get("steering", ())
+        )
+        return cls(data["key"], tuple(data.get("captures", ())), steering, int(data["prompt_len"]))
+
+
+def _op_to_dict(op: SteeringOp) -> dict[str, Any]:
+    data = {f.name: getattr(op, f.name) for f in dataclasses.fields(op) if f.init}
+    data = {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+    return {"kind": op.kind, **data}
+
+
+@dataclass
+class Rows:
+    """Captured rows of one site for one request, in chunks keyed by their first position."""
+
+    chunks: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+
+    def add(self, first_pos: int, rows: torch.Tensor) -> None:
+        # A chunk starting at or before an earlier one means the request was recomputed.
+        kept: list[tuple[int, torch.Tensor]] = []
+        for pos, t in self.chunks:
+            if pos >= first_pos:
+                continue
+            kept.append((pos, t[: first_pos - pos]))
+        kept.append((first_pos, rows))
+        self.chunks = kept
+
+    def count(self) -> int:
+        return sum(t.shape[0] for _, t in self.chunks)
+
+    def gather(self, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """Rows for positions [start, stop)."""
+        parts = []
+        for pos, t in self.chunks:
+            lo = max(start - pos, 0)
+            hi = t.shape[0] if stop is None else min(stop - pos, t.shape[0])
+            if hi > lo:
+                parts.append(t[lo:hi])
+        return torch.cat(parts) if parts else torch.empty(0)
+
+
+@dataclass
+class Entry:
+    """A registered request in the worker: its spec, its steering by site, and its captures."""
+
+    spec: RequestSpec
+    capture_sites: frozenset[str]
+    steer_sites: dict[str, tuple[tuple[SteeringOp, ...], frozenset[int]]]
+    rows: dict[str, Rows] = field(default_factory=dict)
+
+
+class Registry:
+    """Worker-side: registered requests by key."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
+
+    def add(self, entry: Entry) -> None:
+        if entry.spec.key in self.entries:
+            raise ValueError(f"request key {entry.spec.key!r} is already registered")
+        self.entries[entry.spec.key] = entry
+
+    def pop(self, key: str) -> Entry | None:
+        return self.entries.pop(key, None)
+
+    def get(self, key: str | None) -> Entry | None:
+        return None if key is None else self.entries.get(key)

@@ -1,0 +1,336 @@
+"""The worker extension: mixed into vLLM's worker through `worker_extension_cls`.
+
+The host calls these methods by name with `collective_rpc("ie_...", args=...)`; they run in the
+worker process between forwards. `ie_setup` wraps the model runner's `_model_forward` so the batch
+layout is recorded just before each forward; hooks read the layout to slice rows per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from ie_core.steer_math import apply_ops
+from ie_core.steering import SteeringOp
+
+from ie_vllm import payload
+from ie_vllm.layout import BatchLayout, RequestRows, record_layout
+from ie_vllm.registry import Entry, Registry, RequestSpec, Rows
+from ie_vllm.resolve import AttnGeom, PointTable, SiteDef, resolve
+
+ATTN_POINTS = ("attn_scores", "attn_probs")
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """What one site does for one request in the current forward."""
+
+    rows: RequestRows
+    entry: Entry
+    ops: tuple[SteeringOp, ...] | None
+    masked: frozenset[int]
+    capture: bool
+
+
+@dataclass
+class WorkerState:
+    table: PointTable
+    registry: Registry = field(default_factory=Registry)
+    counts: dict[str, int] = field(default_factory=dict)
+    handles: dict[str, list[Any]] = field(default_factory=dict)
+    layout: BatchLayout | None = None
+    plan: dict[str, list[PlanItem]] | None = None
+    capture_rank: bool = True  # only one tensor-parallel rank keeps copies
+    forwards: int = 0
+
+
+def capture_sites(address: str) -> tuple[str, ...]:
+    """The hook sites an address needs (attention scores are recomputed from q and k)."""
+    name, _, layer = address.partition(".")
+    if name in ATTN_POINTS:
+        return (f"attn_q.{layer}", f"attn_k.{layer}")
+    return (address,)
+
+
+def attention_rows(
+    q: torch.Tensor, k: torch.Tensor, geom: AttnGeom, start: int, probs: bool
+) -> torch.Tensor:
+    """Scores (or probabilities) `[heads, q rows, k rows]` for queries at positions start.. of k.
+
+    q: `[nq, heads*head_dim]` post-RoPE at positions start..start+nq-1; k: `[nk, kv*head_dim]`
+    post-RoPE at positions 0..nk-1. Masked entries are the dtype's min, as in eager.
+    """
+    nq, nk = q.shape[0], k.shape[0]
+    qh = q.reshape(nq, geom.heads, geom.head_dim).transpose(0, 1).float()
+    kh = k.reshape(nk, geom.kv_heads, geom.head_dim).transpose(0, 1).float()
+    kh = kh.repeat_interleave(geom.heads // geom.kv_heads, dim=0)
+    scores = (qh @ kh.transpose(-1, -2)) * geom.scale
+    if geom.softcap:
+        scores = geom.softcap * torch.tanh(scores / geom.softcap)
+    qpos = torch.arange(start, start + nq, device=q.device)[:, None]
+    kpos = torch.arange(nk, device=q.device)[None, :]
+    visible = kpos <= qpos
+    if geom.window:
+        visible &= (qpos - kpos) < geom.window
+    scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)
+    out = torch.softmax(scores, dim=-1) if probs else scores
+    return out.to(q.dtype)
+
+
+class IEWorkerExtension:
+    """Methods vLLM mixes into its worker class; `self` is the worker (`self.model_runner`)."""
+
+    _ie: WorkerState
+
+    # --- setup -----------------------------------------------------------------------------
+
+    def ie_setup(self, hooked: bool = True) -> dict[str, Any]:
+        """Resolve points on the loaded model and (hooked) wrap the runner's forward."""
+        runner = self.model_runner  # type: ignore[attr-defined]
+        if getattr(self, "_ie", None) is not None:
+            return self._ie.table.info()
+        model = runner.get_model()
+        config = runner.model_config.hf_config
+        architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
+        tp_size = runner.parallel_config.tensor_parallel_size
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        table = resolve(model, architecture, text_config, tp_size)
+        state = WorkerState(table=table, capture_rank=_tp_rank() == 0)
+        self._ie = state
+        if hooked:
+            _wrap_forward(runner, state)
+        info = table.info()
+        info["vocab_size"] = int(getattr(text_config, "vocab_size", 0) or 0)
+        info["architecture"] = architecture
+        info["tp_size"] = tp_size
+        info["pp_size"] = runner.parallel_config.pipeline_parallel_size
+        return info
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def ie_register(self, specs: list[dict[str, Any]]) -> int:
+        """Register request specs (before their requests are submitted) and install their hooks."""
+        state = self._ie
+        for wire in specs:
+            spec = RequestSpec.from_wire(wire)
+            captured = frozenset(
+                site
+                for a in spec.captures
+                for s in capture_sites(a)
+                if (site := state.table.addresses.get(s, s)) in state.table.sites
+            )
+            steer = {}
+            for s in spec.steering:
+                site = state.table.addresses.get(s.address)
+                if site is None:
+                    continue  # another pipeline stage owns it
+                prev_ops, prev_mask = steer.get(site, ((), frozenset()))
+                steer[site] = (prev_ops + s.ops, prev_mask | frozenset(s.masked))
+            state.registry.add(Entry(spec, captured, steer))
+            _acquire(state, set(captured) | set(steer))
+        return len(state.registry.entries)
+
+    def ie_collect(
+        self, key: str, start: int = 0, stop: int | None = None, release: bool = True
+    ) -> dict[str, Any]:
+        """Rows for positions [start, stop) of every captured address, as one payload."""
+        state = self._ie
+        entry = state.registry.get(key)
+        if entry is None:
+            return payload.encode({})
+        out: dict[str, torch.Tensor] = {}
+        if state.capture_rank:
+            out = _gather(state, entry, start, stop)
+        if release:
+            _release_entry(state, key)
+        return payload.encode(out)
+
+    def ie_release(self, keys: list[str]) -> int:
+        for key in keys:
+            _release_entry(self._ie, key)
+        return len(self._ie.registry.entries)
+
+    def ie_stats(self) -> dict[str, Any]:
+        state = self._ie
+        return {
+            "registered": len(state.registry.entries),
+            "hooks": {k: v for k, v in state.counts.items() if v},
+            "forwards": state.forwards,
+        }
+
+    # --- lens --------------------------------------------------------------------------------
+
+    def ie_lens_topk(self, rows: dict[str, Any], k: int) -> dict[str, Any]:
+        """Final norm, compute_logits (scale, softcap), fp32 logsumexp, top-k: `[rows, k]` back."""
+        logits = self._ie_logits(rows)
+        if logits is None:
+            return payload.encode({})
+        logits = logits.float()
+        lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+        top, ids = torch.topk(logits, k, dim=-1)
+        return payload.encode({"ids": ids, "probs": torch.exp(top - lse)})
+
+    def ie_decode(self, rows: dict[str, Any]) -> dict[str, Any]:
+        logits = self._ie_logits(rows)
+        return payload.encode({} if logits is None else {"logits": logits})
+
+    def _ie_logits(self, rows: dict[str, Any]) -> torch.Tensor | None:
+        runner = self.model_runner  # type: ignore[attr-defined]
+        model = runner.get_model()
+        h = payload.decode(rows)["rows"]
+        site = self._ie.table.sites.get("final_norm")
+        if site is None:
+            return None  # not the last pipeline stage
+        param = next(model.parameters())
+        with torch.inference_mode():
+            h = h.to(device=param.device, dtype=param.dtype)
+            normed = site.module(h)
+            normed = normed[0] if isinstance(normed, tuple) else normed
+            logits = model.compute_logits(normed)
+        return logits
+
+
+def _tp_rank() -> int:
+    try:
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        return int(get_tensor_model_parallel_rank())
+    except Exception:
+        return 0
+
+
+# --- forward wrapper and plan ----------------------------------------------------------------
+
+
+def _wrap_forward(runner: Any, state: WorkerState) -> None:
+    original = runner._model_forward
+
+    def forward_with_layout(*args: Any, **kwargs: Any) -> Any:
+        if state.registry.entries:
+            state.layout = record_layout(runner)
+            state.plan = _plan(state, state.layout)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            state.layout = None
+            state.plan = None
+            state.forwards += 1
+
+    runner._model_forward = forward_with_layout
+
+
+def _plan(state: WorkerState, layout: BatchLayout) -> dict[str, list[PlanItem]]:
+    plan: dict[str, list[PlanItem]] = {}
+    for rows in layout.keyed():
+        entry = state.registry.get(rows.key)
+        if entry is None:
+            continue
+        for site in entry.capture_sites | set(entry.steer_sites):
+            ops, masked = entry.steer_sites.get(site, (None, frozenset()))
+            capture = state.capture_rank and site in entry.capture_sites
+            plan.setdefault(site, []).append(PlanItem(rows, entry, ops, masked, capture))
+    return plan
+
+
+# --- hooks -------------------------------------------------------------------------------------
+
+
+def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor | None:
+    """Steer then capture the rows of every planned request; returns the new tensor if steered."""
+    items = state.plan.get(site.name) if state.plan else None
+    if not items:
+        return None
+    new: torch.Tensor | None = None
+    for it in items:
+        if it.ops is None:
+            continue
+        r = it.rows
+        if new is None:
+            new = h.clone()
+        mask = None
+        if it.masked:
+            pos = r.positions()
+            keep = [p not in it.masked for p in pos]
+            mask = torch.tensor(keep, dtype=torch.bool, device=h.device)
+        new[r.start : r.end] = apply_ops(h[r.start : r.end], it.ops, mask)
+    src = h if new is None else new
+    for it in items:
+        if it.capture:
+            r = it.rows
+            it.entry.rows.setdefault(site.name, Rows()).add(
+                r.first_pos, src[r.start : r.end].clone()
+            )
+    return new
+
+
+def _make_hook(state: WorkerState, site: SiteDef) -> Any:
+    if site.hook == "pre":
+
+        def pre(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            if not state.plan or site.name not in state.plan:
+                return None
+            new = _apply(state, site, site.read(args, kwargs, None))
+            if new is None or site.write is None:
+                return None
+            return site.write(args, kwargs, None, new)
+
+        return site.module.register_forward_pre_hook(pre, with_kwargs=True)
+
+    def post(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
+        if not state.plan or site.name not in state.plan:
+            return None
+        new = _apply(state, site, site.read(args, kwargs, output))
+        if new is None or site.write is None:
+            return None
+        return site.write(args, kwargs, output, new)
+
+    return site.module.register_forward_hook(post, with_kwargs=True)
+
+
+def _acquire(state: WorkerState, sites: Iterable[str]) -> None:
+    for name in sites:
+        state.counts[name] = state.counts.get(name, 0) + 1
+        if state.counts[name] == 1:
+            state.handles[name] = [_make_hook(state, state.table.sites[name])]
+
+
+def _release(state: WorkerState, sites: Iterable[str]) -> None:
+    for name in sites:
+        state.counts[name] -= 1
+        if state.counts[name] == 0:
+            for handle in state.handles.pop(name, []):
+                handle.remove()
+
+
+def _release_entry(state: WorkerState, key: str) -> None:
+    entry = state.registry.pop(key)
+    if entry is not None:
+        _release(state, set(entry.capture_sites) | set(entry.steer_sites))
+
+
+# --- collection ------------------------------------------------------------------------------
+
+
+def _gather(
+    state: WorkerState, entry: Entry, start: int, stop: int | None
+) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for address in entry.spec.captures:
+        name, _, layer = address.partition(".")
+        if name in ATTN_POINTS:
+            geom = state.table.attn.get(int(layer))
+            q_rows = entry.rows.get(f"attn_q.{layer}")
+            k_rows = entry.rows.get(f"attn_k.{layer}")
+            if geom is None or q_rows is None or k_rows is None:
+                continue
+            q = q_rows.gather(start, stop)
+            k = k_rows.gather(0, stop)
+            out[address] = attention_rows(q, k, geom, start, name == "attn_probs")
+            continue
+        site = state.table.addresses.get(address)
+        rows = entry.rows.get(site) if site else None
+        if rows is not None:
+            out[address] = rows.gather(start, stop)
+    return out

@@ -34,7 +34,11 @@ class Trait(StrEnum):
     ATTENTION_SINKS = "attention_sinks"
     LAYERNORM = "layernorm"
     TIED_EMBEDDINGS = "tied_embeddings"
+    SPARSE_ONLY = "sparse_only"
 
+
+# Dense-MLP internals: one [batch, seq, d_mlp] tensor exists only on layers with a dense MLP.
+DENSE_MLP_POINTS = frozenset({"mlp_pre", "mlp_pre_linear", "mlp_act"})
 
 TRAIT_NOTES: dict[Trait, str] = {
     Trait.GQA: "fewer key/value heads than query heads; expand by repeat-interleave",
@@ -58,6 +62,7 @@ TRAIT_NOTES: dict[Trait, str] = {
     Trait.ATTENTION_SINKS: "learned sink logits: attention rows need not sum to 1",
     Trait.LAYERNORM: "LayerNorm with bias rather than RMSNorm",
     Trait.TIED_EMBEDDINGS: "unembed shares the embedding matrix",
+    Trait.SPARSE_ONLY: "every MLP is a sparse mixture of experts: expert activations are per expert, so there is no dense mlp_pre / mlp_pre_linear / mlp_act",
 }
 
 
@@ -75,6 +80,8 @@ class Family:
         return trait in self.traits
 
     def has_point(self, point: Point) -> bool:
+        if point.name in DENSE_MLP_POINTS and Trait.SPARSE_ONLY in self.traits:
+            return False
         if point.requires is None:
             return True
         if point.requires == "sequential_block":
@@ -91,6 +98,8 @@ class Family:
             return ""
         if point.requires == "sequential_block":
             return f"{self.name} runs attention and MLP in parallel, so there is no residual between them"
+        if point.name in DENSE_MLP_POINTS and Trait.SPARSE_ONLY in self.traits:
+            return f"in {self.name} {TRAIT_NOTES[Trait.SPARSE_ONLY]}"
         trait = Trait(point.requires or "")
         return f"{self.name} has no {trait.value.replace('_', ' ')} ({TRAIT_NOTES[trait]})"
 
@@ -138,7 +147,7 @@ FAMILIES: tuple[Family, ...] = (
        "QK-norm with a sparse MoE MLP; which layers are sparse comes from the config.", "Qwen/Qwen3-30B-A3B"),
     _f("qwen2-moe", "Qwen2-MoE", "Qwen2MoeForCausalLM", "gqa gated_mlp moe shared_experts",
        "MoE with a gated shared expert added to the routed experts.", "Qwen/Qwen1.5-MoE-A2.7B"),
-    _f("mixtral", "Mixtral", "MixtralForCausalLM", "gqa gated_mlp moe",
+    _f("mixtral", "Mixtral", "MixtralForCausalLM", "gqa gated_mlp moe sparse_only",
        "Sparse MoE, 8 experts, top-2.", "mistralai/Mixtral-8x7B-v0.1"),
     _f("gemma", "Gemma", "GemmaForCausalLM", "gated_mlp embedding_scale tied_embeddings",
        "Embeddings scaled by sqrt(d_model); RMSNorm gain is 1 + w; GeGLU.", "google/gemma-2b"),
@@ -162,7 +171,7 @@ FAMILIES: tuple[Family, ...] = (
        "Parallel block with one LayerNorm and a logit scale.", "CohereForAI/c4ai-command-r-v01"),
     _f("falcon", "Falcon", "FalconForCausalLM", "parallel_block layernorm fused_qkv",
        "Parallel block; fused QKV grouped per KV head in the new decoder.", "tiiuae/falcon-7b", synthetic=False),
-    _f("gpt-oss", "gpt-oss", "GptOssForCausalLM", "gqa moe sliding_window attention_sinks",
+    _f("gpt-oss", "gpt-oss", "GptOssForCausalLM", "gqa moe sliding_window attention_sinks sparse_only",
        "MoE with learned attention sinks: probability rows need not sum to 1.", "openai/gpt-oss-20b", synthetic=False),
     _f("qwen3-next", "Qwen3-Next / Qwen3.5", "Qwen3NextForCausalLM",
        "gqa gated_mlp qk_norm moe shared_experts hybrid_linear_attention gated_attention",

@@ -192,7 +192,8 @@ class Session:
             t = t * r.scale
         if r.kind == "sum":
             t = self._seen_base[id(r)] + t
-        return t if self.keep_graph else t.detach()
+        # Clone: some blocks add into a sublayer's output in place afterwards (Falcon's `+=`).
+        return t.clone() if self.keep_graph else t.detach().clone()
 
     def _write(self, r: Resolved, w: Write, raw: torch.Tensor) -> torch.Tensor:
         flat = r.tap.select.get(raw)
@@ -253,7 +254,7 @@ class Session:
             dtype = output[0].dtype if isinstance(output, tuple) else scores.dtype
             for r in items:
                 t = scores if r.address.name == "attn_scores" else probs.to(dtype)
-                self.captured[r.address] = t if self.keep_graph else t.detach()
+                self.captured[r.address] = t if self.keep_graph else t.detach().clone()
 
         self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))

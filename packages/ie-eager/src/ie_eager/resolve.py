@@ -371,6 +371,8 @@ class Resolver:
         if b.mlp is None:
             raise self._missing(point, "no MLP module found")
         if b.moe:
+            if self.family is not None and not self.family.has_point(point):
+                raise self._missing(point, "")
             raise self._refuse(
                 point,
                 f"layer {b.index} is a sparse mixture-of-experts layer: each expert has its own "

@@ -1,0 +1,27 @@
+"""Shared fixtures: synthetic families loaded once per session, fp32 on CPU."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from ie_eager.backend import EagerModel, load
+from ie_eager.synthetic import FAMILIES, build
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+FAMILY_SLUGS = sorted(FAMILIES)
+PROMPT = "The capital of France is Paris, and the capital of Japan is"
+
+
+@functools.cache
+def synthetic_model(slug: str) -> EagerModel:
+    # The built folder directly, so these tests do not depend on the entry-point install.
+    return load(str(build(slug)), device="cpu", dtype="float32")
+
+
+@pytest.fixture(params=FAMILY_SLUGS)
+def family_model(request: pytest.FixtureRequest) -> EagerModel:
+    return synthetic_model(request.param)

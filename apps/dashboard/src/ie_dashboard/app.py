@@ -134,6 +134,9 @@ def _cell_json(session: Session, cell: BenchmarkCellRow) -> dict[str, Any]:
         "device": cell.device,
         "environment_label": cell.env_label,
         "environment": json.loads(cell.env_json),
+        "cell_id": cell.cell_id,
+        "profile": cell.profile,
+        "status": cell.status,
         "source": cell.source,
         "workloads": [
             {
@@ -159,6 +162,8 @@ def _run_json(session: Session, run: ValidatorRunRow, with_points: bool) -> dict
         "dtype": run.dtype,
         "device": run.device,
         "versions": json.loads(run.versions_json),
+        "family": run.family,
+        "error": run.error,
         "source": run.source,
     }
     if with_points:

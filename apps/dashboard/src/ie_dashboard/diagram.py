@@ -2,7 +2,7 @@
 
 Pure geometry in pixels; the template draws the lines as SVG and each point as an HTML link
 (so htmx and plain navigation both work on it). Parallel-block families branch the MLP off
-`resid_pre` and have no `resid_mid`.
+`resid_pre`; their `resid_mid` stays on the spine, drawn absent.
 """
 
 from __future__ import annotations
@@ -97,8 +97,6 @@ def layout(parallel: bool = False) -> Layout:
     for i, row in enumerate(MLP_ROWS):
         nodes += _row_nodes(row, MLP_X, SPINE_Y + 50 + i * ROW_GAP, "mlp")
     for name, x in SPINE.items():
-        if parallel and name == "resid_mid":
-            continue
         nodes.append(
             Node(name, x, SPINE_Y, "trunk" if name in {"embeddings", "final_norm"} else "spine")
         )

@@ -37,59 +37,53 @@ def _dumps(value: Any) -> str:
 
 
 def environment_summary(cell: BenchmarkCell) -> tuple[str, str]:
-    """(device, one-line label) for the page: the hardware, dtype and size profile of a figure."""
-    env = cell.environment
-    extra = cell.model_extra or {}
+    """(device, one-line label): the hardware, dtype and size profile a figure was measured under."""
+    env, load = cell.environment, cell.load
     gpu = env.get("gpu")
-    gpu_name = gpu.get("name") if isinstance(gpu, dict) else gpu
-    profile = extra.get("profile")
-    profile_name = profile.get("name") if isinstance(profile, dict) else profile
-    device = str(
-        env.get("device") or (profile.get("device") if isinstance(profile, dict) else "") or ""
-    )
-    if not device:
-        device = "cuda" if gpu_name else "cpu"
-    hardware = str(gpu_name or env.get("cpu") or device)
-    dtype = env.get("dtype_resolved") or env.get("dtype") or extra.get("dtype")
-    if not dtype and isinstance(profile, dict):
-        dtype = profile.get("dtype")
-    parts = [
-        hardware,
-        str(dtype) if dtype else "",
-        f"profile {profile_name}" if profile_name else "",
-    ]
+    device = str(load.get("device") or cell.profile.device or ("cuda" if gpu else "cpu"))
+    if isinstance(gpu, dict) and gpu.get("name"):
+        count = gpu.get("count") or 1
+        hardware = f"{count}x {gpu['name']}" if count > 1 else str(gpu["name"])
+    else:
+        cores = env.get("cpu_count")
+        hardware = f"{env.get('cpu') or 'CPU'}" + (f" ({cores} threads)" if cores else "")
+    dtype = load.get("dtype_resolved") or load.get("dtype_requested") or cell.profile.dtype
+    parts = [hardware, str(dtype) if dtype else "", f"profile {cell.profile.name}"]
     return device, ", ".join(p for p in parts if p)
 
 
 def upsert_cell(session: Session, cell: BenchmarkCell, source: str) -> tuple[int, bool]:
     """Store `cell`; returns (row id, created)."""
-    key = f"{cell.model.model_id}|{cell.variant}|{iso(cell.started)}"
+    started = iso(cell.started_at)
+    key = f"{cell.model.model_id}|{cell.variant.key}|{cell.profile.name}|{started}"
     row = session.exec(select(BenchmarkCellRow).where(BenchmarkCellRow.cell_key == key)).first()
     created = row is None
     if row is None:
         row = BenchmarkCellRow(
-            cell_key=key, model=cell.model.model_id, variant=cell.variant, started=iso(cell.started)
+            cell_key=key, model=cell.model.model_id, variant=cell.variant.key, started=started
         )
     device, label = environment_summary(cell)
-    command = cell.command if isinstance(cell.command, str) else " ".join(cell.command)
-    row.finished = iso(cell.finished) if cell.finished else None
-    row.command = command
+    row.finished = iso(cell.finished_at) if cell.finished_at else None
+    row.command = " ".join(cell.command)
     row.device = device
     row.env_label = label
     row.env_json = _dumps(cell.environment)
-    row.raw_json = cell.model_dump_json()
+    row.raw_json = cell.model_dump_json(by_alias=True)
     row.source = source
     row.ingested_at = _now()
+    row.cell_id = cell.cell_id
+    row.profile = cell.profile.name
+    row.status = cell.status
     session.add(row)
     session.flush()
     assert row.id is not None
     session.exec(delete(WorkloadRow).where(WorkloadRow.cell_id == row.id))  # type: ignore[arg-type]
-    for w in cell.workloads:
+    for name, w in cell.workloads.items():
         detail = w.detail if isinstance(w.detail, str) or w.detail is None else _dumps(w.detail)
         session.add(
             WorkloadRow(
                 cell_id=row.id,
-                workload=w.workload,
+                workload=name,
                 status=w.status,
                 metrics_json=_dumps(w.metrics),
                 detail=detail or "",
@@ -117,6 +111,8 @@ def upsert_validator(session: Session, result: ValidatorResult, source: str) -> 
     row.dtype = result.dtype
     row.device = result.device
     row.versions_json = _dumps(result.versions)
+    row.family = result.family
+    row.error = result.error
     row.raw_json = result.model_dump_json()
     row.source = source
     row.ingested_at = _now()

@@ -159,10 +159,25 @@ def _validator_tables(conn: Connection) -> None:
     md.create_all(conn)
 
 
+def _cell_and_run_facts(conn: Connection) -> None:
+    # The producers' schemas (ie-bench/cell/1, validator schema_version 1) carry these facts.
+    for table, column in (
+        ("benchmark_cells", "cell_id"),
+        ("benchmark_cells", "profile"),
+        ("benchmark_cells", "status"),
+        ("validator_runs", "family"),
+        ("validator_runs", "error"),
+    ):
+        conn.execute(
+            sa.text(f"ALTER TABLE {table} ADD COLUMN {column} VARCHAR NOT NULL DEFAULT ''")
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "registry: points, traits, architectures", _registry_tables),
     Migration(2, "benchmark cells and workloads", _benchmark_tables),
     Migration(3, "validator runs and point results", _validator_tables),
+    Migration(4, "cell id, profile and status on cells; family and error on runs", _cell_and_run_facts),
 )  # fmt: skip
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ie_core.families import FAMILIES, TRAIT_NOTES
 from ie_core.points import POINTS
+from sqlalchemy import insert
 from sqlmodel import Session, delete
 
 from ie_dashboard.tables import (
@@ -19,52 +20,54 @@ def seed_registry(session: Session) -> int:
     """Replace the registry rows with ie-core's current registry; returns the architecture count."""
     for table in (ArchitecturePointRow, ArchitectureTraitRow, ArchitectureRow, TraitRow, PointRow):
         session.exec(delete(table))  # type: ignore[arg-type]
-    session.flush()
-    for i, p in enumerate(POINTS):
-        session.add(
-            PointRow(
-                name=p.name,
-                position=i,
-                scope=p.scope.value,
-                width=p.width.value,
-                role=p.role.value,
-                definition=p.definition,
-                requires=p.requires,
-                vllm_service=p.vllm.service.value,
-                vllm_reason=p.vllm.reason,
-                static_service=p.static.service.value,
-                static_reason=p.static.reason,
-                tl_name=p.peers.transformer_lens,
-                nnsight_name=p.peers.nnsight,
-                nnterp_name=p.peers.nnterp,
-            )
-        )
-    for trait, note in TRAIT_NOTES.items():
-        session.add(TraitRow(name=trait.value, note=note))
-    session.flush()
-    for i, f in enumerate(FAMILIES):
-        session.add(
-            ArchitectureRow(
-                slug=f.slug,
-                position=i,
-                name=f.name,
-                hf_classes=" ".join(f.hf_classes),
-                significance=f.significance,
-                examples=" ".join(f.examples),
-                synthetic=f.synthetic,
-            )
-        )
-    session.flush()
-    for f in FAMILIES:
-        for t in sorted(f.traits, key=lambda t: t.value):
-            session.add(ArchitectureTraitRow(architecture=f.slug, trait=t.value))
-        for p in POINTS:
-            session.add(
-                ArchitecturePointRow(
-                    architecture=f.slug,
-                    point=p.name,
-                    present=f.has_point(p),
-                    reason=f.missing_reason(p),
-                )
-            )
+    points = [
+        {
+            "name": p.name,
+            "position": i,
+            "scope": p.scope.value,
+            "width": p.width.value,
+            "role": p.role.value,
+            "definition": p.definition,
+            "requires": p.requires,
+            "vllm_service": p.vllm.service.value,
+            "vllm_reason": p.vllm.reason,
+            "static_service": p.static.service.value,
+            "static_reason": p.static.reason,
+            "tl_name": p.peers.transformer_lens,
+            "nnsight_name": p.peers.nnsight,
+            "nnterp_name": p.peers.nnterp,
+        }
+        for i, p in enumerate(POINTS)
+    ]
+    archs = [
+        {
+            "slug": f.slug,
+            "position": i,
+            "name": f.name,
+            "hf_classes": " ".join(f.hf_classes),
+            "significance": f.significance,
+            "examples": " ".join(f.examples),
+            "synthetic": f.synthetic,
+        }
+        for i, f in enumerate(FAMILIES)
+    ]
+    arch_traits = [{"architecture": f.slug, "trait": t.value} for f in FAMILIES for t in f.traits]
+    arch_points = [
+        {
+            "architecture": f.slug,
+            "point": p.name,
+            "present": f.has_point(p),
+            "reason": f.missing_reason(p),
+        }
+        for f in FAMILIES
+        for p in POINTS
+    ]
+    # Core bulk inserts: one executemany per table instead of ~900 ORM objects.
+    session.execute(insert(PointRow), points)
+    session.execute(
+        insert(TraitRow), [{"name": t.value, "note": n} for t, n in TRAIT_NOTES.items()]
+    )
+    session.execute(insert(ArchitectureRow), archs)
+    session.execute(insert(ArchitectureTraitRow), arch_traits)
+    session.execute(insert(ArchitecturePointRow), arch_points)
     return len(FAMILIES)

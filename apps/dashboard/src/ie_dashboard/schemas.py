@@ -1,7 +1,7 @@
 """What the ingest API and the seed accept: a benchmark cell and a validator result.
 
-The shapes follow what `benchmarks/` and `validator/` write (see their READMEs). Unknown extra
-fields are kept in the stored raw JSON, so a producer can add fields without breaking ingest.
+The shapes are what `benchmarks/` (`ie-bench/cell/1`) and `validator/` (schema_version 1) write;
+see their READMEs. Unknown extra fields are kept in the stored raw JSON.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 NonEmpty = Annotated[str, Field(min_length=1, max_length=500)]
 WorkloadStatus = Literal["ok", "unsupported", "error"]
@@ -20,62 +20,55 @@ class _Open(BaseModel):
 
 
 class ModelRef(_Open):
-    """The benchmarked checkpoint: `model_id` is the HF id or local id; `key`/`label` are short names."""
+    """The benchmarked checkpoint: `model_id` is its HF or local id, `key` the sweep's short name."""
 
+    key: NonEmpty
     model_id: NonEmpty
-    key: str | None = None
     label: str | None = None
 
 
+class VariantRef(_Open):
+    key: NonEmpty
+    backend: NonEmpty
+    label: str | None = None
+
+
+class ProfileRef(_Open):
+    name: NonEmpty
+    dtype: str | None = None
+    device: str | None = None
+
+
 class WorkloadResult(_Open):
-    workload: NonEmpty
     status: WorkloadStatus
-    metrics: dict[str, float | int | None] = Field(default_factory=dict)
-    detail: str | dict[str, Any] | list[Any] | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    detail: dict[str, Any] | str | None = None
 
 
 class BenchmarkCell(_Open):
-    """One `(model, variant)` cell: one process, every workload, the environment it ran in."""
+    """One `(model, variant)` cell under one profile: schema `ie-bench/cell/1` (benchmarks/README.md)."""
 
-    started: datetime
-    finished: datetime | None = None
-    command: str | list[str] = ""
+    schema_id: Literal["ie-bench/cell/1"] = Field(alias="schema")
+    cell_id: NonEmpty
+    status: Literal["running", "ok", "partial", "error"]
+    started_at: datetime
+    finished_at: datetime | None
+    command: list[str]
     model: ModelRef
-    variant: NonEmpty
+    variant: VariantRef
+    profile: ProfileRef
     environment: dict[str, Any]
-    workloads: list[WorkloadResult] = Field(min_length=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _accept_shorthands(cls, data: Any) -> Any:
-        """A bare model id string, and workloads keyed by name, are the same cell."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        if isinstance(data.get("model"), str):
-            data["model"] = {"model_id": data["model"]}
-        workloads = data.get("workloads")
-        if isinstance(workloads, dict):
-            data["workloads"] = [
-                {"workload": name, **body} if isinstance(body, dict) else body
-                for name, body in workloads.items()
-            ]
-        return data
-
-    @field_validator("workloads")
-    @classmethod
-    def _unique_workloads(cls, value: list[WorkloadResult]) -> list[WorkloadResult]:
-        names = [w.workload for w in value]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"workload listed twice: {', '.join(dup)}")
-        return value
+    load: dict[str, Any]
+    workloads: dict[str, WorkloadResult]
+    error: dict[str, Any] | None
 
 
-PointStatus = Literal["pass", "warn", "fail", "unsupported", "n/a", "error", "not_run"]
+PointStatus = Literal["pass", "warn", "fail", "n/a", "unsupported", "error", "not_run"]
 
 
 class PointResult(_Open):
+    """One address compared; `status` n/a carries the reason one side cannot produce it."""
+
     point: NonEmpty
     layer: int | None = Field(default=None, ge=0)
     tier: str = ""
@@ -94,7 +87,7 @@ Verdict = Literal["pass", "warn", "fail", "unsupported", "error", "not_run"]
 
 
 class ValidatorResult(_Open):
-    """One `(model, engine)` comparison against the reference engine."""
+    """One `(model, engine)` comparison against the reference (validator/README.md, schema_version 1)."""
 
     hf_id: NonEmpty
     engine: NonEmpty
@@ -105,6 +98,10 @@ class ValidatorResult(_Open):
     dtype: str = ""
     device: str = ""
     versions: dict[str, Any] = Field(default_factory=dict)
+    family: str = ""
+    architecture: str = ""
+    error: str = ""
+    schema_version: Literal[1] = 1
     points: list[PointResult] = Field(default_factory=list)
 
     @field_validator("points")

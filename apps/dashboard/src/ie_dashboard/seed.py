@@ -1,6 +1,6 @@
 """Seed or refresh the database: the registry from ie-core, results from the committed JSON.
 
-Benchmark cells come from `benchmarks/results/`, validator results from `validator/results/`
+Benchmark cells come from `benchmarks/cells/`, validator results from `validator/results/`
 (see those folders' READMEs). Ingest is idempotent, so re-seeding refreshes without duplicates.
 """
 
@@ -18,10 +18,10 @@ from ie_dashboard.ingest import upsert_cell, upsert_validator
 from ie_dashboard.registry import seed_registry
 from ie_dashboard.schemas import BenchmarkCell, ValidatorResult
 
-BENCH_DIR = Path("benchmarks/results")
+BENCH_DIR = Path("benchmarks/cells")
 VALIDATOR_DIR = Path("validator/results")
 # Keys that mark a JSON object as a cell / a result; other JSON there (reports, aggregates) is skipped.
-BENCH_MARK = ("variant", "workloads")
+BENCH_MARK = ("schema", "cell_id", "workloads")
 VALIDATOR_MARK = ("hf_id", "engine")
 
 
@@ -77,6 +77,8 @@ def _ingest_dir(
 ) -> int:
     count = 0
     for path in sorted((root / folder).rglob("*.json")):
+        if path.name.startswith("."):
+            continue  # a producer's temporary file mid-write
         rel = path.relative_to(root).as_posix()
         try:
             objects = _objects(path)

@@ -63,7 +63,9 @@ class BenchmarkCellRow(SQLModel, table=True):
     __tablename__ = "benchmark_cells"  # type: ignore[assignment]
 
     id: int | None = Field(default=None, primary_key=True)
-    cell_key: str = Field(unique=True)  # model | variant | started: the same cell twice is one row
+    cell_key: str = Field(
+        unique=True
+    )  # model | variant | profile | start: the same cell twice is one row
     model: str = Field(index=True)
     variant: str
     started: str
@@ -75,6 +77,9 @@ class BenchmarkCellRow(SQLModel, table=True):
     raw_json: str = "{}"
     source: str = ""
     ingested_at: str = ""
+    cell_id: str = ""  # the producer's id, `<model key>__<variant key>`
+    profile: str = ""
+    status: str = ""
 
 
 class WorkloadRow(SQLModel, table=True):
@@ -105,6 +110,8 @@ class ValidatorRunRow(SQLModel, table=True):
     raw_json: str = "{}"
     source: str = ""
     ingested_at: str = ""
+    family: str = ""
+    error: str = ""
 
 
 class ValidatorPointRow(SQLModel, table=True):

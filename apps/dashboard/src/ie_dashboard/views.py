@@ -84,15 +84,33 @@ class Architecture:
         return {t for t, _ in self.traits}
 
 
+def _memo(session: Session, key: object, build: Any) -> Any:
+    """Registry reads cached for the session's life: the static export renders ~1,200 pages in one."""
+    cache = session.info.setdefault("ie_dashboard_registry", {})
+    if key not in cache:
+        cache[key] = build()
+    return cache[key]
+
+
 def list_points(session: Session) -> list[PointRow]:
-    return list(session.exec(select(PointRow).order_by(PointRow.position)))
+    return _memo(
+        session, "points", lambda: list(session.exec(select(PointRow).order_by(PointRow.position)))
+    )
 
 
 def list_architectures(session: Session) -> list[ArchitectureRow]:
-    return list(session.exec(select(ArchitectureRow).order_by(ArchitectureRow.position)))
+    return _memo(
+        session,
+        "archs",
+        lambda: list(session.exec(select(ArchitectureRow).order_by(ArchitectureRow.position))),
+    )
 
 
 def get_architecture(session: Session, slug: str) -> Architecture:
+    return _memo(session, ("arch", slug), lambda: _load_architecture(session, slug))
+
+
+def _load_architecture(session: Session, slug: str) -> Architecture:
     row = session.get(ArchitectureRow, slug)
     if row is None:
         known = ", ".join(a.slug for a in list_architectures(session))
@@ -217,14 +235,17 @@ class ModelThroughput:
         return max(values, default=0.0)
 
 
-def _metric(workloads: dict[str, WorkloadRow], spec: tuple[str, str]) -> tuple[float | None, str]:
+def _metric(
+    cell: BenchmarkCellRow, workloads: dict[str, WorkloadRow], spec: tuple[str, str]
+) -> tuple[float | None, str]:
     row = workloads.get(spec[0])
     if row is None:
-        return None, "missing"
+        # A cell that failed before this workload says so; otherwise it was not measured.
+        return None, "error" if cell.status == "error" else "not measured"
     value = json.loads(row.metrics_json).get(spec[1])
     if row.status != "ok":
         return None, row.status
-    return (float(value), "ok") if isinstance(value, int | float) else (None, "missing")
+    return (float(value), "ok") if isinstance(value, int | float) else (None, "not measured")
 
 
 def _variant_key(variant: str) -> tuple[int, str]:
@@ -247,8 +268,8 @@ def throughput(session: Session) -> list[ModelThroughput]:
             w.workload: w
             for w in session.exec(select(WorkloadRow).where(WorkloadRow.cell_id == cell.id))
         }
-        one, one_status = _metric(workloads, ONE_STREAM)
-        conc, conc_status = _metric(workloads, CONCURRENT)
+        one, one_status = _metric(cell, workloads, ONE_STREAM)
+        conc, conc_status = _metric(cell, workloads, CONCURRENT)
         assert cell.id is not None
         models.setdefault(model, []).append(
             Figure(

@@ -1,0 +1,93 @@
+"""A real headless Chromium (Debian's `chromium`, driven by Playwright) against the live app.
+
+CI installs the browser with `apt-get install -y chromium`; Playwright's own browser download is
+never used. The test is skipped, saying why, only where /usr/bin/chromium is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dashboard_fixtures import make_cell, make_result, write_json
+from ie_dashboard.app import create_app
+from ie_dashboard.config import database_url
+from ie_dashboard.db import Database
+from ie_dashboard.screenshots import CHROMIUM, CHROMIUM_ARGS
+from ie_dashboard.seed import seed
+from ie_dashboard.serve import background_server
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(),
+        reason=f"{CHROMIUM} is missing: install Debian's browser with `apt-get install -y chromium`",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("repo")
+    for variant, one, conc in (("eager", 20.0, 18.0), ("vllm", 30.0, 140.0)):
+        write_json(
+            root / f"benchmarks/cells/cpu/smollm2__{variant}.json",
+            make_cell(variant=variant, decode=one, aggregate=conc),
+        )
+    write_json(root / "validator/results/ie-synthetic__llama/nnsight.json", make_result())
+    db = Database(database_url(root / "browser.sqlite"))
+    assert seed(db, root).errors == []
+    with background_server(create_app(db, token=None)) as url:
+        yield url
+    db.dispose()
+
+
+@pytest.fixture(scope="module")
+def page(base_url: str):  # type: ignore[no-untyped-def]
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        yield page
+        browser.close()
+
+
+def test_click_a_point_swaps_in_its_card(base_url: str, page) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{base_url}/?arch=llama", wait_until="networkidle")
+    assert page.locator("#card .card").count() == 0
+    # A marker on window survives an htmx swap but not a full page load.
+    page.evaluate("window.__stayed = true")
+    page.click("#pt-resid_post")
+    card = page.locator("#card .card[data-point='resid_post']")
+    card.wait_for(state="visible", timeout=10_000)
+    assert "blocks.{L}.hook_resid_post" in card.inner_text()
+    assert page.evaluate("window.__stayed === true"), (
+        "the click reloaded the page instead of swapping the card"
+    )
+    assert page.url.endswith("/?arch=llama&point=resid_post")  # hx-push-url makes it a deep link
+    assert "selected" in (page.get_attribute("#pt-resid_post", "class") or "")
+    # Another point replaces the card; an absent one explains itself.
+    page.click("#pt-q_norm_in")
+    page.locator("#card .card[data-point='q_norm_in']").wait_for(timeout=10_000)
+    assert "Llama has no qk norm" in page.inner_text("#card")
+    assert page.locator("#card .card").count() == 1
+
+
+def test_throughput_page_shows_table_and_chart(base_url: str, page) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{base_url}/?arch=gpt2", wait_until="networkidle")
+    page.click("header nav >> text=Throughput")
+    page.wait_for_url(f"{base_url}/throughput")
+    assert page.locator("table.tput tbody tr").count() == 2
+    assert "7.8x" in page.inner_text("table.tput")
+    assert page.locator("svg.chart rect.bar").count() == 4
+    box = page.locator("svg.chart rect.bar.conc").nth(1).bounding_box()
+    assert box is not None and box["width"] > 100  # drawn, not just present in the markup
+
+
+def test_validation_drill_down(base_url: str, page) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{base_url}/validation", wait_until="networkidle")
+    page.click("table.matrix td.g a")
+    page.locator("#run .run").wait_for(timeout=10_000)
+    assert "resid_post.3" in page.inner_text("#run")

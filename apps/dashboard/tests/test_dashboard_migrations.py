@@ -1,0 +1,72 @@
+"""Schema migrations: ordered, recorded, never dropping data, and agreeing with the ORM classes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from dashboard_fixtures import make_cell
+from ie_dashboard import tables  # noqa: F401  (registers the ORM tables on SQLModel.metadata)
+from ie_dashboard.config import database_url
+from ie_dashboard.db import Database
+from ie_dashboard.ingest import upsert_cell
+from ie_dashboard.migrations import MIGRATIONS, applied_versions
+from ie_dashboard.schemas import BenchmarkCell
+from ie_dashboard.tables import BenchmarkCellRow
+from sqlmodel import SQLModel, select
+
+
+def test_versions_are_ordered_and_unique() -> None:
+    versions = [m.version for m in MIGRATIONS]
+    assert versions == sorted(set(versions)) == list(range(1, len(versions) + 1))
+
+
+def test_migrated_schema_matches_the_orm(tmp_path: Path) -> None:
+    db = Database(database_url(tmp_path / "m.sqlite"))
+    assert db.migrate() == [m.version for m in MIGRATIONS]
+    assert db.migrate() == []  # a second run is a no-op
+    inspector = sa.inspect(db.engine)
+    for name, table in SQLModel.metadata.tables.items():
+        if name not in {
+            "points",
+            "traits",
+            "architectures",
+            "architecture_traits",
+            "architecture_points",
+            "benchmark_cells",
+            "benchmark_workloads",
+            "validator_runs",
+            "validator_points",
+        }:
+            continue  # fmt: skip
+        in_db = {c["name"] for c in inspector.get_columns(name)}
+        assert in_db == {c.name for c in table.columns}, name
+    db.dispose()
+
+
+def test_upgrading_keeps_existing_rows(tmp_path: Path) -> None:
+    """A database left at version 3 by an older release gains the new columns and keeps its cells."""
+    url = database_url(tmp_path / "old.sqlite")
+    old = Database(url)
+    from ie_dashboard.migrations import migrate
+
+    migrate(old.engine, target=3)
+    assert applied_versions(old.engine) == [1, 2, 3]
+    with old.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO benchmark_cells (cell_key, model, variant, started, finished, command, device,"
+                " env_label, env_json, raw_json, source, ingested_at) VALUES ('k', 'old-model', 'eager',"
+                " '2026-01-01T00:00:00+00:00', NULL, '', 'cpu', 'old box', '{}', '{}', 'test', '')"
+            )
+        )
+    old.dispose()
+    new = Database(url)
+    assert new.migrate() == [4]
+    with new.write() as s:
+        upsert_cell(s, BenchmarkCell.model_validate(make_cell()), source="test")
+    with new.read() as s:
+        rows = {r.model: r for r in s.exec(select(BenchmarkCellRow))}
+    assert rows["old-model"].env_label == "old box" and rows["old-model"].profile == ""
+    assert rows["HuggingFaceTB/SmolLM2-135M-Instruct"].profile == "cpu"
+    new.dispose()

@@ -1,0 +1,164 @@
+"""Pages and fragments: what the cheat sheet, compare, throughput and validation pages show."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from dashboard_fixtures import AUTH, make_cell, make_result
+from fastapi.testclient import TestClient
+from ie_core.families import FAMILIES, get_family
+from ie_core.points import POINTS, get_point
+
+EVIL = 'org/<script>alert("x")</script>'
+
+
+def _absent_points(html: str) -> set[str]:
+    return set(re.findall(r'id="pt-([a-z_]+)" class="pt [a-z]+ [a-z_]+ absent', html))
+
+
+def _diagram_points(html: str) -> set[str]:
+    return set(re.findall(r'id="pt-([a-z_]+)" class="pt ', html))
+
+
+def test_diagram_shows_every_point_and_marks_what_the_family_lacks(client: TestClient) -> None:
+    for family in FAMILIES:
+        html = client.get("/", params={"arch": family.slug}).text
+        assert _diagram_points(html) == {p.name for p in POINTS}, family.slug
+        assert _absent_points(html) == {p.name for p in POINTS if not family.has_point(p)}, (
+            family.slug
+        )
+        # Parallel blocks have no residual between attention and MLP: one join instead of two.
+        parallel = "parallel_block" in {t.value for t in family.traits}
+        assert html.count('class="join"') == (1 if parallel else 2), family.slug
+
+
+def test_deep_link_renders_the_card_for_that_layer(client: TestClient) -> None:
+    html = client.get("/", params={"arch": "llama", "point": "resid_post.9"}).text
+    card = html[html.index('<section id="card"') :]
+    assert 'data-point="resid_post"' in card
+    assert "resid_post.9" in card
+    assert "blocks.9.hook_resid_post" in card
+    assert "model.layers[9].output" in card and "layers_output[9]" in card
+    assert 'class="pt spine read_write selected"' in html
+    # One snippet per backend; vllm-generate's is the refusal, not code.
+    assert card.count('<pre id="code-') == 4
+    assert "# refused on vllm-generate" in card
+
+
+def test_card_fragment_explains_absent_and_refused_points(client: TestClient) -> None:
+    neox = client.get("/fragments/card", params={"arch": "gpt-neox", "point": "resid_mid"}).text
+    assert not neox.lstrip().startswith("<!doctype")  # a fragment, not a page
+    assert get_family("gpt-neox").missing_reason(get_point("resid_mid")) in neox
+    assert neox.count("✗ absent") == 4
+    lm_head = client.get("/fragments/card", params={"arch": "llama", "point": "lm_head"}).text
+    assert "unreachable on vLLM" in lm_head  # served on eager, refused on vllm with the reason
+    assert "capture only" in lm_head
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({"arch": "nope"}, "unknown architecture"),
+        ({"arch": "llama", "point": "bogus.1"}, "unknown point"),
+        ({"arch": "llama", "point": "resid_post.x"}, "bad point"),
+        ({"arch": "llama", "point": "final_norm.3"}, "trunk point"),
+    ],
+)
+def test_bad_deep_links_are_404_with_the_reason(client: TestClient, params, needle) -> None:
+    r = client.get("/", params=params)
+    assert r.status_code == 404 and needle in r.text
+
+
+def test_compare_marks_the_differing_points(client: TestClient) -> None:
+    llama, neox = get_family("llama"), get_family("gpt-neox")
+    expected = {p.name for p in POINTS if llama.has_point(p) != neox.has_point(p)}
+    html = client.get("/compare", params={"a": "llama", "b": "gpt-neox"}).text
+    marked = set(re.findall(r'<tr class="differs">\s*<td><code>([a-z_]+)</code>', html))
+    assert marked == expected and "resid_mid" in marked
+    assert f"{len(expected)} of {len(POINTS)} points differ" in html
+
+
+def test_throughput_shows_multipliers_over_eager(client: TestClient) -> None:
+    for variant, one, conc in (
+        ("eager", 20.0, 16.0),
+        ("vllm", 30.0, 120.0),
+        ("vllm-generate", 45.0, 200.0),
+    ):
+        cell = make_cell(variant=variant, decode=one, aggregate=conc)
+        assert client.post("/api/benchmarks", json=cell, headers=AUTH).status_code == 201
+    figures = {f["variant"]: f for f in client.get("/api/throughput").json()[0]["figures"]}
+    assert figures["vllm"]["one_mult"] == pytest.approx(1.5, abs=1e-12)
+    assert figures["vllm"]["concurrent_mult"] == pytest.approx(7.5, abs=1e-12)
+    assert figures["vllm-generate"]["concurrent_mult"] == pytest.approx(12.5, abs=1e-12)
+    html = client.get("/throughput").text
+    assert "7.5x" in html and "12x" in html
+    assert "Test CPU (2 threads), float32, profile cpu" in html
+    assert html.count('class="bar one"') == 3 and html.count('class="bar conc"') == 3
+
+
+def test_throughput_flags_a_baseline_from_another_environment(client: TestClient) -> None:
+    client.post("/api/benchmarks", json=make_cell(variant="eager", cpu="CPU A"), headers=AUTH)
+    client.post("/api/benchmarks", json=make_cell(variant="vllm", cpu="CPU B"), headers=AUTH)
+    html = client.get("/throughput").text
+    assert "eager baseline from another environment" in html
+    assert "These figures come from 2 environments" in html
+
+
+def test_failed_workloads_show_their_status_not_a_number(client: TestClient) -> None:
+    client.post("/api/benchmarks", json=make_cell(variant="eager"), headers=AUTH)
+    client.post("/api/benchmarks", json=make_cell(variant="vllm", decode=None), headers=AUTH)
+    figures = client.get("/api/throughput").json()[0]["figures"]
+    vllm = next(f for f in figures if f["variant"] == "vllm")
+    assert vllm["one_stream"] is None and vllm["one_status"] == "error" and vllm["one_mult"] is None
+
+
+def test_validation_matrix_and_drill_down(client: TestClient) -> None:
+    client.post("/api/validator", json=make_result(engine="nnsight"), headers=AUTH)
+    warn = make_result(engine="transformer_lens", verdict="warn")
+    client.post("/api/validator", json=warn, headers=AUTH)
+    fail = make_result(hf_id="ie-synthetic/gpt2", engine="nnsight", verdict="fail")
+    client.post("/api/validator", json=fail, headers=AUTH)
+    html = client.get("/validation").text
+    assert html.count('<td class="g pass">') == 1 and html.count('<td class="g warn">') == 1
+    assert html.count('<td class="g fail">') == 1
+    assert html.count('<td class="g not_run"') == 1  # gpt2 has no transformer_lens result
+    params = {"model": "ie-synthetic/llama", "engine": "nnsight"}
+    run = client.get("/fragments/run", params=params).text
+    assert "layer 3" in run and "trunk" in run and "llama has no QK-norm" in run
+    assert "0.999999" in run  # cosines keep their digits
+    page = client.get("/validation/run", params=params)
+    assert page.status_code == 200 and "validation matrix" in page.text
+    assert client.get("/validation/run", params={"model": "x", "engine": "y"}).status_code == 404
+
+
+def test_stored_strings_are_escaped_in_pages(client: TestClient) -> None:
+    cell = make_cell(model_id=EVIL, cpu="<img src=x onerror=alert(1)>")
+    assert client.post("/api/benchmarks", json=cell, headers=AUTH).status_code == 201
+    result = make_result(hf_id=EVIL)
+    result["points"][0]["reason"] = "<b>bold</b>"
+    result["error"] = "<iframe src=evil>"
+    assert client.post("/api/validator", json=result, headers=AUTH).status_code == 201
+    pages = [
+        client.get("/throughput").text,
+        client.get("/validation").text,
+        client.get("/validation/run", params={"model": EVIL, "engine": "nnsight"}).text,
+        client.get("/", params={"arch": EVIL}).text,  # the 404 page echoes the bad input
+    ]
+    for html in pages:
+        assert "<script>alert" not in html and "<img src=x" not in html
+        assert "<b>bold" not in html and "<iframe" not in html
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in pages[0]
+    assert "&lt;iframe src=evil&gt;" in pages[2]
+
+
+def test_read_api_matches_the_registry(client: TestClient) -> None:
+    points = client.get("/api/points").json()
+    assert [p["name"] for p in points] == [p.name for p in POINTS]
+    archs = {a["slug"]: a for a in client.get("/api/architectures").json()}
+    assert set(archs) == {f.slug for f in FAMILIES}
+    for f in FAMILIES:
+        assert archs[f.slug]["points"] == [p.name for p in f.points]
+        assert set(archs[f.slug]["missing"]) == {p.name for p in POINTS if not f.has_point(p)}
+    assert client.get("/api/architectures/nope").status_code == 404
+    assert client.get("/healthz").json()["schema_versions"] == [1, 2, 3, 4]

@@ -127,6 +127,7 @@ def test_validation_matrix_and_drill_down(client: TestClient) -> None:
     run = client.get("/fragments/run", params=params).text
     assert "layer 3" in run and "trunk" in run and "llama has no QK-norm" in run
     assert "0.999999" in run  # cosines keep their digits
+    assert 'href="/?arch=llama&amp;point=resid_post"' in run  # drill-down reaches the point's card
     page = client.get("/validation/run", params=params)
     assert page.status_code == 200 and "validation matrix" in page.text
     assert client.get("/validation/run", params={"model": "x", "engine": "y"}).status_code == 404

@@ -64,9 +64,10 @@ def seed_registry(session: Session) -> int:
     ]
     # Core bulk inserts: one executemany per table instead of ~900 ORM objects.
     session.execute(insert(PointRow), points)
-    session.execute(
-        insert(TraitRow), [{"name": t.value, "note": n} for t, n in TRAIT_NOTES.items()]
-    )
+    # Every trait a family uses gets a row, noted or not, so the foreign keys always hold.
+    traits = {t.value: TRAIT_NOTES.get(t, "") for f in FAMILIES for t in f.traits}
+    traits.update({t.value: n for t, n in TRAIT_NOTES.items()})
+    session.execute(insert(TraitRow), [{"name": k, "note": v} for k, v in sorted(traits.items())])
     session.execute(insert(ArchitectureRow), archs)
     session.execute(insert(ArchitectureTraitRow), arch_traits)
     session.execute(insert(ArchitecturePointRow), arch_points)

@@ -24,7 +24,15 @@ from ie_dashboard.tables import (
 
 BACKENDS = ("eager", "vllm", "vllm-static", "vllm-generate")
 VARIANT_ORDER = ("eager", "vllm", "vllm-static", "vllm-generate")
-ENGINE_ORDER = ("eager", "vllm", "vllm-static", "transformer_lens", "nnsight", "nnterp")
+ENGINE_ORDER = (
+    "eager",
+    "vllm",
+    "vllm-static",
+    "transformer-lens",
+    "transformer_lens",
+    "nnsight",
+    "nnterp",
+)
 # (workload, metric) behind the two throughput columns; names from benchmarks' spec.
 ONE_STREAM = ("generate", "decode_tok_s")
 CONCURRENT = ("generate_x8", "aggregate_tok_s")
@@ -346,6 +354,8 @@ class RunDetail:
     grid: dict[str, dict[int | None, ValidatorPointRow]]  # point -> layer -> result
     results: list[ValidatorPointRow]
     versions: dict[str, Any]
+    architecture: str | None  # the cheat-sheet slug of the run's family, when registered
+    linkable: frozenset[str]  # points that have a card to link to
 
 
 def run_detail(session: Session, model: str, engine: str) -> RunDetail:
@@ -365,4 +375,8 @@ def run_detail(session: Session, model: str, engine: str) -> RunDetail:
     grid: dict[str, dict[int | None, ValidatorPointRow]] = {}
     for r in results:
         grid.setdefault(r.point, {})[r.layer] = r
-    return RunDetail(run, layers, grid, results, json.loads(run.versions_json))
+    arch = run.family if run.family and session.get(ArchitectureRow, run.family) else None
+    versions = json.loads(run.versions_json)
+    return RunDetail(
+        run, layers, grid, results, versions, arch, frozenset(order) if arch else frozenset()
+    )

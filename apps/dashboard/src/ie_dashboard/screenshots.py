@@ -34,7 +34,13 @@ def chromium_path() -> str:
 def take_screenshots(
     db: Database, out: Path, arch: str = "llama", point: str = "resid_post.9"
 ) -> list[Path]:
-    from playwright.sync_api import sync_playwright
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise RuntimeError(
+            "screenshots need Playwright's Python package (`pip install playwright`, no browser "
+            "download) and Debian's chromium (`apt-get install -y chromium`)"
+        ) from None
 
     out.mkdir(parents=True, exist_ok=True)
     app = create_app(db, token=None)

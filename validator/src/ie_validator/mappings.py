@@ -279,6 +279,7 @@ NNSIGHT: Mapping[str, Table] = MappingProxyType(
             resid_mid=None,
             mlp_pre=Hook(f"{_H}.mlp.fc_in.output"),
             mlp_act=Hook(f"{_H}.mlp.fc_out.input"),
+            resid_post=Hook(f"{_H}.output[0]"),  # GPTJBlock returns (hidden, attn_weights)
         ),
         "gpt-neox": MappingProxyType(
             {
@@ -344,7 +345,7 @@ NNSIGHT: Mapping[str, Table] = MappingProxyType(
                 "mlp_act": Hook(f"{_H}.mlp.dense_4h_to_h.input"),
                 "mlp_out": Hook(f"{_H}.mlp.dense_4h_to_h.output"),
                 "mlp_out_post": Hook(f"{_H}.mlp.dense_4h_to_h.output"),
-                "resid_post": Hook(f"{_H}.output"),
+                "resid_post": Hook(f"{_H}.output[0]"),  # BloomBlock returns (hidden, attn_weights)
                 "final_norm": Hook("transformer.ln_f.output"),
                 "lm_head": Hook("lm_head.output"),
             }
@@ -366,7 +367,7 @@ NNSIGHT: Mapping[str, Table] = MappingProxyType(
                 "mlp_act": Hook(f"{_H}.mlp.dense_4h_to_h.input"),
                 "mlp_out": Hook(f"{_H}.mlp.output"),
                 "mlp_out_post": Hook(f"{_H}.mlp.output"),
-                "resid_post": Hook(f"{_H}.output"),
+                "resid_post": Hook(f"{_H}.output[0]"),  # FalconDecoderLayer returns a tuple
                 "final_norm": Hook("transformer.ln_f.output"),
                 "lm_head": Hook("lm_head.output"),
             }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import traceback
 from collections import Counter
 from collections.abc import Sequence
 from importlib import metadata
@@ -16,7 +17,13 @@ from ie_core.families import get_family
 from ie_core.points import POINTS, get_point
 from tqdm import tqdm
 
-from ie_validator.engines.base import Capture, EngineError, ModelSpec, is_attention_map, plan
+from ie_validator.engines.base import (
+    Capture,
+    EngineError,
+    ModelSpec,
+    is_attention_map,
+    plan,
+)
 from ie_validator.engines.registry import make_engine
 from ie_validator.mappings import Gap
 from ie_validator.models import model_spec
@@ -145,7 +152,8 @@ def _result(model: ModelSpec, engine: str, reference: str, tier: Tier, ids: list
     v = (
         verdict([Status(p.status) for p in points])
         if status == "ok"
-        else ("fail" if status == "reference_error" else "unsupported")
+        # An engine that cannot load the model is unsupported; a crash on our side is a failure.
+        else ("unsupported" if status == "engine_error" else "fail")
     )
     return EngineResult(
         hf_id=model.hf_id,
@@ -180,8 +188,8 @@ def validate_model(
     versions = _versions()
     try:
         reference, ref_error = run_engine(ref_name, model, ids, addresses)[0], ""
-    except EngineError as exc:
-        reference, ref_error = {}, f"reference {ref_name} failed: {exc}"
+    except Exception as exc:
+        reference, ref_error = {}, f"reference {ref_name} failed: {type(exc).__name__}: {exc}"
     results = []
     for name in engines:
         if progress is not None:
@@ -206,6 +214,9 @@ def validate_model(
                 result = _result(
                     model, name, ref_name, tier, ids, [], "engine_error", str(exc), versions
                 )
+            except Exception as exc:  # an adapter bug on one model must not stop the sweep
+                error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
+                result = _result(model, name, ref_name, tier, ids, [], "error", error, versions)
         write_result(result, root)
         results.append(result)
         if progress is not None:

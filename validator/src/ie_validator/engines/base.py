@@ -38,7 +38,14 @@ class Request:
         return str(self.address)
 
 
-Capture = dict[str, "np.ndarray | Gap"]
+@dataclass(frozen=True)
+class CaptureFailure:
+    """The engine was asked for a point it names and raised or returned no tensor: a FAIL."""
+
+    reason: str
+
+
+Capture = dict[str, "np.ndarray | Gap | CaptureFailure"]
 
 
 class Engine(Protocol):
@@ -84,6 +91,8 @@ def is_attention_map(point: str) -> bool:
 def canonical(point: str, tensor: Any) -> np.ndarray:
     """float64 numpy in canonical layout: `[b, s, width]` (per-head dims flattened), or
     `[b, heads, q, k]` for attention maps; `[b * s, w]` router outputs become `[1, b * s, w]`."""
+    if isinstance(tensor, tuple | list):
+        raise TypeError(f"got a {type(tensor).__name__} of {len(tensor)}, not a tensor")
     if hasattr(tensor, "detach"):
         tensor = tensor.detach().to("cpu").double().numpy()
     arr = np.asarray(tensor, dtype=np.float64)

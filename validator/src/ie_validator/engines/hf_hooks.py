@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ie_validator.engines.accessor import parse_accessor
-from ie_validator.engines.base import Capture, ModelSpec, Request, canonical
+from ie_validator.engines.base import Capture, CaptureFailure, ModelSpec, Request, canonical
 from ie_validator.mappings import Gap, Hook, lookup
 from ie_validator.scoring import Tier
 
@@ -52,7 +52,10 @@ class HFHooksEngine:
                 value = _first_input(args, kwargs) if acc.io == "input" else output
                 if acc.index is not None:
                     value = value[acc.index]
-                out[key] = canonical(key.split(".")[0], value)
+                try:
+                    out[key] = canonical(key.split(".")[0], value)
+                except TypeError as exc:
+                    out[key] = CaptureFailure(f"hf-hooks: {exc}")
 
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
         try:

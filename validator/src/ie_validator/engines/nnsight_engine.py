@@ -10,7 +10,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from ie_validator.engines.accessor import parse_accessor
-from ie_validator.engines.base import Capture, EngineError, ModelSpec, Request, canonical
+from ie_validator.engines.base import (
+    Capture,
+    CaptureFailure,
+    EngineError,
+    ModelSpec,
+    Request,
+    canonical,
+)
 from ie_validator.mappings import Gap
 from ie_validator.scoring import Tier
 
@@ -46,10 +53,13 @@ class NNsightEngine:
             except (AttributeError, IndexError):
                 out[req.key] = Gap(f"no module {acc.module} on this model")
                 continue
-            with lm.trace(batch):
-                value = module.input if acc.io == "input" else module.output
-                if acc.index is not None:
-                    value = value[acc.index]
-                saved = value.save()
-            out[req.key] = canonical(req.address.name, saved)
+            try:
+                with lm.trace(batch):
+                    value = module.input if acc.io == "input" else module.output
+                    if acc.index is not None:
+                        value = value[acc.index]
+                    saved = value.save()
+                out[req.key] = canonical(req.address.name, saved)
+            except Exception as exc:  # recorded as this point's failure, the sweep goes on
+                out[req.key] = CaptureFailure(f"nnsight: {type(exc).__name__}: {exc}"[:400])
         return out

@@ -8,7 +8,14 @@ from typing import Any
 
 from ie_core.errors import InterpError
 
-from ie_validator.engines.base import Capture, EngineError, ModelSpec, Request, canonical
+from ie_validator.engines.base import (
+    Capture,
+    CaptureFailure,
+    EngineError,
+    ModelSpec,
+    Request,
+    canonical,
+)
 from ie_validator.mappings import Gap
 from ie_validator.scoring import Tier
 
@@ -56,6 +63,10 @@ class ProjectEngine:
                         out[req.key] = canonical(req.address.name, cache[req.address])
                     except InterpError as exc:
                         out[req.key] = Gap(f"{self.name} refuses: {exc}")
+                    except Exception as exc:  # not a refusal: a broken capture is a FAIL
+                        out[req.key] = CaptureFailure(
+                            f"{self.name}: {type(exc).__name__}: {exc}"[:400]
+                        )
         finally:
             shutdown = getattr(loaded, "shutdown", None)
             if shutdown is not None:

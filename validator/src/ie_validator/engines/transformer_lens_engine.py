@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ie_validator.engines.base import Capture, EngineError, ModelSpec, Request, canonical
+from ie_validator.engines.base import (
+    Capture,
+    CaptureFailure,
+    EngineError,
+    ModelSpec,
+    Request,
+    canonical,
+)
 from ie_validator.mappings import Gap
 from ie_validator.scoring import Tier
 
@@ -41,7 +48,10 @@ class TransformerLensEngine:
         out: Capture = {}
         for req in requests:
             if req.hook in cache:
-                out[req.key] = canonical(req.address.name, cache[req.hook])
+                try:
+                    out[req.key] = canonical(req.address.name, cache[req.hook])
+                except TypeError as exc:
+                    out[req.key] = CaptureFailure(f"TransformerLens {req.hook}: {exc}")
             else:
                 out[req.key] = Gap(f"TransformerLens exposes no {req.hook} on this model")
         return out

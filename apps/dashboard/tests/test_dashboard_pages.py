@@ -56,6 +56,15 @@ def test_card_fragment_explains_absent_and_refused_points(client: TestClient) ->
     assert "capture only" in lm_head
 
 
+def test_multi_stream_trunks_address_residual_points_with_a_stream(client: TestClient) -> None:
+    card = client.get(
+        "/fragments/card", params={"arch": "deepseek-v4", "point": "resid_post.3"}
+    ).text
+    assert "resid_post.3.stream-0" in card and ".stream-N" in card
+    plain = client.get("/fragments/card", params={"arch": "llama", "point": "resid_post.3"}).text
+    assert "stream-0" not in plain
+
+
 @pytest.mark.parametrize(
     ("params", "needle"),
     [

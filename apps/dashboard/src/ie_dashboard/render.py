@@ -71,15 +71,17 @@ def card_context(
     presence = arch.presence[point]
     serving = views.serving(presence, arch.name)
     model = arch.examples[0] if arch.examples else f"ie-synthetic/{arch.slug}"
+    multi = "multi_stream" in arch.trait_names()
     return {
         "arch": arch,
         "presence": presence,
         "p": presence.point,
         "layer": layer,
-        "address": snippets.address_for(presence.point, layer),
+        "address": snippets.address_for(presence.point, layer, multi),
+        "multi_stream": multi and presence.point.name in snippets.STREAM_POINTS,
         "serving": serving,
         "peers": views.peer_names(presence.point, layer),
-        "snippets": snippets.snippets(presence.point, serving, model, layer),
+        "snippets": snippets.snippets(presence.point, serving, model, layer, multi),
         "model": model,
     }
 

@@ -18,10 +18,15 @@ class Snippet:
     runnable: bool  # False: the text explains a refusal instead of code
 
 
-def address_for(point: PointRow, layer: int | None) -> str:
+# On a multi-stream trunk these single-stream residual points need a stream coordinate.
+STREAM_POINTS = frozenset({"resid_pre", "resid_mid", "resid_post"})
+
+
+def address_for(point: PointRow, layer: int | None, multi_stream: bool = False) -> str:
     if point.scope == "trunk":
         return point.name
-    return f"{point.name}.{SAMPLE_LAYER if layer is None else layer}"
+    address = f"{point.name}.{SAMPLE_LAYER if layer is None else layer}"
+    return f"{address}.stream-0" if multi_stream and point.name in STREAM_POINTS else address
 
 
 def _load(model: str, backend: str, point: PointRow, address: str) -> str:
@@ -56,9 +61,13 @@ def _code(model: str, backend: str, point: PointRow, address: str) -> str:
 
 
 def snippets(
-    point: PointRow, serving: list[BackendServing], model: str, layer: int | None
+    point: PointRow,
+    serving: list[BackendServing],
+    model: str,
+    layer: int | None,
+    multi_stream: bool = False,
 ) -> list[Snippet]:
-    address = address_for(point, layer)
+    address = address_for(point, layer, multi_stream)
     out = []
     for s in serving:
         if s.served:

@@ -141,7 +141,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     for w in workloads or []:
         get_workload(w)
     runs = run_sweep(
-        models, variants, profile, Path(args.cells_dir), Path(args.log_dir), workloads, args.timeout
+        models,
+        variants,
+        profile,
+        Path(args.cells_dir),
+        Path(args.log_dir),
+        workloads,
+        args.timeout,
+        quiet_load=args.quiet_load,
+        quiet_wait_s=args.quiet_wait,
     )
     failed = [r for r in runs if r.status == "error"]
     print(f"{len(runs)} cells, {len(failed)} failed (see the report's 'What failed')")
@@ -179,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     _profile_arg(sweep, required=True)
     sweep.add_argument("--workloads", help="comma-separated subset (default: all)")
     sweep.add_argument("--timeout", type=float, help="cap per cell in seconds (default: profile's)")
+    sweep.add_argument(
+        "--quiet-load",
+        type=float,
+        help="before each cell, wait until the 1-minute load average is at most this",
+    )
+    sweep.add_argument("--quiet-wait", type=float, default=600.0, help="give up waiting after s")
     sweep.add_argument("--log-dir", default=str(LOG_DIR), help="per-cell process logs")
     sweep.add_argument("--no-report", action="store_true", help="only write cells")
     sweep.add_argument("--no-publish", action="store_true", help="report, but leave README alone")

@@ -3,6 +3,7 @@ steering overhead, what was unsupported, what failed, and how to reproduce."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from ie_bench.cells import metric
@@ -63,6 +64,16 @@ def _environment(cells: list[dict[str, Any]]) -> str:
     header = ["cell", "device", "dtype (asked -> got)", "CPU", "GPU", "RAM", "torch", "vLLM",
               "transformers", "python", "ie-bench @ git", "load avg (1/5/15 min) start -> end"]  # fmt: skip
     return markdown_table(header, rows)
+
+
+def _sweep_time(cells: list[dict[str, Any]]) -> str:
+    """Sum of the cells' wall times (load included), the figure the profile's time budget is about."""
+    total = 0.0
+    for c in cells:
+        if c["finished_at"]:
+            start = datetime.fromisoformat(c["started_at"])
+            total += (datetime.fromisoformat(c["finished_at"]) - start).total_seconds()
+    return f"{len(cells)} cells, {total / 60:.1f} minutes of cell wall time (engine start-up included)."
 
 
 def _models(cells: list[dict[str, Any]], models: list[str]) -> str:
@@ -193,6 +204,7 @@ def render_report(cells: list[dict[str, Any]]) -> str:
             "prefix caching off on every vLLM variant; prompts normalized to exactly the token count."
         ),
         "## Environment",
+        _sweep_time(cells),
         _environment(cells),
         "## Models",
         _models(cells, models),

@@ -51,6 +51,34 @@ def wait_for_memory(min_free_gib: float, max_wait_s: float = 300.0, poll_s: floa
         time.sleep(poll_s)
 
 
+def wait_for_quiet(max_load: float | None, max_wait_s: float, poll_s: float = 5.0) -> float:
+    """Block until the 1-minute load average is at most `max_load` (other users of the machine
+    move timings); gives up after `max_wait_s`. Returns the load average it started the cell at."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        load = os.getloadavg()[0]
+        if max_load is None or load <= max_load or time.monotonic() >= deadline:
+            return load
+        time.sleep(poll_s)
+
+
+def vllm_binding(log: Path) -> list[str]:
+    """vLLM's report of which cores its CPU workers' OpenMP threads were bound to, from the log."""
+    lines = _tail_lines(log)
+    return [
+        ln.split("INFO", 1)[-1].strip()
+        for ln in lines
+        if "core ids=" in ln or "reserved_cpus=" in ln
+    ]
+
+
+def _tail_lines(log: Path) -> list[str]:
+    try:
+        return log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
 def _kill_group(pgid: int) -> None:
     """End every process the cell started (vLLM workers included), politely and then not."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -149,6 +177,11 @@ def run_one(
         status = read_cell(path)["status"]
     except (OSError, ValueError):
         status = "missing"
+    binding = vllm_binding(log)
+    if binding and status not in ("running", "missing"):
+        cell = read_cell(path)
+        cell["environment"]["vllm_omp_binding"] = binding
+        write_cell(path, cell)
     # A finished cell records its own failure (exit code 1 included); only an unfinished one needs ours.
     if status in ("running", "missing"):
         _record_failure(
@@ -168,6 +201,8 @@ def run_sweep(
     workloads: list[str] | None = None,
     timeout_s: float | None = None,
     on_cell: Callable[[CellRun], None] | None = None,
+    quiet_load: float | None = None,
+    quiet_wait_s: float = 600.0,
 ) -> list[CellRun]:
     grid = [(m, v) for m in models for v in variants]
     runs: list[CellRun] = []
@@ -175,6 +210,10 @@ def run_sweep(
     for model, variant in bar:
         bar.set_postfix_str(f"{model.key} / {variant.key}")
         wait_for_memory(profile.min_free_gib)
+        if quiet_load is not None:
+            bar.set_postfix_str(f"{model.key} / {variant.key}: waiting for load <= {quiet_load}")
+            wait_for_quiet(quiet_load, quiet_wait_s)
+            bar.set_postfix_str(f"{model.key} / {variant.key}")
         run = run_one(model, variant, profile, cells_dir, log_dir, workloads, timeout_s)
         runs.append(run)
         bar.write(f"{model.key} / {variant.key}: {run.status} in {run.seconds:.0f} s -> {run.path}")

@@ -156,3 +156,38 @@ def test_database_url_env_selects_the_database(tmp_path, monkeypatch: pytest.Mon
     other = Database(f"sqlite:///{target}")
     assert _count(other, BenchmarkCellRow) == 1
     other.dispose()
+
+
+def test_oversized_body_is_413(client: TestClient) -> None:
+    from ie_dashboard.app import MAX_BODY
+
+    r = client.post("/api/benchmarks", content=b" " * (MAX_BODY + 1), headers=AUTH)
+    assert r.status_code == 413
+
+
+def test_a_lost_insert_race_is_retried_once(db: Database) -> None:
+    """On a server database two writers can insert one key at once; the loser retries as an update."""
+    from sqlalchemy.exc import IntegrityError
+
+    from ie_dashboard.app import _store
+
+    db.migrate()
+    calls: list[int] = []
+
+    def racing_upsert(session, item, source):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:
+            raise IntegrityError("INSERT", {}, Exception("UNIQUE constraint failed"))
+        return 7, False
+
+    assert _store(db, racing_upsert, object()) == (7, False)  # type: ignore[arg-type]
+    assert len(calls) == 2
+    calls.clear()
+
+    def always_fails(session, item, source):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        raise IntegrityError("INSERT", {}, Exception("UNIQUE constraint failed"))
+
+    with pytest.raises(IntegrityError):
+        _store(db, always_fails, object())  # type: ignore[arg-type]
+    assert len(calls) == 2

@@ -13,6 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from ie_dashboard import render, views
@@ -26,6 +27,7 @@ from ie_dashboard.schemas import BenchmarkCell, ValidatorResult
 from ie_dashboard.tables import BenchmarkCellRow, ValidatorPointRow, ValidatorRunRow, WorkloadRow
 
 LIVE = Links()
+MAX_BODY = 20 * 2**20  # a full validator sweep result is ~100 KB; this only stops runaway posts
 _FROM_ENV = object()
 
 
@@ -263,6 +265,8 @@ def _authorize(request: Request) -> None:
 
 async def _parse(request: Request, schema: type[BaseModel], what: str) -> Any:
     raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise ApiError(413, {"detail": f"{what} is {len(raw):,} bytes; the limit is {MAX_BODY:,}"})
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -282,27 +286,34 @@ async def _parse(request: Request, schema: type[BaseModel], what: str) -> Any:
         ) from None
 
 
+def _store(
+    database: Database, upsert: Callable[..., tuple[int, bool]], item: BaseModel
+) -> tuple[int, bool]:
+    """One transaction; retried once if a concurrent writer inserted the same key first.
+
+    SQLite writers are serialized, so this only matters on a server database (DATABASE_URL).
+    """
+    for attempt in (0, 1):
+        try:
+            with database.write() as s:
+                return upsert(s, item, source="api")
+        except IntegrityError:
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _ingest_api(app: FastAPI, database: Database) -> None:
     @app.post("/api/benchmarks", status_code=201)
     async def post_benchmark(request: Request) -> JSONResponse:
         _authorize(request)
         cell = await _parse(request, BenchmarkCell, "benchmark cell")
-
-        def write() -> tuple[int, bool]:
-            with database.write() as s:
-                return upsert_cell(s, cell, source="api")
-
-        row_id, created = await run_in_threadpool(write)
+        row_id, created = await run_in_threadpool(_store, database, upsert_cell, cell)
         return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)
 
     @app.post("/api/validator", status_code=201)
     async def post_validator(request: Request) -> JSONResponse:
         _authorize(request)
         result = await _parse(request, ValidatorResult, "validator result")
-
-        def write() -> tuple[int, bool]:
-            with database.write() as s:
-                return upsert_validator(s, result, source="api")
-
-        row_id, created = await run_in_threadpool(write)
+        row_id, created = await run_in_threadpool(_store, database, upsert_validator, result)
         return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)

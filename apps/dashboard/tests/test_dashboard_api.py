@@ -167,9 +167,8 @@ def test_oversized_body_is_413(client: TestClient) -> None:
 
 def test_a_lost_insert_race_is_retried_once(db: Database) -> None:
     """On a server database two writers can insert one key at once; the loser retries as an update."""
-    from sqlalchemy.exc import IntegrityError
-
     from ie_dashboard.app import _store
+    from sqlalchemy.exc import IntegrityError
 
     db.migrate()
     calls: list[int] = []

@@ -83,9 +83,23 @@ def test_compare_marks_the_differing_points(client: TestClient) -> None:
     llama, neox = get_family("llama"), get_family("gpt-neox")
     expected = {p.name for p in POINTS if llama.has_point(p) != neox.has_point(p)}
     html = client.get("/compare", params={"a": "llama", "b": "gpt-neox"}).text
-    marked = set(re.findall(r'<tr class="differs">\s*<td><code>([a-z_]+)</code>', html))
+    marked = set(re.findall(r'<tr class="differs presence">\s*<td><code>([a-z_]+)</code>', html))
     assert marked == expected and "resid_mid" in marked
-    assert f"{len(expected)} of {len(POINTS)} points differ" in html
+    assert f"{len(expected)} of {len(POINTS)} points exist on one side only" in html
+
+
+def test_compare_marks_same_name_different_tensor(client: TestClient) -> None:
+    """Llama and Gemma 2 have the same 34-point set, but Gemma 2's *_out_post are normed tensors."""
+    llama, gemma2 = get_family("llama"), get_family("gemma2")
+    assert [p.name for p in llama.points] == [p.name for p in gemma2.points]
+    html = client.get("/compare", params={"a": "llama", "b": "gemma2"}).text
+    meaning = set(re.findall(r'<tr class="differs meaning">\s*<td><code>([a-z_]+)</code>', html))
+    assert {"attn_out_post", "mlp_out_post", "embeddings", "attn_scores", "lm_head"} <= meaning
+    assert "resid_post" not in meaning and "differs presence" not in html
+    card = client.get("/fragments/card", params={"arch": "gemma2", "point": "attn_out_post"}).text
+    assert "a different tensor from attn_out" in card
+    card = client.get("/fragments/card", params={"arch": "llama", "point": "attn_out_post"}).text
+    assert "the same values as attn_out" in card
 
 
 def test_throughput_shows_multipliers_over_eager(client: TestClient) -> None:

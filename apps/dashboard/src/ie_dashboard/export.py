@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import posixpath
 import shutil
 from importlib.resources import files
 from pathlib import Path
@@ -54,36 +55,40 @@ def export_site(db: Database, out: Path) -> int:
     """Write every page under `out`; returns the number of files written."""
     _prepare(out)
     shutil.copytree(str(files("ie_dashboard") / "static"), out / "static")
-    top, one, two = Links.for_static_page(0), Links.for_static_page(1), Links.for_static_page(2)
     count = 0
+
+    def page(rel: str, render_page) -> None:  # type: ignore[no-untyped-def]
+        nonlocal count
+        _write(out, rel, render_page(Links.for_static_page(posixpath.dirname(rel))))
+        count += 1
+
     with db.read() as s:
         archs = views.list_architectures(s)
-        _write(out, "index.html", render.cheatsheet(s, top, render.DEFAULT_ARCH))
-        count += 1
+        page("index.html", lambda links: render.cheatsheet(s, links, render.DEFAULT_ARCH))
         for a in archs:
-            _write(out, f"cheatsheet/{a.slug}/index.html", render.cheatsheet(s, two, a.slug))
-            count += 1
+            page(
+                f"cheatsheet/{a.slug}/index.html",
+                lambda links, a=a: render.cheatsheet(s, links, a.slug),
+            )
             for p in views.list_points(s):
-                _write(
-                    out,
+                page(
                     f"cheatsheet/{a.slug}/{p.name}.html",
-                    render.cheatsheet(s, two, a.slug, p.name),
+                    lambda links, a=a, p=p: render.cheatsheet(s, links, a.slug, p.name),
                 )
-                count += 1
         for i, a in enumerate(archs):
             for b in archs[i + 1 :]:
-                _write(
-                    out, f"compare/{a.slug}--{b.slug}.html", render.compare(s, one, a.slug, b.slug)
+                page(
+                    f"compare/{a.slug}--{b.slug}.html",
+                    lambda links, a=a, b=b: render.compare(s, links, a.slug, b.slug),
                 )
-                count += 1
-        _write(out, "throughput/index.html", render.throughput(s, one))
-        _write(out, "validation/index.html", render.validation(s, one))
-        count += 2
-        matrix = views.validation_matrix(s)
-        for model, engine in matrix.cells:
-            rel = one.validation_run(model, engine).removeprefix(one.root)
-            _write(out, rel, render.validation_run(s, one, model, engine))
-            count += 1
+        page("throughput/index.html", lambda links: render.throughput(s, links))
+        page("validation/index.html", lambda links: render.validation(s, links))
+        site = Links.for_static_page()
+        for model, engine in views.validation_matrix(s).cells:
+            page(
+                site.validation_run(model, engine),
+                lambda links, m=model, e=engine: render.validation_run(s, links, m, e),
+            )
         data = {
             "points.json": [p.model_dump() for p in views.list_points(s)],
             "architectures.json": [_arch_json(views.get_architecture(s, a.slug)) for a in archs],

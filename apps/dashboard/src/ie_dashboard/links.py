@@ -21,10 +21,18 @@ def slug(text: str) -> str:
 class Links:
     static: bool = False
     root: str = "/"  # live: "/"; static: the relative path from the page to the site root
+    here: str = ""  # static: the page's folder, so links to its neighbours stay short
 
     @classmethod
-    def for_static_page(cls, depth: int) -> Links:
-        return cls(static=True, root="../" * depth)
+    def for_static_page(cls, folder: str = "") -> Links:
+        depth = len([p for p in folder.split("/") if p])
+        return cls(static=True, root="../" * depth, here=folder)
+
+    def _file(self, path: str) -> str:
+        """A static site path relative to the current page."""
+        if self.here and path.startswith(self.here + "/"):
+            return path[len(self.here) + 1 :]
+        return f"{self.root}{path}"
 
     def _q(self, path: str, **params: object) -> str:
         query = urlencode({k: v for k, v in params.items() if v is not None and v != ""})
@@ -34,11 +42,11 @@ class Links:
         return f"{self.root}static/{name}"
 
     def home(self) -> str:
-        return f"{self.root}index.html" if self.static else self.root
+        return self._file("index.html") if self.static else self.root
 
     def cheatsheet(self, arch: str, point: str | None = None, layer: int | None = None) -> str:
         if self.static:
-            return f"{self.root}cheatsheet/{arch}/{point or 'index'}.html"
+            return self._file(f"cheatsheet/{arch}/{point or 'index'}.html")
         address = point if layer is None or point is None else f"{point}.{layer}"
         return self._q("", arch=arch, point=address)
 
@@ -51,18 +59,18 @@ class Links:
 
     def compare(self, a: str, b: str) -> str:
         if self.static:
-            return f"{self.root}compare/{a}--{b}.html"
+            return self._file(f"compare/{a}--{b}.html")
         return self._q("compare", a=a, b=b)
 
     def throughput(self) -> str:
-        return f"{self.root}throughput/index.html" if self.static else f"{self.root}throughput"
+        return self._file("throughput/index.html") if self.static else f"{self.root}throughput"
 
     def validation(self) -> str:
-        return f"{self.root}validation/index.html" if self.static else f"{self.root}validation"
+        return self._file("validation/index.html") if self.static else f"{self.root}validation"
 
     def validation_run(self, model: str, engine: str) -> str:
         if self.static:
-            return f"{self.root}validation/{slug(model)}__{slug(engine)}.html"
+            return self._file(f"validation/{slug(model)}__{slug(engine)}.html")
         return self._q("validation/run", model=model, engine=engine)
 
     def run_fragment(self, model: str, engine: str) -> str | None:

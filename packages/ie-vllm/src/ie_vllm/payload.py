@@ -18,6 +18,9 @@ _DTYPES: dict[str, torch.dtype] = {
 }  # fmt: skip
 
 
+_ALIGN = 8
+
+
 def encode(tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     """`{"manifest": [[name, dtype, shape, offset, nbytes], ...], "data": bytes}`."""
     manifest: list[list[Any]] = []
@@ -29,8 +32,11 @@ def encode(tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
         manifest.append(
             [name, str(t.dtype).removeprefix("torch."), list(t.shape), offset, flat.numel()]
         )
-        offset += flat.numel()
         parts.append(flat)
+        pad = -flat.numel() % _ALIGN  # keep every entry aligned for a zero-copy view on decode
+        if pad:
+            parts.append(torch.zeros(pad, dtype=torch.uint8, device=flat.device))
+        offset += flat.numel() + pad
         device = device or t.device
     if not parts:
         return {"manifest": [], "data": b""}

@@ -1,0 +1,62 @@
+"""The sync API from a plain script, shutdown reaping the engine's processes, and tensor
+parallelism (TP=2 on CPU, one core per rank): same rows as TP=1, sharded points refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import requires_vllm
+
+pytestmark = [pytest.mark.slow, requires_vllm]
+
+SCRIPT = Path(__file__).with_name("vllm_script_check.py")
+MODEL = "ie-synthetic/llama"
+
+
+def _run(tp: int) -> dict[str, Any]:
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    if tp > 1:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(i) for i in range(tp))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), MODEL, str(tp)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        check=False,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+@pytest.fixture(scope="module")
+def tp1() -> dict[str, Any]:
+    return _run(1)
+
+
+def test_plain_script_runs_and_shutdown_leaves_no_engine_process(tp1: dict[str, Any]) -> None:
+    assert len(tp1["tokens"]) == 4
+    assert tp1["engine_pids"], "the engine should have run in child processes"
+    assert tp1["left"] == []
+    assert all(reason == "" for reason in tp1["refused"].values())
+
+
+def test_tensor_parallel_2_matches_tp1_and_refuses_sharded_points(tp1: dict[str, Any]) -> None:
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("TP=2 on CPU needs two cores")
+    tp2 = _run(2)
+    assert tp2["left"] == []
+    assert tp2["tokens"] == tp1["tokens"]
+    for key, rows in tp1["rows"].items():
+        diff = (torch.tensor(tp2["rows"][key]) - torch.tensor(rows)).abs().max()
+        assert diff <= 1e-4, (key, float(diff))
+    for address, reason in tp2["refused"].items():
+        assert "tensor_parallel_size=2" in reason, (address, reason)

@@ -1,0 +1,255 @@
+"""The hooked vLLM backend on SmolLM2-135M (real weights, fp32, CPU), one engine for the module.
+
+Reference: the eager backend (HF transformers with hooks). Tolerances: 1e-4 between engines
+(different kernels: vLLM's CPU attention and fused add-norm against HF eager); 1e-5 within vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import torch
+from conftest import requires_vllm
+from ie_core import Additive, Orthogonal, PositionMask, ProjectionCap, SamplingParams, steer_at
+from ie_core.errors import LayerOutOfRangeError, PointUnavailableError
+from ie_core.protocol import SyncModel
+from ie_core.runner import run
+from vllm_parity import PROMPT_TEXT, max_abs_diffs, servable_addresses
+
+pytestmark = [pytest.mark.slow, requires_vllm]
+
+CROSS = 1e-4  # vLLM against eager
+WITHIN = 1e-5  # vLLM against itself (batched vs alone)
+
+
+def test_every_servable_point_matches_eager(smollm2: Any, smollm2_eager: Any) -> None:
+    ids = smollm2.to_tokens(PROMPT_TEXT)
+    assert ids == smollm2_eager.to_tokens(PROMPT_TEXT)
+    addresses = servable_addresses(smollm2)
+    names = {a.split(".")[0] for a in addresses}
+    assert len(names) == 16  # Llama: the 28 vLLM points less QK-norm (4), router, streams (7)
+    got = run(smollm2.capture([ids], addresses))
+    want = run(smollm2_eager.capture([ids], addresses))
+    diffs = max_abs_diffs(got, want, addresses)
+    worst = max(diffs, key=diffs.__getitem__)
+    assert diffs[worst] <= CROSS, f"{worst}: {diffs[worst]}"
+    # Negative control: a neighbouring layer is far off, so the comparison can fail.
+    assert (got["resid_post.10"] - want["resid_post.11"]).abs().max() > 1e-2
+
+
+def test_greedy_generation_matches_eager(smollm2: Any, smollm2_eager: Any) -> None:
+    params = SamplingParams(max_new_tokens=6)
+    ids = smollm2.to_tokens("The capital of France is")
+    got = run(smollm2.generate(ids, params))
+    want = run(smollm2_eager.generate(ids, params))
+    assert got.token_ids == want.token_ids
+    assert "Paris" in got.text
+
+
+def test_capture_generation_rows_match_eager(smollm2: Any, smollm2_eager: Any) -> None:
+    params = SamplingParams(max_new_tokens=5, stop_at_eos=False)
+    ids = smollm2.to_tokens("Count with me: one, two,")
+    points = ["resid_post.3", "attn_probs.2", "mlp_out.29", "embeddings"]
+    got = run(smollm2.capture_generation(ids, points, params))
+    want = run(smollm2_eager.capture_generation(ids, points, params))
+    assert got.generation.token_ids == want.generation.token_ids
+    n = len(ids) + len(got.generation.token_ids) - 1
+    assert got.cache["resid_post.3"].shape == (1, n, smollm2.d_model)
+    diffs = max_abs_diffs(got.cache, want.cache, points)
+    assert max(diffs.values()) <= CROSS, diffs
+
+
+def test_streaming_capture_yields_rows_as_tokens_arrive(smollm2: Any) -> None:
+    params = SamplingParams(max_new_tokens=4, stop_at_eos=False)
+    ids = smollm2.to_tokens("Once upon a time")
+    points = ["resid_post.7", "attn_scores.1"]
+    whole = run(smollm2.capture_generation(ids, points, params))
+
+    async def collect() -> list[Any]:
+        return [item async for item in smollm2.capture_generation_stream(ids, points, params)]
+
+    items = run(collect())
+    tokens = tuple(chunk.token_id for chunk, _ in items)
+    assert tokens == whole.generation.token_ids
+    sizes = [cache["resid_post.7"].shape[1] for _, cache in items]
+    assert sizes == [len(ids), 1, 1, 1]
+    rows = torch.cat([cache["resid_post.7"] for _, cache in items], dim=1)
+    assert (rows - whole.cache["resid_post.7"]).abs().max() <= WITHIN
+    # Streamed attention rows are the query rows of the full map.
+    full = whole.cache["attn_scores.1"]
+    last = items[-1][1]["attn_scores.1"]
+    assert last.shape == (1, full.shape[1], 1, full.shape[-1])
+    assert (last[0, :, 0] - full[0, :, -1]).abs().max() <= WITHIN
+
+
+def _unit(width: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(width, generator=g)
+    return v / v.norm()
+
+
+def _specs(d: int, i: int) -> list[Any]:
+    """A different steering set per request index (none for some)."""
+    kind = i % 4
+    if kind == 0:
+        return []
+    if kind == 1:
+        return [steer_at(f"resid_post.{i % 6}", Additive(_unit(d, i), 8.0))]
+    if kind == 2:
+        return [
+            steer_at(
+                f"mlp_out.{i % 5}",
+                Orthogonal(_unit(d, i), 0.0),
+                ProjectionCap(_unit(d, i + 1), max=0.5),
+            )
+        ]
+    return [steer_at("resid_pre.4", Additive(_unit(d, i), 5.0), mask=PositionMask((0, 1)))]
+
+
+def test_sixteen_concurrent_requests_each_equal_their_serial_run(smollm2: Any) -> None:
+    d = smollm2.d_model
+    words = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "epsilon",
+        "zeta",
+        "eta",
+        "theta",
+        "iota",
+        "kappa",
+        "lambda",
+        "mu",
+        "nu",
+        "xi",
+    ]
+    prompts = [smollm2.to_tokens(" ".join(words[: 3 + i % 9]) + f" {i}") for i in range(16)]
+    point_sets = [
+        [
+            f"resid_post.{i % 30}",
+            f"attn_out.{(i * 7) % 30}",
+            "final_norm" if i % 3 == 0 else f"z.{i % 30}",
+        ]
+        for i in range(16)
+    ]
+    specs = [_specs(d, i) for i in range(16)]
+
+    async def together() -> list[Any]:
+        return list(
+            await asyncio.gather(
+                *(
+                    smollm2.capture([p], pts, steering=s)
+                    for p, pts, s in zip(prompts, point_sets, specs, strict=True)
+                )
+            )
+        )
+
+    batched = run(together())
+    for i in range(16):
+        alone = run(smollm2.capture([prompts[i]], point_sets[i], steering=specs[i]))
+        diffs = max_abs_diffs(batched[i], alone, point_sets[i])
+        assert max(diffs.values()) <= WITHIN, (i, diffs)
+    # Negative control: steering changed what it touched (request 1 steers resid_post.1).
+    plain = run(smollm2.capture([prompts[1]], ["resid_post.1"]))
+    assert (plain["resid_post.1"] - batched[1]["resid_post.1"]).abs().max() > 1.0
+    stats = run(smollm2.stats())
+    assert stats["registered"] == 0 and stats["hooks"] == {}
+
+
+def test_requests_sharing_a_long_prefix_do_not_bleed(smollm2: Any) -> None:
+    prefix = smollm2.to_tokens(" ".join(["the shared prefix is long and identical"] * 6))
+    a = [*prefix, *smollm2.to_tokens(" apples", prepend_bos=False)]
+    b = [*prefix, *smollm2.to_tokens(" pears", prepend_bos=False)]
+    points = ["resid_post.12", "resid_post.25"]
+    # Seed the prefix cache with plain generation (which keeps prefix caching).
+    run(smollm2.generate(b, SamplingParams(max_new_tokens=2)))
+    alone = run(smollm2.capture([b], points))
+    assert alone["resid_post.12"].shape[1] == len(b)  # salted: every position ran, none cached
+    steer = steer_at("resid_post.3", Additive(_unit(smollm2.d_model, 3), 20.0))
+
+    async def together() -> tuple[Any, Any]:
+        sa, sb = await asyncio.gather(
+            smollm2.capture([a], points, steering=steer), smollm2.capture([b], points)
+        )
+        return sa, sb
+
+    steered_a, plain_b = run(together())
+    diffs = max_abs_diffs(plain_b, alone, points)
+    assert max(diffs.values()) <= WITHIN, diffs
+    # A's steered prefix really differs from B's (so B would show a bleed).
+    n = len(prefix)
+    gap = (steered_a["resid_post.12"][:, :n] - plain_b["resid_post.12"][:, :n]).abs().max()
+    assert gap > 1.0
+    # And a steered generation leaves no steered KV behind for a later plain request.
+    run(smollm2.generate(a, SamplingParams(max_new_tokens=2), steering=steer))
+    again = run(smollm2.capture([b], points))
+    assert max(max_abs_diffs(again, alone, points).values()) <= WITHIN
+
+
+def test_steering_matches_eager_tokens_and_post_steer_tensors(
+    smollm2: Any, smollm2_eager: Any
+) -> None:
+    d = smollm2.d_model
+    ids = smollm2.to_tokens("My favourite food is")
+    steering = [
+        steer_at("resid_post.8", Additive(_unit(d, 11), 6.0), mask=PositionMask((0,))),
+        steer_at(
+            "mlp_out.12",
+            Orthogonal(_unit(d, 12), 0.0),
+            ProjectionCap(_unit(d, 13), min=-0.2, max=0.2),
+        ),
+    ]
+    params = SamplingParams(max_new_tokens=6, stop_at_eos=False)
+    points = ["resid_post.8", "mlp_out.12", "resid_post.29"]
+    got = run(smollm2.capture_generation(ids, points, params, steering=steering))
+    want = run(smollm2_eager.capture_generation(ids, points, params, steering=steering))
+    assert got.generation.token_ids == want.generation.token_ids
+    diffs = max_abs_diffs(got.cache, want.cache, points)
+    assert max(diffs.values()) <= CROSS, diffs
+    # Post-steer: the masked position 0 is untouched, later positions moved.
+    plain = run(smollm2.capture([ids], ["resid_post.8"]))
+    steered = got.cache["resid_post.8"][:, : len(ids)]
+    assert (steered[:, 0] - plain["resid_post.8"][:, 0]).abs().max() == 0
+    torch.testing.assert_close(
+        steered[:, 1:] - plain["resid_post.8"][:, 1:],
+        (6.0 * _unit(d, 11)).expand(1, len(ids) - 1, d),
+        atol=1e-4,
+        rtol=0,
+    )
+
+
+def test_lens_topk_in_the_worker_matches_eager(smollm2: Any, smollm2_eager: Any) -> None:
+    ids = smollm2.to_tokens("The capital of France is")
+    rows = run(smollm2.capture([ids], ["resid_post.29", "resid_post.15"]))
+    h = torch.cat([rows["resid_post.29"][0], rows["resid_post.15"][0]])
+    got = run(smollm2.decode_residuals_topk(h, 5))
+    want = run(smollm2_eager.decode_residuals_topk(h, 5))
+    assert got.ids.shape == (h.shape[0], 5)
+    assert torch.equal(got.ids, want.ids)
+    assert (got.probs - want.probs).abs().max() <= CROSS
+    logits = run(smollm2.decode_residuals(h[:3]))
+    assert (logits - run(smollm2_eager.decode_residuals(h[:3]))).abs().max() <= CROSS
+    # The last layer's lens at the last position predicts the generated token.
+    top = int(got.ids[len(ids) - 1, 0])
+    assert top == run(smollm2.generate(ids, SamplingParams(max_new_tokens=1))).token_ids[0]
+
+
+def test_sync_mirror_and_refusals_on_the_real_engine(smollm2: Any) -> None:
+    sync = SyncModel(smollm2)
+    cache = sync.capture("Hello there", ["resid_post.0"])
+    assert cache["resid_post.0"].shape[-1] == smollm2.d_model
+    chunks = list(
+        sync.generate_stream("Hello", SamplingParams(max_new_tokens=3, stop_at_eos=False))
+    )
+    assert len(chunks) == 3
+    with pytest.raises(PointUnavailableError, match="unreachable on vLLM"):
+        sync.capture("Hello", ["mlp_pre.3"])
+    with pytest.raises(PointUnavailableError, match="qk norm"):
+        sync.capture("Hello", ["q_norm_in.3"])
+    with pytest.raises(LayerOutOfRangeError):
+        sync.capture("Hello", ["resid_post.30"])
+    stats = run(smollm2.stats())
+    assert stats["registered"] == 0 and stats["hooks"] == {}

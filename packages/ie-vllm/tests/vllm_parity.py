@@ -1,0 +1,53 @@
+"""Parity helpers shared by the tests and the parity-table script: vLLM against eager."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from ie_core.runner import run
+
+# A prompt longer than the synthetic sliding window (8), so windowed masks matter.
+PROMPT_TEXT = "The quick brown fox jumps over the lazy dog while the cat sleeps"
+
+
+def servable_addresses(model: Any) -> list[str]:
+    """Every address the vLLM model serves, attention maps included."""
+    return sorted(model.info["widths"], key=_order)
+
+
+def _order(address: str) -> tuple[int, str]:
+    name, _, layer = address.partition(".")
+    return (int(layer) if layer else -1, name)
+
+
+def max_abs_diffs(a: Any, b: Any, addresses: Sequence[str]) -> dict[str, float]:
+    """max |a - b| per address; masked attention scores compare as equal where both are min."""
+    out: dict[str, float] = {}
+    for address in addresses:
+        x, y = a[address].float(), b[address].float()
+        if x.shape != y.shape:
+            raise AssertionError(f"{address}: shapes {tuple(x.shape)} vs {tuple(y.shape)}")
+        if address.startswith("attn_scores"):
+            low = torch.finfo(torch.float32).min / 2
+            both = (x < low) & (y < low)
+            x, y = x.masked_fill(both, 0), y.masked_fill(both, 0)
+        out[address] = float((x - y).abs().max()) if x.numel() else 0.0
+    return out
+
+
+def parity(vllm_model: Any, eager_model: Any, ids: Sequence[int]) -> dict[str, float]:
+    addresses = servable_addresses(vllm_model)
+    got = run(vllm_model.capture([list(ids)], addresses))
+    want = run(eager_model.capture([list(ids)], addresses))
+    return max_abs_diffs(got, want, addresses)
+
+
+def by_point(diffs: dict[str, float]) -> dict[str, float]:
+    """The worst diff over layers, per point name."""
+    out: dict[str, float] = {}
+    for address, d in diffs.items():
+        name = address.split(".")[0]
+        out[name] = max(out.get(name, 0.0), d)
+    return out

@@ -1,0 +1,53 @@
+"""A plain script (no event loop of its own) using the sync API on the vLLM backend.
+
+Run by test_vllm_script.py in a subprocess: `python vllm_script_check.py MODEL TP`; prints one
+JSON line with what it saw, including the engine processes left after shutdown.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import psutil
+from ie_core import generate, load_model, run_with_cache
+from ie_core.errors import PointUnavailableError
+from ie_core.protocol import SyncModel
+
+
+def main() -> None:
+    model_id, tp = sys.argv[1], int(sys.argv[2])
+    kw = {"max_model_len": 128}
+    if tp > 1:
+        kw["tensor_parallel_size"] = tp
+    model = load_model(model_id, backend="vllm", **kw)
+    sync = SyncModel(model)
+    last = f"resid_post.{model.n_layers - 1}"
+    cache = run_with_cache(model, "hello world, hello", [last, "resid_post.0", "mlp_out.1"])
+    gen = generate(model, "hello world", max_new_tokens=4, stop_at_eos=False)
+    refused = {}
+    for address in ("z.0", "value.1", "mlp_act.0", "attn_probs.0"):
+        try:
+            sync.capture("hello", [address])
+            refused[address] = ""
+        except PointUnavailableError as exc:
+            refused[address] = str(exc)
+    engine_pids = [p.pid for p in psutil.Process().children(recursive=True)]
+    sync.shutdown()
+    left = [
+        pid
+        for pid in engine_pids
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ]
+    out = {
+        "tokens": list(gen.token_ids),
+        "rows": {k: cache[k].tolist() for k in (last, "resid_post.0", "mlp_out.1")},
+        "refused": refused,
+        "engine_pids": engine_pids,
+        "left": left,
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -60,6 +60,7 @@ def make_cell(
             "device": "cpu",
             "prompt_tokens": 128,
             "new_tokens": 32,
+            "concurrency": 8,
         },
         "environment": {"cpu": cpu, "cpu_count": 2, "gpu": None, "versions": {"torch": "2.13.0"}},
         "load": {"dtype_resolved": "float32", "device": "cpu", "load_s": 1.0},

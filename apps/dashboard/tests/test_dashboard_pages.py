@@ -120,6 +120,22 @@ def test_throughput_shows_multipliers_over_eager(client: TestClient) -> None:
     assert html.count('class="bar one"') == 3 and html.count('class="bar conc"') == 3
 
 
+def test_throughput_keeps_profiles_apart(client: TestClient) -> None:
+    """A GPU sweep and a CPU sweep of one model are two cards; multipliers never cross them."""
+    for profile, eager, vllm in (("cpu", 10.0, 40.0), ("gpu", 30.0, 900.0)):
+        for variant, rate in (("eager", eager), ("vllm", vllm)):
+            cell = make_cell(variant=variant, decode=rate, aggregate=rate, profile=profile)
+            assert client.post("/api/benchmarks", json=cell, headers=AUTH).status_code == 201
+    cards = {c["profile"]: c for c in client.get("/api/throughput").json()}
+    assert set(cards) == {"cpu", "gpu"} and cards["cpu"]["concurrency"] == 8
+    mult = {
+        p: next(f for f in c["figures"] if f["variant"] == "vllm")["one_mult"]
+        for p, c in cards.items()
+    }
+    assert mult == {"cpu": pytest.approx(4.0, abs=1e-12), "gpu": pytest.approx(30.0, abs=1e-12)}
+    assert "8 concurrent tok/s" in client.get("/throughput").text
+
+
 def test_throughput_flags_a_baseline_from_another_environment(client: TestClient) -> None:
     client.post("/api/benchmarks", json=make_cell(variant="eager", cpu="CPU A"), headers=AUTH)
     client.post("/api/benchmarks", json=make_cell(variant="vllm", cpu="CPU B"), headers=AUTH)

@@ -212,6 +212,8 @@ def _read_api(app: FastAPI, database: Database) -> None:
             return [
                 {
                     "model": m.model,
+                    "profile": m.profile,
+                    "concurrency": m.concurrency,
                     "environments": m.environments,
                     "figures": [f.__dict__ for f in m.figures],
                 }

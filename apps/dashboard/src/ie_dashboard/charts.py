@@ -11,7 +11,7 @@ LABEL_W = 150
 PLOT_W = 520
 BAR_H = 14
 GROUP_GAP = 14
-SERIES = (("one_stream", "1 stream"), ("concurrent", "8 concurrent"))
+SERIES = (("one_stream", "1 stream"), ("concurrent", "concurrent"))
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def throughput(session: Session, links: Links) -> str:
         links,
         page="throughput",
         models=models,
-        charts={m.model: charts.chart(m) for m in models},
+        charts=[charts.chart(m) for m in models],
         one_stream=views.ONE_STREAM,
         concurrent=views.CONCURRENT,
     )

@@ -249,7 +249,11 @@ class Figure:
 
 @dataclass(frozen=True)
 class ModelThroughput:
+    """One model under one benchmark profile (the profile fixes prompt, new tokens, concurrency)."""
+
     model: str
+    profile: str
+    concurrency: int | None
     figures: list[Figure]
     environments: list[str]
 
@@ -280,13 +284,14 @@ def _variant_key(variant: str) -> tuple[int, str]:
 
 
 def throughput(session: Session) -> list[ModelThroughput]:
-    """Per model, the latest cell of each variant and its multipliers over the eager cell."""
-    latest: dict[tuple[str, str], BenchmarkCellRow] = {}
+    """Per (model, profile), the latest cell of each variant and its multipliers over eager."""
+    latest: dict[tuple[str, str, str], BenchmarkCellRow] = {}
     for cell in session.exec(select(BenchmarkCellRow).order_by(BenchmarkCellRow.started)):  # type: ignore[arg-type]
-        latest[(cell.model, cell.variant)] = cell
-    models: dict[str, list[Figure]] = {}
-    for (model, variant), cell in sorted(
-        latest.items(), key=lambda kv: (kv[0][0], _variant_key(kv[0][1]))
+        latest[(cell.model, cell.profile, cell.variant)] = cell
+    groups: dict[tuple[str, str], list[Figure]] = {}
+    concurrency: dict[tuple[str, str], set[int]] = {}
+    for (model, profile, variant), cell in sorted(
+        latest.items(), key=lambda kv: (kv[0][0], kv[0][1], _variant_key(kv[0][2]))
     ):
         workloads = {
             w.workload: w
@@ -295,13 +300,16 @@ def throughput(session: Session) -> list[ModelThroughput]:
         one, one_status = _metric(cell, workloads, ONE_STREAM)
         conc, conc_status = _metric(cell, workloads, CONCURRENT)
         assert cell.id is not None
-        models.setdefault(model, []).append(
+        groups.setdefault((model, profile), []).append(
             Figure(
                 variant, cell.id, cell.started, cell.env_label, one, conc, one_status, conc_status
             )
         )
+        n = json.loads(cell.raw_json).get("profile", {}).get("concurrency")
+        if isinstance(n, int):
+            concurrency.setdefault((model, profile), set()).add(n)
     out = []
-    for model, figures in models.items():
+    for (model, profile), figures in groups.items():
         eager = next((f for f in figures if f.variant == "eager"), None)
         with_mult = []
         for f in figures:
@@ -322,7 +330,9 @@ def throughput(session: Session) -> list[ModelThroughput]:
                 )
             )  # fmt: skip
         envs = sorted({f.env_label for f in figures})
-        out.append(ModelThroughput(model, with_mult, envs))
+        ns = concurrency.get((model, profile), set())
+        n = next(iter(ns)) if len(ns) == 1 else None
+        out.append(ModelThroughput(model, profile, n, with_mult, envs))
     return out
 
 

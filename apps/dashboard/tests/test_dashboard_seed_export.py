@@ -127,3 +127,27 @@ def test_export_refuses_a_folder_it_did_not_write(tmp_path: Path) -> None:
         export_site(db, tmp_path)
     assert (tmp_path / "mine.txt").read_text() == "keep me"
     db.dispose()
+
+
+def test_serve_seeds_an_empty_database_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uvicorn
+
+    served: list[tuple[str, int]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: served.append((host, port)))
+    root = _repo(tmp_path / "repo")
+    db_file = tmp_path / "serve.sqlite"
+    argv = ["--host", "127.0.0.2", "--port", "9123", "--db", str(db_file), "--root", str(root)]
+    assert dashboard_command(argv) == 0
+    assert served == [("127.0.0.2", 9123)]
+    db = Database(database_url(db_file))
+    assert _counts(db) == (2, 2)
+    # Not empty any more: a restart does not re-read the JSON (a new file stays out until `seed`).
+    write_json(
+        root / "validator/results/ie-synthetic__gpt2/nnsight.json",
+        make_result(hf_id="ie-synthetic/gpt2"),
+    )
+    assert dashboard_command(argv) == 0
+    assert _counts(db) == (2, 2)
+    db.dispose()

@@ -6,7 +6,6 @@ import functools
 
 import pytest
 import torch
-
 from ie_eager.backend import EagerModel, load
 from ie_eager.synthetic import FAMILIES, build
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import PROMPT, synthetic_model
-
 from ie_core.errors import (
     LayerOutOfRangeError,
     PointUnavailableError,
@@ -49,7 +48,7 @@ def test_dense_mlp_points_on_a_sparse_layer_say_why() -> None:
 def test_multi_stream_points_are_refused_with_the_reason() -> None:
     with pytest.raises(PointUnavailableError, match="single residual stream"):
         _capture(synthetic_model("llama"), ["resid_post.1.stream-0"])
-    with pytest.raises(PointUnavailableError, match="single residual stream|no multi stream"):
+    with pytest.raises(PointUnavailableError, match=r"single residual stream|no multi stream"):
         _capture(synthetic_model("llama"), ["resid_streams.1"])
 
 

@@ -9,7 +9,6 @@ import functools
 import pytest
 import torch
 from conftest import FAMILY_SLUGS, PROMPT, synthetic_model
-
 from ie_core.cache import ActivationCache
 from ie_core.families import FAMILIES_BY_SLUG, get_family
 from ie_core.points import get_point
@@ -79,7 +78,9 @@ def test_resid_mid_sits_between_attention_and_mlp(slug: str) -> None:
     if not has(model, "resid_mid", layer):
         assert model.structure.blocks[layer].parallel
         return
-    c = capture(model, ["resid_pre", "attn_out_post", "resid_mid", "mlp_out_post", "resid_post"], layer)
+    c = capture(
+        model, ["resid_pre", "attn_out_post", "resid_mid", "mlp_out_post", "resid_post"], layer
+    )
     assert close(c["resid_pre"] + c["attn_out_post"], c["resid_mid"])
     # Independent side: the block output minus the MLP write (read at the block's real output).
     assert close(c["resid_mid"] + c["mlp_out_post"], c["resid_post"])
@@ -118,7 +119,9 @@ def test_interleaved_fused_qkv_negative_control(slug: str) -> None:
     block = model.structure.blocks[1]
     fused = block.sub(block.attn, st.FUSED_QKV_NAMES)
     path = f"path.{block.path}.{fused[0]}"
-    _, cache = model.forward_with_cache([model.to_tokens(PROMPT)], [("attn_probs", 1), ("z", 1), path])
+    _, cache = model.forward_with_cache(
+        [model.to_tokens(PROMPT)], [("attn_probs", 1), ("z", 1), path]
+    )
     qkv = cache[path]
     wrong_v = qkv[..., 2 * sh.d_model :]
     v = _expand_heads(wrong_v, sh.n_heads, sh.head_dim, interleave=True)
@@ -146,7 +149,9 @@ def test_scores_mask_future_and_window_with_dtype_min(slug: str) -> None:
     kinds = getattr(config, "layer_types", None)
     for layer in range(model.n_layers):
         scores = capture(model, ["attn_scores"], layer)["attn_scores"][0, 0]
-        q, k = torch.meshgrid(torch.arange(scores.shape[0]), torch.arange(scores.shape[1]), indexing="ij")
+        q, k = torch.meshgrid(
+            torch.arange(scores.shape[0]), torch.arange(scores.shape[1]), indexing="ij"
+        )
         sliding = window is not None and (kinds is None or kinds[layer] == "sliding_attention")
         visible = (k <= q) & ((q - k < window) if sliding else True)
         low = torch.finfo(scores.dtype).min
@@ -182,8 +187,10 @@ def test_gated_mlp_act_is_act_gate_times_up(slug: str) -> None:
     model = synthetic_model(slug)
     gated = [i for i in layers(model) if has(model, "mlp_pre_linear", i)]
     if not gated:
-        assert model.family is None or not model.family.has_point(get_point("mlp_pre_linear")) or all(
-            model.structure.blocks[i].moe for i in layers(model)
+        assert (
+            model.family is None
+            or not model.family.has_point(get_point("mlp_pre_linear"))
+            or all(model.structure.blocks[i].moe for i in layers(model))
         )
         return
     for layer in gated:
@@ -224,7 +231,9 @@ def test_lens_on_last_resid_post_is_the_logits(slug: str) -> None:
     # Negative control: skipping the final norm.
     from ie_eager.lens import logit_transform
 
-    raw = logit_transform(model.text_config, model.structure.lm_head[1](cache[("resid_post", last)]))
+    raw = logit_transform(
+        model.text_config, model.structure.lm_head[1](cache[("resid_post", last)])
+    )
     assert not close(raw.detach(), logits)
 
 
@@ -241,7 +250,9 @@ def test_capture_leaves_logits_bit_identical(slug: str) -> None:
     from ie_core.steering import Additive, steer_at
 
     vec = [1.0] * model.d_model
-    steered = model.forward_with_cache(ids, [], steering=steer_at(("resid_post", 0), Additive(vec)))[0]
+    steered = model.forward_with_cache(
+        ids, [], steering=steer_at(("resid_post", 0), Additive(vec))
+    )[0]
     assert not torch.equal(plain, steered)
 
 

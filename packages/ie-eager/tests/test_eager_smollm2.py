@@ -7,7 +7,6 @@ import importlib.util
 
 import pytest
 import torch
-
 from ie_core.runner import run
 from ie_eager.backend import EagerModel, load
 
@@ -36,7 +35,9 @@ def test_resid_post_equals_hf_hidden_states(model: EagerModel) -> None:
         assert torch.equal(cache[f"resid_post.{layer}"], hidden[layer + 1]), layer
     # HF's last hidden state is after the final norm.
     assert torch.equal(cache["final_norm"], hidden[-1])
-    assert not torch.allclose(cache[f"resid_post.{n - 1}"], hidden[-1], atol=1e-3)  # negative control
+    assert not torch.allclose(
+        cache[f"resid_post.{n - 1}"], hidden[-1], atol=1e-3
+    )  # negative control
 
 
 def test_lens_final_layer_says_paris(model: EagerModel) -> None:

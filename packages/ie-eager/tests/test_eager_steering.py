@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import PROMPT, synthetic_model
-
 from ie_core.points import get_point
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
@@ -29,9 +28,15 @@ def test_orthogonal_coeff_zero_leaves_no_component() -> None:
     u = v / v.norm()
     plain = run(model.capture(_ids(model), ["resid_post.1"]))["resid_post.1"]
     steered = run(
-        model.capture(_ids(model), ["resid_post.1"], steering=steer_at("resid_post.1", Orthogonal(v.tolist(), 0.0)))
+        model.capture(
+            _ids(model),
+            ["resid_post.1"],
+            steering=steer_at("resid_post.1", Orthogonal(v.tolist(), 0.0)),
+        )
     )["resid_post.1"]
-    assert (plain @ u).abs().max() > 0.1  # negative control: the component is there without steering
+    assert (
+        plain @ u
+    ).abs().max() > 0.1  # negative control: the component is there without steering
     assert (steered @ u).abs().max() < 1e-5 * plain.norm(dim=-1).max()
 
 
@@ -63,7 +68,9 @@ def test_special_token_mask_skips_bos() -> None:
     model = synthetic_model("llama")
     ids = _ids(model)
     assert ids[0] == model.tokenizer.bos_token_id
-    spec = steer_at("resid_pre.0", Additive([1.0] * model.d_model), mask=PositionMask(special_tokens=True))
+    spec = steer_at(
+        "resid_pre.0", Additive([1.0] * model.d_model), mask=PositionMask(special_tokens=True)
+    )
     plain = run(model.capture(ids, ["resid_pre.0"]))["resid_pre.0"]
     steered = run(model.capture(ids, ["resid_pre.0"], steering=spec))["resid_pre.0"]
     assert torch.equal(plain[:, 0], steered[:, 0])
@@ -75,15 +82,29 @@ def test_ops_at_one_site_apply_in_order() -> None:
     v = _direction(model.d_model, 3)
     u = v / v.norm()
     ids = _ids(model)
-    add_then_ablate = steer_at("resid_post.0", Additive(v.tolist(), 2.0), Orthogonal(v.tolist(), 0.0))
-    ablate_then_add = steer_at("resid_post.0", Orthogonal(v.tolist(), 0.0), Additive(v.tolist(), 2.0))
+    add_then_ablate = steer_at(
+        "resid_post.0", Additive(v.tolist(), 2.0), Orthogonal(v.tolist(), 0.0)
+    )
+    ablate_then_add = steer_at(
+        "resid_post.0", Orthogonal(v.tolist(), 0.0), Additive(v.tolist(), 2.0)
+    )
     a = run(model.capture(ids, ["resid_post.0"], steering=add_then_ablate))["resid_post.0"]
     b = run(model.capture(ids, ["resid_post.0"], steering=ablate_then_add))["resid_post.0"]
     assert (a @ u).abs().max() < 1e-4
     assert torch.allclose(b @ u, torch.full_like(b @ u, 2.0 * float(v.norm())), atol=1e-4)
 
 
-WRITE_FAMILIES = ["llama", "qwen3", "gpt-neox", "phi3", "gemma3", "granite", "opt", "olmo2", "bloom"]
+WRITE_FAMILIES = [
+    "llama",
+    "qwen3",
+    "gpt-neox",
+    "phi3",
+    "gemma3",
+    "granite",
+    "opt",
+    "olmo2",
+    "bloom",
+]
 
 
 @pytest.mark.parametrize("slug", WRITE_FAMILIES)
@@ -103,7 +124,9 @@ def test_every_writable_point_takes_an_additive_write(slug: str) -> None:
             continue  # e.g. a dense-MLP point on a sparse layer
         v = _direction(width, 4)
         plain = run(model.capture(ids, [address]))[address]
-        steered = run(model.capture(ids, [address], steering=steer_at(address, Additive(v.tolist()))))[address]
+        steered = run(
+            model.capture(ids, [address], steering=steer_at(address, Additive(v.tolist())))
+        )[address]
         assert torch.allclose(steered, plain + v, atol=1e-4, rtol=1e-5), f"{slug} {address}"
 
 
@@ -120,7 +143,11 @@ def _full_forward_greedy(model, ids: list[int], n: int, spec) -> list[int]:
 def test_kv_cached_generation_steers_new_rows(slug: str) -> None:
     model = synthetic_model(slug)
     ids = _ids(model)
-    spec = steer_at("resid_mid.1", Additive(_direction(model.d_model, 5).tolist(), 4.0), mask=PositionMask((0, 1)))
+    spec = steer_at(
+        "resid_mid.1",
+        Additive(_direction(model.d_model, 5).tolist(), 4.0),
+        mask=PositionMask((0, 1)),
+    )
     params = SamplingParams(max_new_tokens=6, stop_at_eos=False)
     steered = run(model.generate(ids, params, steering=spec)).token_ids
     assert list(steered) == _full_forward_greedy(model, ids, 6, spec)
@@ -134,7 +161,11 @@ def test_unsteered_generation_matches_hf_generate() -> None:
     ours = run(model.generate(ids, SamplingParams(max_new_tokens=8, stop_at_eos=False))).token_ids
     with torch.no_grad():
         ref = model.hf_model.generate(
-            torch.tensor([ids]), max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0
+            torch.tensor([ids]),
+            max_new_tokens=8,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
         )[0, len(ids) :]
     assert list(ours) == ref.tolist()
 
@@ -142,7 +173,9 @@ def test_unsteered_generation_matches_hf_generate() -> None:
 def test_stream_equals_generate_and_seeded_sampling_repeats() -> None:
     model = synthetic_model("llama")
     ids = _ids(model)
-    params = SamplingParams(max_new_tokens=6, temperature=0.8, top_k=20, top_p=0.9, seed=7, stop_at_eos=False)
+    params = SamplingParams(
+        max_new_tokens=6, temperature=0.8, top_k=20, top_p=0.9, seed=7, stop_at_eos=False
+    )
     a = run(model.generate(ids, params)).token_ids
     b = run(model.generate(ids, params)).token_ids
     assert a == b
@@ -156,7 +189,11 @@ def test_stream_equals_generate_and_seeded_sampling_repeats() -> None:
 def test_capture_generation_covers_prompt_plus_generated_minus_one() -> None:
     model = synthetic_model("gpt2")
     ids = _ids(model)
-    result = run(model.capture_generation(ids, ["resid_post.2"], SamplingParams(max_new_tokens=5, stop_at_eos=False)))
+    result = run(
+        model.capture_generation(
+            ids, ["resid_post.2"], SamplingParams(max_new_tokens=5, stop_at_eos=False)
+        )
+    )
     n = len(result.generation.prompt_ids) + len(result.generation.token_ids) - 1
     assert result.cache["resid_post.2"].shape == (1, n, model.d_model)
 
@@ -196,7 +233,9 @@ def test_hooks_are_removed_after_an_error(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(mlp, "forward", boom)
     spec = steer_at("resid_post.1", Additive([1.0] * model.d_model))
     with pytest.raises(RuntimeError, match="boom"):
-        run(model.capture(_ids(model), ["resid_post.1", "attn_probs.2", "mlp_out.2"], steering=spec))
+        run(
+            model.capture(_ids(model), ["resid_post.1", "attn_probs.2", "mlp_out.2"], steering=spec)
+        )
     assert _hook_count(model) == before
     monkeypatch.undo()
     assert run(model.capture(_ids(model), ["mlp_out.2"]))["mlp_out.2"].shape[-1] == model.d_model

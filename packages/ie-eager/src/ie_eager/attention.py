@@ -21,7 +21,9 @@ from torch import nn
 
 Recorder = Callable[[torch.Tensor, torch.Tensor], None]
 
-CURRENT: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("ie_attn_recorder", default=None)
+CURRENT: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar(
+    "ie_attn_recorder", default=None
+)
 _MARK = "_ie_eager_softmax_proxy"
 
 

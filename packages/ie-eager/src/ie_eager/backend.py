@@ -8,8 +8,6 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import torch
-from torch import nn
-
 from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.errors import (
@@ -31,10 +29,14 @@ from ie_core.protocol import (
     TopK,
     steering_tuple,
 )
+from torch import nn
+
 from ie_eager import lens, sampling
 from ie_eager.hooks import Session, Write
 from ie_eager.resolve import Resolved, Resolver, Tap
 from ie_eager.structure import Structure, analyze
+
+_GREEDY = SamplingParams()
 
 
 class DeviceUnavailableError(InterpError, RuntimeError):
@@ -70,7 +72,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return dev
 
 
-def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device, config: Any) -> torch.dtype:
+def resolve_dtype(
+    dtype: str | torch.dtype | None, device: torch.device, config: Any
+) -> torch.dtype:
     """`None`: float32 on CPU; on a GPU the checkpoint's own dtype (float32 stays float32)."""
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -108,7 +112,9 @@ class EagerModel:
 
     backend = "eager"
 
-    def __init__(self, hf_model: nn.Module, tokenizer: Any, model_id: str, family: Family | None = None) -> None:
+    def __init__(
+        self, hf_model: nn.Module, tokenizer: Any, model_id: str, family: Family | None = None
+    ) -> None:
         self.hf_model = hf_model.eval()
         self.tokenizer = tokenizer
         self.model_id = model_id
@@ -116,7 +122,11 @@ class EagerModel:
         self.config = config
         self.text_config = _text_config(config)
         arch = (getattr(config, "architectures", None) or [type(hf_model).__name__])[0]
-        self.family = family or family_for_architecture(arch) or family_for_architecture(type(hf_model).__name__)
+        self.family = (
+            family
+            or family_for_architecture(arch)
+            or family_for_architecture(type(hf_model).__name__)
+        )
         self.structure: Structure = analyze(hf_model, config, self.text_config, _n_layers(config))
         self.resolver = Resolver(self.structure, self.family, hf_model, self._probe)
         self._points: tuple[str, ...] | None = None
@@ -223,11 +233,15 @@ class EagerModel:
         return ids
 
     def _batch_ids(self, tokens: Any) -> list[list[int]]:
+        if isinstance(tokens, Sequence | torch.Tensor) and len(tokens) == 0:
+            raise ValueError("the prompt is empty; give at least one token")
         if isinstance(tokens, torch.Tensor) and tokens.dim() == 2:
             rows = [list(map(int, r)) for r in tokens.tolist()]
-        elif isinstance(tokens, str) or (isinstance(tokens, Sequence) and tokens and isinstance(tokens[0], int)):
-            rows = [self._prompt_ids(tokens)]
-        elif isinstance(tokens, torch.Tensor):
+        elif (
+            isinstance(tokens, str)
+            or (isinstance(tokens, Sequence) and tokens and isinstance(tokens[0], int))
+            or isinstance(tokens, torch.Tensor)
+        ):
             rows = [self._prompt_ids(tokens)]
         elif isinstance(tokens, Sequence) and tokens:
             rows = [self._prompt_ids(t) for t in tokens]
@@ -302,7 +316,9 @@ class EagerModel:
             addresses = [addresses]
         return self.forward_with_cache(tokens, addresses, steering=steering, grad=grad)[1]
 
-    async def capture_attention(self, tokens: Prompt, layers: Sequence[int] | None = None) -> ActivationCache:
+    async def capture_attention(
+        self, tokens: Prompt, layers: Sequence[int] | None = None
+    ) -> ActivationCache:
         layer_list = range(self.n_layers) if layers is None else layers
         addresses = [to_address(("attn_probs", int(i))) for i in layer_list]
         return self.forward_with_cache(tokens, addresses)[1]
@@ -332,7 +348,11 @@ class EagerModel:
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
-        for source in (getattr(self.hf_model, "generation_config", None), self.config, self.tokenizer):
+        for source in (
+            getattr(self.hf_model, "generation_config", None),
+            self.config,
+            self.tokenizer,
+        ):
             value = getattr(source, "eos_token_id", None)
             if isinstance(value, int):
                 ids.add(value)
@@ -341,14 +361,24 @@ class EagerModel:
         return ids
 
     async def generate(
-        self, tokens: Prompt, sampling_params: SamplingParams = SamplingParams(), *, steering: SteeringArg = None
+        self,
+        tokens: Prompt,
+        sampling_params: SamplingParams = _GREEDY,
+        *,
+        steering: SteeringArg = None,
     ) -> Generation:
         ids = self._prompt_ids(tokens)
         out = list(self._decode_loop(ids, sampling_params, steering))
-        return Generation(tuple(ids), tuple(out), self.tokenizer.decode(out, skip_special_tokens=True))
+        return Generation(
+            tuple(ids), tuple(out), self.tokenizer.decode(out, skip_special_tokens=True)
+        )
 
     async def generate_stream(
-        self, tokens: Prompt, sampling_params: SamplingParams = SamplingParams(), *, steering: SteeringArg = None
+        self,
+        tokens: Prompt,
+        sampling_params: SamplingParams = _GREEDY,
+        *,
+        steering: SteeringArg = None,
     ) -> AsyncIterator[StreamChunk]:
         ids = self._prompt_ids(tokens)
         out: list[int] = []
@@ -357,7 +387,11 @@ class EagerModel:
             out.append(token)
             text = self.tokenizer.decode(out, skip_special_tokens=True)
             # Multi-byte characters can span tokens: emit only text that is complete so far.
-            chunk = text[len(emitted) :] if text.startswith(emitted) and not text.endswith("\ufffd") else ""
+            chunk = (
+                text[len(emitted) :]
+                if text.startswith(emitted) and not text.endswith("\ufffd")
+                else ""
+            )
             emitted += chunk
             yield StreamChunk(token, chunk)
 
@@ -365,7 +399,7 @@ class EagerModel:
         self,
         tokens: Prompt,
         addresses: Sequence[AddressLike],
-        sampling_params: SamplingParams = SamplingParams(),
+        sampling_params: SamplingParams = _GREEDY,
         *,
         steering: SteeringArg = None,
     ) -> GenerationCapture:
@@ -424,7 +458,11 @@ def load(
         if dtype is not None:
             model = model.to(resolve_dtype(dtype, dev, model.config))
         model = model.to(dev)
-        name = kw.pop("name", None) or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        name = (
+            kw.pop("name", None)
+            or getattr(model.config, "_name_or_path", "")
+            or type(model).__name__
+        )
         return EagerModel(model, tokenizer, str(name))
     model_name = os.fspath(model_id)
     folder = resolve_model_path(model_name)

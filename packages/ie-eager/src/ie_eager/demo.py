@@ -22,13 +22,21 @@ NEGATIVE = "I hate it. It is terrible, ugly and miserable."
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ie demo", description="Logit lens, captures and steering in one minute.")
+    p = argparse.ArgumentParser(
+        prog="ie demo", description="Logit lens, captures and steering in one minute."
+    )
     p.add_argument("--backend", default="eager", help="eager (default), vllm, vllm-static, or auto")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"model id or folder (default {DEFAULT_MODEL})")
+    p.add_argument(
+        "--model", default=DEFAULT_MODEL, help=f"model id or folder (default {DEFAULT_MODEL})"
+    )
     p.add_argument("--prompt", default=PROMPT, help="prompt for the logit lens")
     p.add_argument("--top", type=int, default=3, help="tokens shown per layer")
-    p.add_argument("--coeff", type=float, default=8.0, help="steering strength (multiples of the vector)")
-    p.add_argument("--layer", type=int, default=None, help="steering layer (default: one third deep)")
+    p.add_argument(
+        "--coeff", type=float, default=4.0, help="steering strength (multiples of the vector)"
+    )
+    p.add_argument(
+        "--layer", type=int, default=None, help="steering layer (default: one third deep)"
+    )
     p.add_argument("--max-new-tokens", type=int, default=12)
     return p
 
@@ -52,8 +60,13 @@ def lens_section(model: Any, prompt: str, top: int) -> list[list[int]]:
     result = decode_residuals(model, rows, k=top)
     print(f"\n== logit lens: top {top} next tokens after {prompt!r}, last position, every layer")
     tops: list[list[int]] = []
-    for layer, (row_ids, row_probs) in enumerate(zip(result.ids.tolist(), result.probs.tolist(), strict=True)):
-        cells = "  ".join(f"{model.to_string([t])!r:>12} {p:5.1%}" for t, p in zip(row_ids, row_probs, strict=True))
+    for layer, (row_ids, row_probs) in enumerate(
+        zip(result.ids.tolist(), result.probs.tolist(), strict=True)
+    ):
+        cells = "  ".join(
+            f"{model.to_string([t])!r:>12} {p:5.1%}"
+            for t, p in zip(row_ids, row_probs, strict=True)
+        )
         print(f"  layer {layer:2d}  {cells}")
         tops.append(row_ids)
     return tops
@@ -62,11 +75,19 @@ def lens_section(model: Any, prompt: str, top: int) -> list[list[int]]:
 def shapes_section(model: Any, prompt: str) -> None:
     mid = model.n_layers // 2
     available = set(model.points())
-    wanted = ["embeddings", f"resid_post.{mid}", f"attn_probs.{mid}", f"value.{mid}", f"mlp_act.{mid}"]
+    wanted = [
+        "embeddings",
+        f"resid_post.{mid}",
+        f"attn_probs.{mid}",
+        f"value.{mid}",
+        f"mlp_act.{mid}",
+    ]
     addresses = [a for a in wanted if a.split(".")[0] in available]
     ids = model.to_tokens(prompt)
     cache = run_with_cache(model, ids, addresses)
-    print(f"\n== captured shapes ({len(ids)} prompt tokens; [batch, seq, ...], attention [batch, heads, q, k])")
+    print(
+        f"\n== captured shapes ({len(ids)} prompt tokens; [batch, seq, ...], attention [batch, heads, q, k])"
+    )
     for address in addresses:
         print(f"  {address:<18} {tuple(cache[address].shape)}")
 
@@ -91,8 +112,10 @@ def demo_command(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     start = time.perf_counter()
     model = load_model(args.model, backend=args.backend)
-    print(f"loaded {args.model} on backend {model.backend!r}: {model.n_layers} layers, d_model {model.d_model} "
-          f"({time.perf_counter() - start:.1f} s)")
+    print(
+        f"loaded {args.model} on backend {model.backend!r}: {model.n_layers} layers, d_model {model.d_model} "
+        f"({time.perf_counter() - start:.1f} s)"
+    )
     try:
         lens_section(model, args.prompt, args.top)
         shapes_section(model, args.prompt)

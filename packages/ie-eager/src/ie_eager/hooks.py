@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
-
 from ie_core.address import Address
 from ie_core.errors import PointUnavailableError, SteeringSpecError
 from ie_core.points import POINTS_BY_NAME
 from ie_core.steer_math import apply_ops
 from ie_core.steering import SteeringOp
+from torch import nn
+
 from ie_eager import attention
 from ie_eager.resolve import Resolved, Tap
 
@@ -171,7 +171,9 @@ class Session:
             tap = r.tap
             raw = items[tap.item]
             if not isinstance(raw, torch.Tensor):
-                raise PointUnavailableError(f"{r.address}: {tap.path} produced no tensor at item {tap.item}")
+                raise PointUnavailableError(
+                    f"{r.address}: {tap.path} produced no tensor at item {tap.item}"
+                )
             if action.kind == "write":
                 assert action.write is not None
                 items[tap.item] = self._write(r, action.write, raw)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-
 from ie_core.errors import PointUnavailableError
 from ie_core.protocol import TopK
 

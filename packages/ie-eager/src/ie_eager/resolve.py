@@ -5,17 +5,17 @@ family's own softmax call)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from torch import nn
-
 from ie_core.address import Address, AddressLike, to_address
 from ie_core.errors import LayerOutOfRangeError, PointUnavailableError
 from ie_core.families import Family
 from ie_core.points import POINTS, Point
+from torch import nn
+
 from ie_eager import structure as st
 from ie_eager.structure import Block, Structure
 
@@ -195,7 +195,9 @@ class Resolver:
                     "the model has a single residual stream, so there are no stream coordinates "
                     "or hyper-connection points; use the plain residual points",
                 )
-            raise self._refuse(point, "multi-stream trunks are not implemented on the eager backend")
+            raise self._refuse(
+                point, "multi-stream trunks are not implemented on the eager backend"
+            )
         if not point.per_layer:
             return self._trunk(point, address)
         assert address.layer is not None
@@ -293,7 +295,9 @@ class Resolver:
             if router is None:
                 if self.family is not None and not self.family.has_point(point):
                     raise self._missing(point, "")
-                raise self._refuse(point, f"layer {b.index} has a dense MLP, not a mixture of experts")
+                raise self._refuse(
+                    point, f"layer {b.index} has a dense MLP, not a mixture of experts"
+                )
             item = {"router_logits": 0, "expert_weights": 1, "expert_indices": 2}[name]
             width = None
             return tap(_tap(b, router, "out", item=item), width, "")
@@ -355,14 +359,22 @@ class Resolver:
                 f"fused projection {fused[0]} is {total} wide, expected (heads {heads} + 2 x kv "
                 f"{kv}) x head_dim {hd}; its layout is unknown",
             )
-        config = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        config = (
+            self.model.config.get_text_config()
+            if hasattr(self.model.config, "get_text_config")
+            else self.model.config
+        )
         name = fused[0].rsplit(".", 1)[-1]
         if name == "query_key_value" and getattr(config, "new_decoder_architecture", False):
-            sel: Selector = Grouped(kv, heads // kv + 2, heads // kv + 1, hd)  # Falcon: per KV group
+            sel: Selector = Grouped(
+                kv, heads // kv + 2, heads // kv + 1, hd
+            )  # Falcon: per KV group
         elif name == "query_key_value" and kv == heads:
             sel = Grouped(heads, 3, 2, hd)  # GPT-NeoX / BLOOM: [q, k, v] interleaved per head
         elif name == "query_key_value":
-            raise self._refuse(point, "fused query_key_value with grouped KV heads has no known layout")
+            raise self._refuse(
+                point, "fused query_key_value with grouped KV heads has no known layout"
+            )
         else:
             sel = LastSlice((heads + kv) * hd, total)  # contiguous q | k | v (GPT-2, Phi-3)
         return Resolved(address, "tap", _tap(b, fused, "out", select=sel), kv_width, True)  # type: ignore[arg-type]

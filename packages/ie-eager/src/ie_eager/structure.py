@@ -106,7 +106,9 @@ class Block:
     post_mlp_norm: tuple[str, nn.Module] | None
     attn_adds_residual: bool  # BLOOM: the attention and MLP modules add the residual themselves
 
-    def sub(self, owner: tuple[str, nn.Module] | None, names: tuple[str, ...]) -> tuple[str, nn.Module] | None:
+    def sub(
+        self, owner: tuple[str, nn.Module] | None, names: tuple[str, ...]
+    ) -> tuple[str, nn.Module] | None:
         if owner is None:
             return None
         found = child(owner[1], names)
@@ -117,7 +119,10 @@ class Block:
 
     @property
     def moe(self) -> bool:
-        return self.sub(self.mlp, EXPERTS_NAMES) is not None and self.sub(self.mlp, ROUTER_NAMES) is not None
+        return (
+            self.sub(self.mlp, EXPERTS_NAMES) is not None
+            and self.sub(self.mlp, ROUTER_NAMES) is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -135,9 +140,8 @@ class Structure:
 def find_layers(model: nn.Module, n_layers: int) -> tuple[str, nn.ModuleList]:
     """The ModuleList of decoder blocks: `n_layers` long, each element holding an attention child."""
     for name, mod in model.named_modules():
-        if isinstance(mod, nn.ModuleList) and len(mod) == n_layers and len(mod) > 0:
-            if child(mod[0], ATTN_NAMES) is not None:
-                return name, mod
+        if isinstance(mod, nn.ModuleList) and len(mod) == n_layers > 0 and child(mod[0], ATTN_NAMES):
+            return name, mod
     raise ValueError(
         f"no ModuleList of {n_layers} decoder blocks with an attention child "
         f"({', '.join(ATTN_NAMES)}) in {type(model).__name__}"

@@ -1,0 +1,231 @@
+"""Capture overhead of `resid_post` at every layer against a plain forward, on the same weights:
+plain torch hooks, ie-eager (direct and through the async protocol), TransformerLens 4.x
+(`TransformerBridge.run_with_cache` with a name filter) and nnsight 0.8 (`trace` + `.save()`).
+
+Each method runs round-robin with the others (so drift hits all alike); figures are medians of
+the repeats; ratios divide by the plain HF forward's median. Results go to JSON and markdown.
+
+    uv run python packages/ie-eager/benchmarks/capture_overhead.py --threads 2 --repeats 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results" / "capture_overhead"
+
+
+def _hf(folder: Path) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, attn_implementation="eager", dtype=torch.float32
+    )
+    return model.eval(), AutoTokenizer.from_pretrained(folder)
+
+
+def _ids(tok: Any, n: int) -> torch.Tensor:
+    text = "The capital of France is Paris, and the capital of Japan is Tokyo. " * 64
+    ids = tok(text)["input_ids"][:n]
+    assert len(ids) == n, f"prompt too short for {n} tokens"
+    return torch.tensor([ids])
+
+
+def methods(
+    folder: Path, peers: bool
+) -> tuple[dict[str, Callable[[torch.Tensor], Any]], dict[str, str]]:
+    from ie_core.runner import run
+    from ie_eager.backend import load
+
+    hf, tok = _hf(folder)
+    n_layers = hf.config.num_hidden_layers
+    eager = load(hf, tokenizer=tok, name=str(folder))
+    addresses = [f"resid_post.{i}" for i in range(n_layers)]
+    versions: dict[str, str] = {}
+
+    def plain(ids: torch.Tensor) -> Any:
+        with torch.no_grad():
+            return hf(input_ids=ids, use_cache=False).logits
+
+    def hooks(ids: torch.Tensor) -> Any:
+        saved: list[torch.Tensor] = []
+        handles = [
+            layer.register_forward_hook(
+                lambda m, a, o: saved.append(o[0] if isinstance(o, tuple) else o)
+            )
+            for layer in hf.model.layers
+        ]
+        try:
+            with torch.no_grad():
+                hf(input_ids=ids, use_cache=False)
+        finally:
+            for h in handles:
+                h.remove()
+        return saved
+
+    def ie_direct(ids: torch.Tensor) -> Any:
+        return eager.forward_with_cache(ids.tolist(), addresses)[1]
+
+    def ie_protocol(ids: torch.Tensor) -> Any:
+        return run(eager.capture(ids.tolist(), addresses))
+
+    table: dict[str, Callable[[torch.Tensor], Any]] = {
+        "hf_forward": plain,
+        "torch_hooks": hooks,
+        "ie_eager": ie_direct,
+        "ie_eager_protocol": ie_protocol,
+    }
+    if peers:
+        table.update(_transformer_lens(folder, n_layers, versions))
+        table.update(_nnsight(folder, n_layers, versions))
+    return table, versions
+
+
+def _transformer_lens(folder: Path, n_layers: int, versions: dict[str, str]) -> dict[str, Callable]:
+    try:
+        import transformer_lens
+        from transformer_lens.model_bridge import TransformerBridge
+    except ImportError as exc:
+        print(f"TransformerLens not available: {exc}")
+        return {}
+    versions["transformer_lens"] = getattr(transformer_lens, "__version__", "?")
+    bridge = TransformerBridge.boot_transformers(str(folder), device="cpu", dtype=torch.float32)
+    names = {f"blocks.{i}.hook_resid_post" for i in range(n_layers)}
+
+    def tl_forward(ids: torch.Tensor) -> Any:
+        with torch.no_grad():
+            return bridge(ids)
+
+    def tl_cache(ids: torch.Tensor) -> Any:
+        with torch.no_grad():
+            return bridge.run_with_cache(ids, names_filter=lambda n: n in names)
+
+    return {"transformer_lens_forward": tl_forward, "transformer_lens": tl_cache}
+
+
+def _nnsight(folder: Path, n_layers: int, versions: dict[str, str]) -> dict[str, Callable]:
+    try:
+        import nnsight
+        from nnsight import LanguageModel
+    except ImportError as exc:
+        print(f"nnsight not available: {exc}")
+        return {}
+    versions["nnsight"] = getattr(nnsight, "__version__", "?")
+    lm = LanguageModel(str(folder), dispatch=True, dtype=torch.float32)
+
+    def nn_capture(ids: torch.Tensor) -> Any:
+        with torch.no_grad(), lm.trace(ids):
+            saved = [lm.model.layers[i].output.save() for i in range(n_layers)]
+        return saved
+
+    return {"nnsight": nn_capture}
+
+
+def measure(
+    table: dict[str, Callable], ids: torch.Tensor, repeats: int, warmup: int
+) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {name: [] for name in table}
+    for _ in range(warmup):
+        for fn in table.values():
+            fn(ids)
+    for _ in range(repeats):
+        for name, fn in table.items():
+            start = time.perf_counter()
+            fn(ids)
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def summarize(times: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    base = statistics.median(times["hf_forward"])
+    out = {}
+    for name, values in times.items():
+        med = statistics.median(values)
+        out[name] = {
+            "median_ms": med * 1e3,
+            "ratio_vs_hf_forward": med / base,
+            "extra_ms_vs_hf_forward": (med - base) * 1e3,
+            "repeats": len(values),
+        }
+    return out
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"# Capture overhead: resid_post at every layer ({result['model']})",
+        "",
+        f"{result['when']}, {result['machine']}, torch {result['torch']}, {result['threads']} threads, "
+        f"fp32, medians of {result['repeats']} round-robin repeats. Ratio = median / plain HF forward.",
+        "",
+    ]
+    for n, rows in result["lengths"].items():
+        lines += [
+            f"## {n} tokens",
+            "",
+            "| method | median ms | ratio | extra ms |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, row in rows.items():
+            lines.append(
+                f"| {name} | {row['median_ms']:.2f} | {row['ratio_vs_hf_forward']:.3f} | "
+                f"{row['extra_ms_vs_hf_forward']:+.2f} |"
+            )
+        lines.append("")
+    lines.append(f"Command: `{result['command']}`")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    p.add_argument("--lengths", type=int, nargs="+", default=[16, 256])
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--no-peers", action="store_true", help="skip TransformerLens and nnsight")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="path stem for .json and .md")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from ie_core.models import resolve_model_path
+
+    folder = resolve_model_path(args.model) or Path(args.model)
+    table, versions = methods(Path(folder), peers=not args.no_peers)
+    _, tok = _hf(Path(folder))
+    result: dict[str, Any] = {
+        "model": args.model,
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} {platform.processor() or platform.platform()}",
+        "torch": torch.__version__,
+        "versions": versions,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "command": "python packages/ie-eager/benchmarks/capture_overhead.py "
+        + " ".join(argv or []),
+        "lengths": {},
+    }
+    for n in args.lengths:
+        times = measure(table, _ids(tok, n), args.repeats, args.warmup)
+        result["lengths"][str(n)] = summarize(times)
+        print(f"{n} tokens:", json.dumps(result["lengths"][str(n)], indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(result))
+    print(f"wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

@@ -83,3 +83,13 @@ def test_engine_hook_mappings_doc_is_current() -> None:
     from ie_validator.render import render_mappings
 
     assert MAPPINGS_DOC.read_text() == render_mappings(), "run `ie validate mappings --write`"
+
+
+def test_declared_layout_is_transposed_not_reshaped() -> None:
+    from ie_validator.engines.base import canonical
+
+    bhsd = np.arange(2 * 5 * 4, dtype=np.float64).reshape(1, 2, 5, 4)  # [b, heads, seq, d]
+    out = canonical("q_norm_out", bhsd, "bhsd")
+    assert out.shape == (1, 5, 8)
+    np.testing.assert_array_equal(out[0, 3], np.concatenate([bhsd[0, 0, 3], bhsd[0, 1, 3]]))
+    assert not np.array_equal(canonical("q_norm_out", bhsd), out)  # a plain reshape would differ

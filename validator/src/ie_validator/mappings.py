@@ -21,6 +21,9 @@ from ie_core.families import family_for_architecture
 @dataclass(frozen=True)
 class Hook:
     name: str
+    # The engine's tensor layout when it is not `[batch, seq, ...]`: "bhsd" = [batch, heads, seq,
+    # head_dim], transposed to [batch, seq, heads * head_dim] before comparing.
+    layout: str = ""
 
     def at(self, layer: int | None) -> str:
         return self.name.replace("{L}", str(layer)) if layer is not None else self.name
@@ -78,9 +81,9 @@ _TL_BASE: Table = MappingProxyType(
         "resid_pre": Hook("blocks.{L}.hook_resid_pre"),
         "attn_in": Hook("blocks.{L}.ln1.hook_normalized"),
         "q_norm_in": Hook("blocks.{L}.attn.hook_q"),
-        "q_norm_out": Hook("blocks.{L}.attn.hook_q_normed"),
+        "q_norm_out": Hook("blocks.{L}.attn.hook_q_normed", layout="bhsd"),
         "k_norm_in": Hook("blocks.{L}.attn.hook_k"),
-        "k_norm_out": Hook("blocks.{L}.attn.hook_k_normed"),
+        "k_norm_out": Hook("blocks.{L}.attn.hook_k_normed", layout="bhsd"),
         "value": Hook("blocks.{L}.attn.hook_v"),
         "attn_scores": Hook("blocks.{L}.attn.hook_attn_scores"),
         "attn_probs": Hook("blocks.{L}.attn.hook_pattern"),
@@ -105,6 +108,11 @@ _TL_BASE: Table = MappingProxyType(
 _TL_SANDWICH = {
     "attn_out": Hook("blocks.{L}.attn.hook_out"),
     "mlp_out": Hook("blocks.{L}.mlp.hook_out"),
+}
+_TL_BLOOM = {
+    # The bridge's hook_embed fires after BLOOM's embedding LayerNorm; the embedding module's own
+    # output is embed.hook_out.
+    "embeddings": Hook("embed.hook_out"),
 }
 _TL_ONE_NORM = {"mlp_in": Hook("blocks.{L}.ln1.hook_normalized")}  # parallel block, one LayerNorm
 _TL_MOE = {
@@ -133,6 +141,7 @@ TRANSFORMER_LENS: Mapping[str, Table] = MappingProxyType(
             attn_in=Hook("blocks.{L}.attn.hook_in"),
             mlp_in=Hook("blocks.{L}.mlp.hook_in"),
         ),
+        "bloom": _table(_TL_BASE, **_TL_BLOOM),
         "gpt-j": _table(_TL_BASE, **_TL_ONE_NORM),
         "phi": _table(_TL_BASE, **_TL_ONE_NORM),
         "cohere": _table(_TL_BASE, **_TL_ONE_NORM),
@@ -394,6 +403,10 @@ _NNTERP_BASE: Table = MappingProxyType(
         "lm_head": Hook("logits"),
     }
 )
+_NNTERP_BLOOM_RESIDUAL = Gap(
+    "HF BLOOM's attention and MLP modules add the residual inside their forward, so nnterp's "
+    "attentions_output / mlps_output are attn_out + residual, not the sublayer's output"
+)
 _NNTERP_TRANSFORMED_LOGITS = Gap(
     "nnterp's `logits` is the model output after the family's logit scale / softcap; lm_head is raw"
 )
@@ -404,6 +417,9 @@ NNTERP: Mapping[str, Table] = MappingProxyType(
         "gpt2": _table(
             _NNTERP_BASE,
             attn_probs=Gap("nnterp 1.3 does not expose attention_probabilities on GPT-2"),
+        ),
+        "bloom": _table(
+            _NNTERP_BASE, attn_out=_NNTERP_BLOOM_RESIDUAL, mlp_out=_NNTERP_BLOOM_RESIDUAL
         ),
         "gemma2": _table(_NNTERP_BASE, lm_head=_NNTERP_TRANSFORMED_LOGITS),
         "granite": _table(_NNTERP_BASE, lm_head=_NNTERP_TRANSFORMED_LOGITS),

@@ -157,7 +157,9 @@ def render_all(results_root: Path, validator_dir: Path) -> None:
 
 
 def _entry_cell(entry: Hook | Gap) -> str:
-    return f"`{entry.name}`" if isinstance(entry, Hook) else f"n/a: {entry.reason}"
+    if isinstance(entry, Gap):
+        return f"n/a: {entry.reason}"
+    return f"`{entry.name}`" + (f" (layout `{entry.layout}`, transposed)" if entry.layout else "")
 
 
 def render_mappings() -> str:

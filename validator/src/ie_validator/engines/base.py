@@ -32,6 +32,7 @@ class Request:
 
     address: Address
     hook: str
+    layout: str = ""
 
     @property
     def key(self) -> str:
@@ -80,7 +81,7 @@ def plan(
             gaps[str(address)] = entry
         else:
             assert isinstance(entry, Hook)
-            requests.append(Request(address, entry.at(address.layer)))
+            requests.append(Request(address, entry.at(address.layer), entry.layout))
     return requests, gaps
 
 
@@ -88,7 +89,7 @@ def is_attention_map(point: str) -> bool:
     return get_point(point).width is Width.HQK
 
 
-def canonical(point: str, tensor: Any) -> np.ndarray:
+def canonical(point: str, tensor: Any, layout: str = "") -> np.ndarray:
     """float64 numpy in canonical layout: `[b, s, width]` (per-head dims flattened), or
     `[b, heads, q, k]` for attention maps; `[b * s, w]` router outputs become `[1, b * s, w]`."""
     if isinstance(tensor, tuple | list):
@@ -96,6 +97,8 @@ def canonical(point: str, tensor: Any) -> np.ndarray:
     if hasattr(tensor, "detach"):
         tensor = tensor.detach().to("cpu").double().numpy()
     arr = np.asarray(tensor, dtype=np.float64)
+    if layout == "bhsd" and arr.ndim == 4:
+        arr = arr.transpose(0, 2, 1, 3)
     if is_attention_map(point):
         return arr
     if arr.ndim == 2:

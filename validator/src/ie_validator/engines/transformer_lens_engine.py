@@ -49,7 +49,7 @@ class TransformerLensEngine:
         for req in requests:
             if req.hook in cache:
                 try:
-                    out[req.key] = canonical(req.address.name, cache[req.hook])
+                    out[req.key] = canonical(req.address.name, cache[req.hook], req.layout)
                 except TypeError as exc:
                     out[req.key] = CaptureFailure(f"TransformerLens {req.hook}: {exc}")
             else:

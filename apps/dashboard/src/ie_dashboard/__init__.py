@@ -3,8 +3,6 @@
 FastAPI + Jinja2 + htmx over SQLModel (SQLite by default). Imports ie-core only, never torch.
 """
 
-__all__ = ["create_app"]
-
 
 def __getattr__(name: str):  # lazy, so `import ie_dashboard` stays cheap for the CLI
     if name == "create_app":

@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from ie_dashboard import render, views
 from ie_dashboard.config import TOKEN_ENV, write_token
@@ -124,7 +124,7 @@ def _pages(app: FastAPI, database: Database) -> None:
 
 def _cell_json(session: Session, cell: BenchmarkCellRow) -> dict[str, Any]:
     workloads = session.exec(
-        select(WorkloadRow).where(WorkloadRow.cell_id == cell.id).order_by(WorkloadRow.id)
+        select(WorkloadRow).where(WorkloadRow.cell_id == cell.id).order_by(col(WorkloadRow.id))
     )
     return {
         "id": cell.id,
@@ -172,7 +172,7 @@ def _run_json(session: Session, run: ValidatorRunRow, with_points: bool) -> dict
         rows = session.exec(
             select(ValidatorPointRow)
             .where(ValidatorPointRow.run_id == run.id)
-            .order_by(ValidatorPointRow.id)
+            .order_by(col(ValidatorPointRow.id))
         )
         out["points"] = [r.model_dump(exclude={"id", "run_id"}) for r in rows]
     return out
@@ -199,7 +199,7 @@ def _read_api(app: FastAPI, database: Database) -> None:
     @app.get("/api/benchmarks")
     def benchmarks(model: str | None = None, variant: str | None = None) -> list[dict[str, Any]]:
         with database.read() as s:
-            q = select(BenchmarkCellRow).order_by(BenchmarkCellRow.id)
+            q = select(BenchmarkCellRow).order_by(col(BenchmarkCellRow.id))
             if model:
                 q = q.where(BenchmarkCellRow.model == model)
             if variant:
@@ -225,7 +225,7 @@ def _read_api(app: FastAPI, database: Database) -> None:
         model: str | None = None, engine: str | None = None, points: bool = False
     ) -> list[dict[str, Any]]:
         with database.read() as s:
-            q = select(ValidatorRunRow).order_by(ValidatorRunRow.id)
+            q = select(ValidatorRunRow).order_by(col(ValidatorRunRow.id))
             if model:
                 q = q.where(ValidatorRunRow.hf_id == model)
             if engine:

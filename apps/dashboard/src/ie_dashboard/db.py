@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -20,7 +21,7 @@ _WRITE = "ie_write"
 def _sqlite_engine(url: str) -> Engine:
     engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 60})
 
-    @sa.event.listens_for(engine, "connect")
+    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy's begin event issue BEGIN itself, so writers can take the lock up front.
         dbapi_conn.isolation_level = None
@@ -30,7 +31,7 @@ def _sqlite_engine(url: str) -> Engine:
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
-    @sa.event.listens_for(engine, "begin")
+    @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
         # IMMEDIATE takes the write lock at BEGIN: a writer that read first could otherwise fail
         # with SQLITE_BUSY instead of waiting when another process wrote in between.

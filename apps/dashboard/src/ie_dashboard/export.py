@@ -8,7 +8,7 @@ import shutil
 from importlib.resources import files
 from pathlib import Path
 
-from sqlmodel import select
+from sqlmodel import col, select
 
 from ie_dashboard import render, views
 from ie_dashboard.app import _arch_json, _cell_json, _run_json
@@ -94,11 +94,11 @@ def export_site(db: Database, out: Path) -> int:
             "architectures.json": [_arch_json(views.get_architecture(s, a.slug)) for a in archs],
             "benchmarks.json": [
                 _cell_json(s, c)
-                for c in s.exec(select(BenchmarkCellRow).order_by(BenchmarkCellRow.id))
+                for c in s.exec(select(BenchmarkCellRow).order_by(col(BenchmarkCellRow.id)))
             ],
             "validator.json": [
                 _run_json(s, r, True)
-                for r in s.exec(select(ValidatorRunRow).order_by(ValidatorRunRow.id))
+                for r in s.exec(select(ValidatorRunRow).order_by(col(ValidatorRunRow.id)))
             ],
         }
     _write(out, "README.md", SITE_README)

@@ -8,7 +8,7 @@ from typing import Any
 
 from ie_core.address import parse_address
 from ie_core.errors import AddressError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from ie_dashboard.notes import point_note
 from ie_dashboard.tables import (
@@ -103,7 +103,9 @@ def _memo(session: Session, key: object, build: Any) -> Any:
 
 def list_points(session: Session) -> list[PointRow]:
     return _memo(
-        session, "points", lambda: list(session.exec(select(PointRow).order_by(PointRow.position)))
+        session,
+        "points",
+        lambda: list(session.exec(select(PointRow).order_by(col(PointRow.position)))),
     )
 
 
@@ -111,7 +113,7 @@ def list_architectures(session: Session) -> list[ArchitectureRow]:
     return _memo(
         session,
         "archs",
-        lambda: list(session.exec(select(ArchitectureRow).order_by(ArchitectureRow.position))),
+        lambda: list(session.exec(select(ArchitectureRow).order_by(col(ArchitectureRow.position)))),
     )
 
 
@@ -286,7 +288,7 @@ def _variant_key(variant: str) -> tuple[int, str]:
 def throughput(session: Session) -> list[ModelThroughput]:
     """Per (model, profile), the latest cell of each variant and its multipliers over eager."""
     latest: dict[tuple[str, str, str], BenchmarkCellRow] = {}
-    for cell in session.exec(select(BenchmarkCellRow).order_by(BenchmarkCellRow.started)):  # type: ignore[arg-type]
+    for cell in session.exec(select(BenchmarkCellRow).order_by(col(BenchmarkCellRow.started))):
         latest[(cell.model, cell.profile, cell.variant)] = cell
     groups: dict[tuple[str, str], list[Figure]] = {}
     concurrency: dict[tuple[str, str], set[int]] = {}
@@ -358,7 +360,7 @@ def _engine_key(engine: str) -> tuple[int, str]:
 
 def validation_matrix(session: Session) -> Matrix:
     latest: dict[tuple[str, str], ValidatorRunRow] = {}
-    for run in session.exec(select(ValidatorRunRow).order_by(ValidatorRunRow.captured_at)):  # type: ignore[arg-type]
+    for run in session.exec(select(ValidatorRunRow).order_by(col(ValidatorRunRow.captured_at))):
         latest[(run.hf_id, run.engine)] = run
     matrix = Matrix()
     matrix.models = sorted({m for m, _ in latest})
@@ -388,7 +390,7 @@ def run_detail(session: Session, model: str, engine: str) -> RunDetail:
     run = session.exec(
         select(ValidatorRunRow)
         .where(ValidatorRunRow.hf_id == model, ValidatorRunRow.engine == engine)
-        .order_by(ValidatorRunRow.captured_at.desc())  # type: ignore[attr-defined]
+        .order_by(col(ValidatorRunRow.captured_at).desc())
     ).first()
     if run is None:
         raise NotFound(f"no validator result for model {model!r} on engine {engine!r}")

@@ -1,15 +1,30 @@
 """Why a cell of the matrix is not a pass: a declared gap or a named upstream bug, as data.
 
-Keys are `(engine, family)`; `*` matches any family. The README lists every non-pass cell with
-its explanation, and `UNEXPLAINED` where none is recorded, so a new failure cannot hide.
+Keys are `(engine, family)`. The README lists every non-pass cell with its explanation, and
+`UNEXPLAINED` where none is recorded, so a new failure cannot hide behind an old note.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-EXPLANATIONS: dict[tuple[str, str], str] = {}
+_TL_SCORES_ARE_PATTERN = (
+    "upstream bug, TransformerLens 4.3.0: on the {0} bridge `blocks.L.attn.hook_attn_scores` "
+    "carries the softmaxed pattern (bit-identical to `hook_pattern`, rows sum to 1, no mask), not "
+    "the pre-softmax scores; every other point of the model passes, attn_probs included"
+)
+
+EXPLANATIONS: dict[tuple[str, str], str] = {
+    ("transformer-lens", "gpt-j"): _TL_SCORES_ARE_PATTERN.format("GPT-J"),
+    ("transformer-lens", "opt"): _TL_SCORES_ARE_PATTERN.format("OPT"),
+    ("transformer-lens", "falcon"): (
+        "upstream bug, TransformerLens 4.3.0: its Falcon adapter splits the fused query_key_value "
+        "as [d_model, kv, kv], which is wrong for the new decoder architecture (grouped per KV "
+        "head), so `boot_transformers` raises before any forward"
+    ),
+}
 
 
 def explain(engine: str, family: str, result: dict[str, Any]) -> str:
-    return EXPLANATIONS.get((engine, family)) or EXPLANATIONS.get((engine, "*"), "")
+    del result  # explanations are per (engine, family); the result is there for future rules
+    return EXPLANATIONS.get((engine, family), "")

@@ -50,14 +50,27 @@ def _by_model(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, An
 
 
 def _non_pass(result: dict[str, Any]) -> list[str]:
-    """Distinct reasons of the non-pass points of one cell (or its engine error)."""
+    """One line per non-pass point name: its layers, status and worst figures (or its reason)."""
     if result["status"] != "ok":
         return [result["error"].splitlines()[0][:300] if result["error"] else result["status"]]
-    reasons: dict[str, list[str]] = defaultdict(list)
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for p in result["points"]:
         if p["status"] in ("warn", "fail"):
-            reasons[p["reason"]].append(p["address"])
-    return [f"{', '.join(addrs)}: {why}" for why, addrs in reasons.items()]
+            groups[p["point"]].append(p)
+    lines = []
+    for point, rows in groups.items():
+        layers = ",".join(str(r["layer"]) for r in rows if r["layer"] is not None)
+        where = f"`{point}.{{{layers}}}`" if layers else f"`{point}`"
+        statuses = "/".join(sorted({r["status"] for r in rows}))
+        cos = [r["cos"] for r in rows if r["cos"] is not None]
+        diff = [r["max_abs_diff"] for r in rows if r["max_abs_diff"] is not None]
+        if cos:
+            lines.append(
+                f"{where} {statuses}: min cos {min(cos):.6f}, max abs diff {max(diff):.3g}"
+            )
+        else:
+            lines.append(f"{where} {statuses}: {rows[0]['reason'][:200]}")
+    return lines
 
 
 def render_matrix(results: list[dict[str, Any]]) -> str:

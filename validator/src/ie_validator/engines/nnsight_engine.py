@@ -1,5 +1,7 @@
 """nnsight 0.8: `LanguageModel(path, dispatch=True)`, one trace per point.
 
+Eager attention, like the reference and TransformerLens: HF's sdpa path drops Gemma 2's attention
+softcap (transformers warns), which would make nnsight compute a different function.
 One trace per point keeps every request trivially in execution order (nnsight raises
 `OutOfOrderError` otherwise) at the price of a forward each, which is cheap on these models.
 """
@@ -38,7 +40,9 @@ class NNsightEngine:
         from nnsight import LanguageModel
 
         try:
-            lm = LanguageModel(str(model.path), dispatch=True, dtype=torch.float32)
+            lm = LanguageModel(
+                str(model.path), dispatch=True, dtype=torch.float32, attn_implementation="eager"
+            )
         except Exception as exc:
             raise EngineError(
                 f"nnsight could not load the model: {type(exc).__name__}: {exc}"

@@ -21,8 +21,9 @@ from ie_validator.scoring import Tier
 
 LOAD_KWARGS: dict[str, dict[str, Any]] = {
     "eager": {"dtype": "float32", "device": "cpu"},
-    "vllm": {"dtype": "float32"},
-    "vllm-static": {"dtype": "float32"},
+    # One short prompt: a small context keeps the CPU KV cache and engine start small.
+    "vllm": {"dtype": "float32", "max_model_len": 256},
+    "vllm-static": {"dtype": "float32", "max_model_len": 256},
 }
 
 

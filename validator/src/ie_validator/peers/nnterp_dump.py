@@ -37,8 +37,12 @@ def main(request_path: str, out_path: str) -> int:
     with open(request_path) as fh:
         request = json.load(fh)
     needs_probs = any(a.startswith("attention_probabilities") for a in request["requests"].values())
+    # Eager attention like every other engine (sdpa drops Gemma 2's attention softcap).
     model = StandardizedTransformer(
-        request["model"], enable_attention_probs=needs_probs, dtype=torch.float32
+        request["model"],
+        enable_attention_probs=needs_probs,
+        dtype=torch.float32,
+        attn_implementation="eager",
     )
     batch = torch.tensor([request["ids"]])
     tensors, errors = {}, {}

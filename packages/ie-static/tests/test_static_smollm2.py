@@ -100,7 +100,7 @@ def test_capture_generation_equals_hooked_over_prompt_and_decode(engines) -> Non
 KINDS = {
     "additive": Additive(_vec(1), 6.0),
     "orthogonal": Orthogonal(_vec(2), 0.0),
-    "projection_cap": ProjectionCap(_vec(3), min=-1.0, max=1.0),
+    "projection_cap": ProjectionCap(_vec(3), min=20.0, max=30.0),  # always binds
     "lens_steer": LensSteer(_vec(4), 0.5, 0.25),
     "lens_ablate": LensAblate(_vec(5)),
     "lens_swap": LensSwap(_vec(6), _vec(7)),

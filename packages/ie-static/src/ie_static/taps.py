@@ -40,11 +40,13 @@ class Site:
     step: StepInputs
     buf: torch.Tensor | None = None
     table: WriteTable | None = None
+    # A read-only `(hidden, residual)` output: the sum is read without materializing it. Decided
+    # here, not in `forward`, so Dynamo only sees a constant.
+    sum_only: bool = field(init=False, default=False)
 
-    @property
-    def sum_only(self) -> bool:
-        """A read-only `(hidden, residual)` output: read the sum without materializing it."""
-        return self.table is None and self.where.read.__qualname__.startswith("post_sum.")
+    def __post_init__(self) -> None:
+        reader = getattr(self.where.read, "__qualname__", "")
+        self.sum_only = self.table is None and reader.startswith("post_sum.")
 
     def tap(self, x: torch.Tensor) -> torch.Tensor:
         """Write then read `x` (captures are post-intervention)."""

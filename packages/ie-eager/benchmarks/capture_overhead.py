@@ -125,8 +125,11 @@ def _nnsight(folder: Path, n_layers: int, versions: dict[str, str]) -> dict[str,
     lm = LanguageModel(str(folder), dispatch=True, dtype=torch.float32)
 
     def nn_capture(ids: torch.Tensor) -> Any:
-        with torch.no_grad(), lm.trace(ids):
-            saved = [lm.model.layers[i].output.save() for i in range(n_layers)]
+        # nnsight compiles the with-body from source: keep the trace as its own with statement.
+        saved: list[Any] = []
+        with lm.trace(ids):
+            for i in range(n_layers):
+                saved.append(lm.model.layers[i].output.save())
         return saved
 
     return {"nnsight": nn_capture}
@@ -197,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="path stem for .json and .md")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    torch.set_grad_enabled(
+        False
+    )  # every method is inference; nnsight's trace has no no_grad of its own
     from ie_core.models import resolve_model_path
 
     folder = resolve_model_path(args.model) or Path(args.model)

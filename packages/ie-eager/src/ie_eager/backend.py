@@ -236,7 +236,7 @@ class EagerModel:
         if isinstance(tokens, Sequence | torch.Tensor) and len(tokens) == 0:
             raise ValueError("the prompt is empty; give at least one token")
         if isinstance(tokens, torch.Tensor) and tokens.dim() == 2:
-            rows = [list(map(int, r)) for r in tokens.tolist()]
+            rows = [self._prompt_ids(r) for r in tokens.tolist()]
         elif (
             isinstance(tokens, str)
             or (isinstance(tokens, Sequence) and tokens and isinstance(tokens[0], int))
@@ -253,8 +253,6 @@ class EagerModel:
                 f"batch rows have different lengths {sorted(lengths)}; the eager backend does not "
                 "pad (padding changes positions); capture rows of equal length or one at a time"
             )
-        for r in rows:
-            self._prompt_ids(r)
         return rows
 
     # -- steering --

@@ -41,9 +41,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _rows(t: Any) -> Any:
+    """One prompt's rows `[seq, d]`, whether a backend returns `[batch, seq, d]` or `[seq, d]`."""
+    return t[0] if t.dim() == 3 else t
+
+
 def _mean_row(model: Any, text: str, address: str) -> Any:
     ids = model.to_tokens(text)
-    return run_with_cache(model, ids, [address])[address][0].float().mean(0)
+    return _rows(run_with_cache(model, ids, [address])[address]).float().mean(0)
 
 
 def _show(model: Any, ids: list[int]) -> str:
@@ -56,7 +61,7 @@ def lens_section(model: Any, prompt: str, top: int) -> list[list[int]]:
     cache = run_with_cache(model, ids, addresses)
     import torch
 
-    rows = torch.stack([cache[a][0, -1] for a in addresses])
+    rows = torch.stack([_rows(cache[a])[-1] for a in addresses])
     result = decode_residuals(model, rows, k=top)
     print(f"\n== logit lens: top {top} next tokens after {prompt!r}, last position, every layer")
     tops: list[list[int]] = []

@@ -142,6 +142,8 @@ TRANSFORMER_LENS: Mapping[str, Table] = MappingProxyType(
             mlp_in=Hook("blocks.{L}.mlp.hook_in"),
         ),
         "bloom": _table(_TL_BASE, **_TL_BLOOM),
+        # The bridge's hook_embed includes Granite's embedding_multiplier; embed.hook_out does not.
+        "granite": _table(_TL_BASE, embeddings=Hook("embed.hook_out")),
         "gpt-j": _table(_TL_BASE, **_TL_ONE_NORM),
         "phi": _table(_TL_BASE, **_TL_ONE_NORM),
         "cohere": _table(_TL_BASE, **_TL_ONE_NORM),
@@ -205,6 +207,10 @@ def _llama_like(prefix: str = "model") -> dict[str, Entry]:
 
 
 _L = "model.layers[{L}]"
+_GRANITE_SCALED = Gap(
+    "Granite multiplies the sublayer output by residual_multiplier inside the decoder layer's "
+    "forward; no module outputs the scaled tensor that is added to the residual"
+)
 _LLAMA = MappingProxyType(_llama_like())
 _SANDWICH_NN = {
     "attn_out_post": Hook(f"{_L}.post_attention_layernorm.output"),
@@ -248,7 +254,16 @@ NNSIGHT: Mapping[str, Table] = MappingProxyType(
     {
         "default": _LLAMA,
         "gemma2": _table(_LLAMA, **_SANDWICH_NN),
-        "gemma3": _table(_LLAMA, **_SANDWICH_NN),
+        "gemma3": _table(
+            _LLAMA,
+            **_SANDWICH_NN,
+            # Gemma 3 normalizes q and k after the head transpose: [batch, heads, seq, head_dim].
+            q_norm_in=Hook(f"{_L}.self_attn.q_norm.input", layout="bhsd"),
+            q_norm_out=Hook(f"{_L}.self_attn.q_norm.output", layout="bhsd"),
+            k_norm_in=Hook(f"{_L}.self_attn.k_norm.input", layout="bhsd"),
+            k_norm_out=Hook(f"{_L}.self_attn.k_norm.output", layout="bhsd"),
+        ),
+        "granite": _table(_LLAMA, attn_out_post=_GRANITE_SCALED, mlp_out_post=_GRANITE_SCALED),
         "olmo2": _table(
             _LLAMA,
             **{

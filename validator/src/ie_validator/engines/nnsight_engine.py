@@ -62,8 +62,10 @@ class NNsightEngine:
                     value = module.input if acc.io == "input" else module.output
                     if acc.index is not None:
                         value = value[acc.index]
-                    saved = value.save()
-                out[req.key] = canonical(req.address.name, saved)
+                    # Clone in the trace: HF may modify an output in place after the module
+                    # returns (Falcon: mlp_output += attention_output); save() keeps a reference.
+                    saved = value.clone().save()
+                out[req.key] = canonical(req.address.name, saved, req.layout)
             except Exception as exc:  # recorded as this point's failure, the sweep goes on
                 out[req.key] = CaptureFailure(f"nnsight: {type(exc).__name__}: {exc}"[:400])
         return out

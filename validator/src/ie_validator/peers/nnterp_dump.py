@@ -37,20 +37,22 @@ def main(request_path: str, out_path: str) -> int:
     with open(request_path) as fh:
         request = json.load(fh)
     needs_probs = any(a.startswith("attention_probabilities") for a in request["requests"].values())
-    # Eager attention like every other engine (sdpa drops Gemma 2's attention softcap).
+    # Eager attention like every other engine (sdpa drops Gemma 2's attention softcap);
+    # enable_attention_probs selects eager attention itself and refuses a second setting.
+    extra = {} if needs_probs else {"attn_implementation": "eager"}
     model = StandardizedTransformer(
-        request["model"],
-        enable_attention_probs=needs_probs,
-        dtype=torch.float32,
-        attn_implementation="eager",
+        request["model"], enable_attention_probs=needs_probs, dtype=torch.float32, **extra
     )
     batch = torch.tensor([request["ids"]])
     tensors, errors = {}, {}
     for key, accessor in request["requests"].items():
         try:
+            # Clone inside the trace: HF code may later modify a module's output in place
+            # (Falcon adds attention into the MLP output), and save() keeps a reference.
             with model.trace(batch):
-                saved = _resolve(model, accessor).save()
-            value = saved[0] if isinstance(saved, tuple) else saved
+                node = _resolve(model, accessor)
+                saved = (node[0] if isinstance(node, tuple) else node).clone().save()
+            value = saved
             tensors[key] = value.detach().to(torch.float32).contiguous().clone()
         except Exception as exc:  # one bad accessor is reported, not fatal
             errors[key] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[

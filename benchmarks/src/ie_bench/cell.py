@@ -96,7 +96,9 @@ def load_kwargs(variant: VariantSpec, profile: Profile, mid: int) -> dict[str, A
 
 def resolved_dtype(model: Any) -> tuple[str | None, str]:
     """The dtype the backend actually computes in, and where that was read."""
-    for path in ("dtype", "hf_model.dtype", "model.dtype", "torch_dtype"):
+    # Eager exposes its HF model; a vLLM model its engine's config (what vLLM resolved "auto" to).
+    paths = ("dtype", "hf_model.dtype", "engine.llm.model_config.dtype", "model.dtype")
+    for path in paths:
         obj = model
         try:
             for part in path.split("."):
@@ -128,7 +130,7 @@ def _finish(cell: dict[str, Any]) -> None:
 
 
 def _load(
-    cell: dict[str, Any], model_spec: ModelSpec, variant: VariantSpec, profile: Profile
+    cell: dict[str, Any], out: Path, model_spec: ModelSpec, variant: VariantSpec, profile: Profile
 ) -> Any:
     """Load synchronously, as a script would: backends may drive ie-core's loop while loading."""
     from ie_core.loading import load_model
@@ -144,6 +146,7 @@ def _load(
             )
     kwargs = load_kwargs(variant, profile, mid_layer(layers or 0))
     cell["load"]["kwargs"] = kwargs
+    write_cell(out, cell)  # a cell killed during engine start-up still says what it asked for
     start = time.perf_counter()
     model = load_model(model_spec.model_id, backend=variant.backend, **kwargs)
     cell["load"]["load_s"] = time.perf_counter() - start
@@ -210,7 +213,7 @@ def _run(
 ) -> None:
     from ie_core.runner import run
 
-    model = _load(cell, model_spec, variant, profile)
+    model = _load(cell, out, model_spec, variant, profile)
     try:
         run(_measure_all(cell, out, model, model_spec, profile, workloads))
     finally:

@@ -241,7 +241,7 @@ PROFILES: tuple[Profile, ...] = (
         # One compute thread, like vLLM's own CPU binding here (it reserves a core for its
         # front end); two threads on a shared 2-core machine spin against other processes.
         torch_threads=1,
-        cell_timeout_s=600,
+        cell_timeout_s=900,
         min_free_gib=3.0,
     ),
     Profile(
@@ -258,7 +258,7 @@ PROFILES: tuple[Profile, ...] = (
         dtype="float32",
         device="cpu",
         torch_threads=1,
-        cell_timeout_s=180,
+        cell_timeout_s=600,
         min_free_gib=1.0,
     ),
 )

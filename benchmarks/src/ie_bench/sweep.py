@@ -122,6 +122,8 @@ def _record_failure(
         cell = read_cell(path)
     except (OSError, ValueError):
         cell = skeleton(model, variant, profile, command)
+    if cell["load"].get("load_s") is None:
+        message += " while loading the model (engine start-up)"
     cell["error"] = {"type": kind, "message": message, "log_tail": _tail(log)}
     for name in workloads:
         cell["workloads"].setdefault(
@@ -162,9 +164,12 @@ def run_one(
         )
         try:
             rc = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
+        except BaseException as exc:
+            # Interrupted or overran: the cell's engine must not outlive the sweep.
             _kill_group(proc.pid)
             proc.wait()
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                raise
             _record_failure(
                 path, model, variant, profile, command, names, "Timeout",
                 f"cell exceeded its {limit:.0f} s cap and was killed", log,

@@ -1,8 +1,8 @@
 """CPU benchmark of ie-vllm on SmolLM2: decode tok/s at 1 and 8 concurrent requests for eager,
 vllm and vllm-generate; capture latency of resid_post at the middle layer and at every layer.
 
-A program, not a test: `uv run python packages/ie-vllm/benchmarks/bench_cpu.py [backend ...]`
-writes one JSON object per backend to stdout (and progress to stderr).
+A program, not a test: `uv run python packages/ie-vllm/benchmarks/bench_cpu.py OUT.jsonl [backend ...]`
+appends one JSON object per backend to OUT.jsonl (vLLM logs to stdout).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -76,9 +77,11 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    for backend in sys.argv[1:] or ["eager", "vllm", "vllm-generate"]:
+    out = Path(sys.argv[1])
+    for backend in sys.argv[2:] or ["eager", "vllm", "vllm-generate"]:
         result = bench(backend)
-        print(json.dumps(result), flush=True)
+        with out.open("a") as f:
+            f.write(json.dumps(result) + "\n")
         print(result, file=sys.stderr, flush=True)
 
 

@@ -1,6 +1,7 @@
 """Print the parity table (point x family, max abs diff, vLLM vs eager, fp32 CPU).
 
-Run: uv run python packages/ie-vllm/scripts/parity_table.py [family ...] > table.json
+Run: uv run python packages/ie-vllm/scripts/parity_table.py OUT.json [family ...]
+(vLLM logs to stdout, so the table goes to a file.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def main() -> None:
     from vllm_parity import PROMPT_TEXT, by_point, parity
 
     torch.set_num_threads(1)
-    names = sys.argv[1:] or [SMOLLM2, *FAMILIES]
+    out_path = Path(sys.argv[1])
+    names = sys.argv[2:] or [SMOLLM2, *FAMILIES]
     table: dict[str, dict[str, float]] = {}
     for name in names:
         model_id = name if "/" in name else f"ie-synthetic/{name}"

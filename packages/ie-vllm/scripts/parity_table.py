@@ -41,7 +41,7 @@ def main() -> None:
         print(
             name, f"{time.time() - t0:.0f}s", json.dumps(table[name]), flush=True, file=sys.stderr
         )
-    json.dump(table, sys.stdout, indent=1)
+        out_path.write_text(json.dumps(table, indent=1))
 
 
 if __name__ == "__main__":

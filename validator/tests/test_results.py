@@ -93,3 +93,23 @@ def test_declared_layout_is_transposed_not_reshaped() -> None:
     assert out.shape == (1, 5, 8)
     np.testing.assert_array_equal(out[0, 3], np.concatenate([bhsd[0, 0, 3], bhsd[0, 1, 3]]))
     assert not np.array_equal(canonical("q_norm_out", bhsd), out)  # a plain reshape would differ
+
+
+def test_committed_results_every_non_pass_cell_is_explained() -> None:
+    from ie_validator.explanations import explain
+
+    unexplained = [
+        f"{r['hf_id']} / {r['engine']}: {r['verdict']}"
+        for r in load_results()
+        if r["verdict"] != "pass" and not explain(r["engine"], r["family"], r)
+    ]
+    assert not unexplained, "add the reason to ie_validator/explanations.py"
+
+
+def test_committed_readme_matrix_matches_results() -> None:
+    from ie_validator.cli import VALIDATOR_DIR
+    from ie_validator.render import render_matrix
+
+    assert render_matrix(load_results()) in (VALIDATOR_DIR / "README.md").read_text(), (
+        "run `ie validate render`"
+    )

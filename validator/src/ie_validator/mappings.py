@@ -75,11 +75,13 @@ _TL_SANDWICH_WHY = (
     "TransformerLens' hook_{0}_out fires after the sandwich norm, i.e. it is this project's "
     "{0}_out_post; the bridge's {0}.hook_out is the module output"
 )
+# Norm outputs are the bridges' hook_out: their hook_normalized fires before the gain is applied
+# (x / rms), which the loose fused gate let pass on synthetic gains near 1 but real weights expose.
 _TL_BASE: Table = MappingProxyType(
     {
         "embeddings": Hook("hook_embed"),
         "resid_pre": Hook("blocks.{L}.hook_resid_pre"),
-        "attn_in": Hook("blocks.{L}.ln1.hook_normalized"),
+        "attn_in": Hook("blocks.{L}.ln1.hook_out"),
         "q_norm_in": Hook("blocks.{L}.attn.hook_q"),
         "q_norm_out": Hook("blocks.{L}.attn.hook_q_normed", layout="bhsd"),
         "k_norm_in": Hook("blocks.{L}.attn.hook_k"),
@@ -91,7 +93,7 @@ _TL_BASE: Table = MappingProxyType(
         "attn_out": Hook("blocks.{L}.hook_attn_out"),
         "attn_out_post": Hook("blocks.{L}.hook_attn_out"),
         "resid_mid": Hook("blocks.{L}.hook_resid_mid"),
-        "mlp_in": Hook("blocks.{L}.ln2.hook_normalized"),
+        "mlp_in": Hook("blocks.{L}.ln2.hook_out"),
         "mlp_pre": Hook("blocks.{L}.mlp.hook_pre"),
         "mlp_pre_linear": Hook("blocks.{L}.mlp.hook_pre_linear"),
         "mlp_act": Hook("blocks.{L}.mlp.hook_post"),
@@ -101,7 +103,7 @@ _TL_BASE: Table = MappingProxyType(
         "mlp_out": Hook("blocks.{L}.hook_mlp_out"),
         "mlp_out_post": Hook("blocks.{L}.hook_mlp_out"),
         "resid_post": Hook("blocks.{L}.hook_resid_post"),
-        "final_norm": Hook("ln_final.hook_normalized"),
+        "final_norm": Hook("ln_final.hook_out"),
         "lm_head": Hook("unembed.hook_out"),
     }
 )
@@ -114,7 +116,7 @@ _TL_BLOOM = {
     # output is embed.hook_out.
     "embeddings": Hook("embed.hook_out"),
 }
-_TL_ONE_NORM = {"mlp_in": Hook("blocks.{L}.ln1.hook_normalized")}  # parallel block, one LayerNorm
+_TL_ONE_NORM = {"mlp_in": Hook("blocks.{L}.ln1.hook_out")}  # parallel block, one LayerNorm
 _TL_MOE = {
     "mlp_pre": Gap(
         "TransformerLens' MoE bridge hook_pre is the block input, not an expert projection"
@@ -142,8 +144,14 @@ TRANSFORMER_LENS: Mapping[str, Table] = MappingProxyType(
             mlp_in=Hook("blocks.{L}.mlp.hook_in"),
         ),
         "bloom": _table(_TL_BASE, **_TL_BLOOM),
-        # The bridge's hook_embed includes Granite's embedding_multiplier; embed.hook_out does not.
-        "granite": _table(_TL_BASE, embeddings=Hook("embed.hook_out")),
+        "granite": _table(
+            _TL_BASE,
+            embeddings=Gap(
+                "TransformerLens' Granite bridge folds embedding_multiplier into its embedding "
+                "hooks (hook_embed and embed.hook_out are the module output times the multiplier); the scaled "
+                "tensor is compared as resid_pre.0"
+            ),
+        ),
         "gpt-j": _table(_TL_BASE, **_TL_ONE_NORM),
         "phi": _table(_TL_BASE, **_TL_ONE_NORM),
         "cohere": _table(_TL_BASE, **_TL_ONE_NORM),

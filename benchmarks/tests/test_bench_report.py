@@ -121,3 +121,11 @@ def test_publish_refuses_when_nothing_loaded() -> None:
     del cell["load"]["load_s"]
     with pytest.raises(PublishRefused, match="no cell loaded"):
         render_block([cell])
+
+
+def test_a_shared_machine_is_stated() -> None:
+    cells = sweep_cells()
+    assert "machine was shared" not in render_block(cells)
+    cells[1]["environment"]["loadavg_start"] = [7.5, 6.0, 5.0]
+    assert "1-minute load average 7.5 to 7.5 on 2 cores" in render_block(cells)
+    assert "machine was shared" in render_report(cells)

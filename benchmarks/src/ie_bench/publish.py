@@ -135,6 +135,25 @@ def figures(cells: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def load_note(cells: list[dict[str, Any]]) -> str | None:
+    """A sentence when other processes competed for the CPU (1-minute load above the core count)."""
+    loads, cores = [], 0
+    for c in cells:
+        env = c["environment"]
+        cores = max(cores, int(env.get("cpu_count") or 0))
+        for key in ("loadavg_start", "loadavg_end"):
+            if env.get(key):
+                loads.append(float(env[key][0]))
+    if not loads or not cores or max(loads) <= cores:
+        return None
+    return (
+        f"The machine was shared while these cells ran (1-minute load average {min(loads):.1f} to "
+        f"{max(loads):.1f} on {cores} cores), so absolute figures are below what an idle machine "
+        "gives, and the load moved between cells (each cell records its own), which moves the "
+        "ratios too."
+    )
+
+
 def _cell_text(entry: dict[str, Any], baseline: bool) -> str:
     if entry["value"] is None:
         return "n/a" if entry["status"] == "unsupported" else "--"
@@ -170,6 +189,9 @@ def render_block(cells: list[dict[str, Any]]) -> str:
         notes += "vLLM generate-only is the no-capture ceiling: it refuses capture and steering. "
     notes += "[`benchmarks/results-latest.md`](benchmarks/results-latest.md) has every figure at full precision."
     parts.append(notes)
+    note = load_note(cells)
+    if note:
+        parts.append(note)
     return "\n\n".join(parts)
 
 

@@ -7,7 +7,14 @@ from datetime import datetime
 from typing import Any
 
 from ie_bench.cells import metric
-from ie_bench.publish import BASELINE, Conditions, PublishRefused, conditions, grid
+from ie_bench.publish import (
+    BASELINE,
+    Conditions,
+    PublishRefused,
+    conditions,
+    grid,
+    load_note,
+)
 from ie_bench.spec import VARIANTS, WORKLOADS
 from ie_bench.tables import markdown_table, multiplier, precise, rounded_multiplier
 
@@ -190,6 +197,7 @@ def _conditions(cells: list[dict[str, Any]]) -> Conditions:
 def render_report(cells: list[dict[str, Any]]) -> str:
     cond = _conditions(cells)
     models, variants, by = grid(cells)
+    ordered = [by[(m, v)] for m in models for v in variants if (m, v) in by]
     p = cond.profile
     parts = [
         "# Benchmark results",
@@ -205,7 +213,8 @@ def render_report(cells: list[dict[str, Any]]) -> str:
         ),
         "## Environment",
         _sweep_time(cells),
-        _environment(cells),
+        *([note] if (note := load_note(cells)) else []),
+        _environment(ordered),
         "## Models",
         _models(cells, models),
         "## Variants",

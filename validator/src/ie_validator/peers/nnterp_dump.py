@@ -31,6 +31,36 @@ def _resolve(model, accessor: str):
     return node
 
 
+# Forward order of nnterp's standardized names inside one layer.
+_IN_LAYER = (
+    "layers_input",
+    "attentions_input",
+    "attention_probabilities",
+    "attentions_output",
+    "mlps_input",
+    "mlps_output",
+    "layers_output",
+)
+
+
+def _order(accessor: str) -> tuple[int, int, int]:
+    m = _ITEM.fullmatch(accessor)
+    name = m.group("name") if m else accessor
+    if name == "token_embeddings":
+        return (0, 0, 0)
+    if name in _IN_LAYER and m and m.group("index") is not None:
+        return (1, int(m.group("index")), _IN_LAYER.index(name))
+    return (2, 0 if name == "ln_final" else 1, 0)
+
+
+def _clone(node):
+    return (node[0] if isinstance(node, tuple) else node).clone()
+
+
+def _tensor(value) -> torch.Tensor:
+    return value.detach().to(torch.float32).contiguous().clone()
+
+
 def main(request_path: str, out_path: str) -> int:
     torch.set_num_threads(int(os.environ.get("IE_TORCH_THREADS", "1")))
     torch.set_grad_enabled(False)
@@ -45,33 +75,29 @@ def main(request_path: str, out_path: str) -> int:
     )
     batch = torch.tensor([request["ids"]])
     tensors, errors = {}, {}
-    for key, accessor in request["requests"].items():
-        try:
-            # Clone inside the trace: HF code may later modify a module's output in place
-            # (Falcon adds attention into the MLP output), and save() keeps a reference.
-            with model.trace(batch):
-                node = _resolve(model, accessor)
-                saved = (node[0] if isinstance(node, tuple) else node).clone().save()
-            value = saved
-            tensors[key] = value.detach().to(torch.float32).contiguous().clone()
-        except Exception as exc:  # one bad accessor is reported, not fatal
-            errors[key] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[
-                :400
-            ]
+    items = sorted(request["requests"].items(), key=lambda kv: _order(kv[1]))
+    try:
+        # One forward for every request, asked for in execution order (nnsight requires it).
+        # Clone inside the trace: HF code may later modify a module's output in place (Falcon
+        # adds attention into the MLP output), and save() keeps a reference.
+        with model.trace(batch):
+            saved = {key: _clone(_resolve(model, accessor)).save() for key, accessor in items}
+        tensors = {key: _tensor(value) for key, value in saved.items()}
+    except Exception:
+        tensors = {}
+        for key, accessor in items:  # one trace per request, so one bad accessor is isolated
+            try:
+                with model.trace(batch):
+                    value = _clone(_resolve(model, accessor)).save()
+                tensors[key] = _tensor(value)
+            except Exception as exc:
+                text = str(exc).splitlines()[0] if str(exc) else ""
+                errors[key] = f"{type(exc).__name__}: {text}"[:400]
     save_file(tensors, out_path)
-    import nnsight
-    import nnterp
-    import transformers
+    from importlib.metadata import version
 
-    meta = {
-        "errors": errors,
-        "versions": {
-            "nnterp": getattr(nnterp, "__version__", "?"),
-            "nnsight": getattr(nnsight, "__version__", "?"),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-        },
-    }
+    packages = ("nnterp", "nnsight", "torch", "transformers")
+    meta = {"errors": errors, "versions": {name: version(name) for name in packages}}
     with open(out_path + ".json", "w") as fh:
         json.dump(meta, fh)
     return 0

@@ -247,6 +247,7 @@ class Figure:
     one_mult: float | None = None
     concurrent_mult: float | None = None
     env_differs: bool = False  # the eager baseline came from another environment
+    cell_status: str = "ok"  # the producer's cell status: ok | partial | error | running
 
 
 @dataclass(frozen=True)
@@ -304,7 +305,15 @@ def throughput(session: Session) -> list[ModelThroughput]:
         assert cell.id is not None
         groups.setdefault((model, profile), []).append(
             Figure(
-                variant, cell.id, cell.started, cell.env_label, one, conc, one_status, conc_status
+                variant,
+                cell.id,
+                cell.started,
+                cell.env_label,
+                one,
+                conc,
+                one_status,
+                conc_status,
+                cell_status=cell.status or "ok",
             )
         )
         n = json.loads(cell.raw_json).get("profile", {}).get("concurrency")

@@ -97,7 +97,8 @@ def make_result(
         for name in ("resid_post", "attn_out"):
             points.append(
                 {"point": name, "layer": layer, "address": f"{name}.{layer}", "tier": "raw-hf",
-                 "status": "pass", "cos": 0.9999991, "max_abs_diff": 2e-6, "rel_diff": 1e-6, "reason": ""}
+                 "status": "pass", "cos": 0.9999991, "max_abs_diff": 2e-6, "rel_diff": 1e-6, "reason": "",
+                 "engine_hook": f"model.layers[{layer}].output"}
             )  # fmt: skip
     points.append(
         {"point": "q_norm_in", "layer": 0, "address": "q_norm_in.0", "tier": "raw-hf", "status": "n/a",

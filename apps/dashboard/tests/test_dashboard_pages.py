@@ -166,6 +166,7 @@ def test_validation_matrix_and_drill_down(client: TestClient) -> None:
     run = client.get("/fragments/run", params=params).text
     assert "layer 3" in run and "trunk" in run and "llama has no QK-norm" in run
     assert "0.999999" in run  # cosines keep their digits
+    assert "model.layers[3].output" in run  # the peer's own hook name
     assert 'href="/?arch=llama&amp;point=resid_post"' in run  # drill-down reaches the point's card
     page = client.get("/validation/run", params=params)
     assert page.status_code == 200 and "validation matrix" in page.text
@@ -201,4 +202,4 @@ def test_read_api_matches_the_registry(client: TestClient) -> None:
         assert archs[f.slug]["points"] == [p.name for p in f.points]
         assert set(archs[f.slug]["missing"]) == {p.name for p in POINTS if not f.has_point(p)}
     assert client.get("/api/architectures/nope").status_code == 404
-    assert client.get("/healthz").json()["schema_versions"] == [1, 2, 3, 4]
+    assert client.get("/healthz").json()["schema_versions"] == [1, 2, 3, 4, 5]

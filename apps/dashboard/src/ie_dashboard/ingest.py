@@ -133,6 +133,7 @@ def upsert_validator(session: Session, result: ValidatorResult, source: str) -> 
                 rel_diff=p.rel_diff,
                 status=p.status,
                 reason=p.reason,
+                engine_hook=p.engine_hook,
             )
         )
     return row.id, created

@@ -173,11 +173,18 @@ def _cell_and_run_facts(conn: Connection) -> None:
         )
 
 
+def _engine_hook(conn: Connection) -> None:
+    conn.execute(
+        sa.text("ALTER TABLE validator_points ADD COLUMN engine_hook VARCHAR NOT NULL DEFAULT ''")
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "registry: points, traits, architectures", _registry_tables),
     Migration(2, "benchmark cells and workloads", _benchmark_tables),
     Migration(3, "validator runs and point results", _validator_tables),
     Migration(4, "cell id, profile and status on cells; family and error on runs", _cell_and_run_facts),
+    Migration(5, "the engine's own hook name per validator point", _engine_hook),
 )  # fmt: skip
 
 

@@ -77,6 +77,7 @@ class PointResult(_Open):
     rel_diff: float | None = None
     status: PointStatus
     reason: str = ""
+    engine_hook: str = ""
 
     @property
     def address(self) -> str:

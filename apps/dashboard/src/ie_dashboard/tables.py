@@ -128,3 +128,4 @@ class ValidatorPointRow(SQLModel, table=True):
     rel_diff: float | None = None
     status: str
     reason: str = ""
+    engine_hook: str = ""  # the peer engine's own name for the point

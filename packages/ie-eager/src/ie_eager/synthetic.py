@@ -209,10 +209,11 @@ _FAMILY_LIST: tuple[FamilySpec, ...] = (
     _family("cohere", "CohereForCausalLM", "CohereConfig",
             "parallel block, bias-free layer norm, logit_scale, interleaved rotary",
             **_LLAMA_SHAPE, logit_scale=0.5, use_qk_norm=False),
+    # ffn_hidden_size stays 4 * d_model: vLLM's Falcon ignores the field and assumes 4x.
     _family("falcon", "FalconForCausalLM", "FalconConfig",
             "new decoder: two parallel layer norms, fused qkv grouped per KV head",
             hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_kv_heads=2,
-            ffn_hidden_size=256, new_decoder_architecture=True, parallel_attn=True, bias=False,
+            ffn_hidden_size=512, new_decoder_architecture=True, parallel_attn=True, bias=False,
             alibi=False, max_position_embeddings=512, initializer_range=_INIT_STD),
     _family("gpt-bigcode", "GPTBigCodeForCausalLM", "GPTBigCodeConfig",
             "multi-query attention with a fused c_attn", **_GPT2_SHAPE, multi_query=True),

@@ -140,7 +140,11 @@ class Structure:
 def find_layers(model: nn.Module, n_layers: int) -> tuple[str, nn.ModuleList]:
     """The ModuleList of decoder blocks: `n_layers` long, each element holding an attention child."""
     for name, mod in model.named_modules():
-        if isinstance(mod, nn.ModuleList) and len(mod) == n_layers > 0 and child(mod[0], ATTN_NAMES):
+        if (
+            isinstance(mod, nn.ModuleList)
+            and len(mod) == n_layers > 0
+            and child(mod[0], ATTN_NAMES)
+        ):
             return name, mod
     raise ValueError(
         f"no ModuleList of {n_layers} decoder blocks with an attention child "

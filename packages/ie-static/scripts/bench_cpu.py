@@ -30,6 +30,38 @@ PROMPTS = [
 ]
 
 
+def _engine_cpu_s(model: Any) -> float:
+    """CPU seconds used so far by the engine's processes (robust to a busy machine, unlike wall time)."""
+    import psutil
+
+    total = 0.0
+    for pid in getattr(getattr(model, "engine", None), "_children", ()):
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def cpu_per_token(model: Any, concurrency: int, new_tokens: int) -> float:
+    """Engine CPU milliseconds per generated token for `concurrency` requests together."""
+    from ie_core.runner import run
+
+    before = _engine_cpu_s(model)
+    rate_tokens = run(_count(model, concurrency, new_tokens))
+    return 1000.0 * (_engine_cpu_s(model) - before) / rate_tokens
+
+
+async def _count(model: Any, concurrency: int, new_tokens: int) -> int:
+    from ie_core.protocol import SamplingParams
+
+    sp = SamplingParams(max_new_tokens=new_tokens, stop_at_eos=False)
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(concurrency)]
+    results = await asyncio.gather(*(model.generate(p, sp) for p in prompts))
+    return sum(len(r.token_ids) for r in results)
+
+
 async def _rate(model: Any, concurrency: int, new_tokens: int, capture: list[str] | None) -> float:
     from ie_core.protocol import SamplingParams
 
@@ -98,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                 rate = run(_rate(model, c, args.new_tokens, None))
                 best = results[backend]["generate"].get(f"c{c}", 0.0)
                 results[backend]["generate"][f"c{c}"] = max(best, rate)
+    for backend, model in pair.items():
+        results[backend]["engine_cpu_ms_per_token"] = {
+            f"c{c}": min(cpu_per_token(model, c, args.new_tokens) for _ in range(2)) for c in (1, 8)
+        }
     static = pair["vllm-static"]
     every = [f"resid_post.{i}" for i in range(static.n_layers)]
     results["vllm-static"]["capture_all_resid_post"] = measure(static, args.new_tokens, 1, every)
@@ -105,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         run(model.shutdown())
     results["ratio_static_vs_generate"] = {
         c: results["vllm-static"]["generate"][c] / results["vllm-generate"]["generate"][c]
+        for c in ("c1", "c8")
+    }
+    results["cpu_ratio_generate_vs_static"] = {
+        c: results["vllm-generate"]["engine_cpu_ms_per_token"][c]
+        / results["vllm-static"]["engine_cpu_ms_per_token"][c]
         for c in ("c1", "c8")
     }
     print(json.dumps(results), flush=True)

@@ -14,7 +14,7 @@ from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, Orthogonal, PositionMask, steer_at
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # engine start: compile on a busy CPU
 
 FAMILIES = ["gpt2", "qwen3", "gemma2", "mixtral"]
 TOL = 1e-4

@@ -26,7 +26,7 @@ from ie_core.steering import (
     steer_at,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # engine start: compile on a busy CPU
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 N_LAYERS = 30

@@ -262,3 +262,19 @@ def test_points_equal_the_family_registry(slug: str) -> None:
     family = get_family(slug)
     assert model.family is family
     assert set(model.points()) == {p.name for p in family.points}
+
+
+@pytest.mark.parametrize("slug", ["qwen3-moe", "qwen2-moe", "mixtral"])
+def test_router_points_are_the_routers_own_top_k(slug: str) -> None:
+    model = synthetic_model(slug)
+    layer = model.n_layers - 1
+    c = capture(model, ["router_logits", "expert_weights", "expert_indices"], layer)
+    probs = torch.softmax(c["router_logits"].float(), dim=-1)
+    k = c["expert_indices"].shape[-1]
+    assert torch.equal(c["expert_indices"], probs.topk(k, dim=-1).indices)
+    expected = probs.gather(-1, c["expert_indices"])
+    if getattr(model.text_config, "norm_topk_prob", True):
+        expected = expected / expected.sum(-1, keepdim=True)
+    assert close(c["expert_weights"].float(), expected)
+    # Negative control: the weights belong to their own experts, not to the other order.
+    assert not close(c["expert_weights"].float(), expected.flip(-1))

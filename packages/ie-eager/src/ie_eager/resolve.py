@@ -299,7 +299,11 @@ class Resolver:
                     point, f"layer {b.index} has a dense MLP, not a mixture of experts"
                 )
             item = {"router_logits": 0, "expert_weights": 1, "expert_indices": 2}[name]
-            width = None
+            # Routers return (logits [tokens, E], top-k weights, top-k indices) in HF 5.x.
+            weight = getattr(router[1], "weight", None)
+            n_experts = int(weight.shape[0]) if weight is not None else None
+            top_k = getattr(router[1], "top_k", None)
+            width = n_experts if item == 0 else (int(top_k) if top_k else None)
             return tap(_tap(b, router, "out", item=item), width, "")
         if name == "mlp_out":
             return tap(self._mlp_out(b), d, "no MLP module found")

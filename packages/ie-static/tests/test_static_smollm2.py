@@ -1,9 +1,9 @@
 """vllm-static on SmolLM2 (compiled CPU engine) against the hooked `vllm` backend (eager engine).
 
 One static engine and one hooked engine serve the whole module. Tolerance: both run vLLM's fp32
-kernels, but inductor fuses the norms and adds differently, so rows differ in rounding only;
-measured max |diff| / max |row| is about 1e-6 here, checked at 1e-5 relative (and 1e-4 absolute
-on a row scale of about 1).
+kernels, but inductor fuses norms and adds, so rows differ in rounding only. Measured: max |diff|
+/ max |row| up to 1.2e-5 at resid_post.29 after a write at layer 4 (rows reach ~140 there, |diff|
+~3e-4); checked at 5e-5, far below the 1e-2 that the negative controls show for a wrong row.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ WIDTH = 576
 EXTRA = ["resid_pre.4", "attn_out.4", "mlp_out.4"]
 READS = [f"resid_post.{i}" for i in range(N_LAYERS)] + EXTRA
 WRITES = ["resid_post.10", *EXTRA]
-REL = 1e-5
+REL = 5e-5
 PROMPTS = [
     "The capital of France is",
     "Water boils at a temperature of",

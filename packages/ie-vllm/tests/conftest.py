@@ -10,6 +10,8 @@ import pytest
 import torch
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# A shared, oversubscribed CI box can stall one forward for minutes; vLLM kills the engine at 300 s.
+os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "1800")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"

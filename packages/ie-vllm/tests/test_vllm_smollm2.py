@@ -7,6 +7,9 @@ Reference: the eager backend (HF transformers with hooks). Tolerances: 1e-4 betw
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +19,12 @@ from ie_core import Additive, Orthogonal, PositionMask, ProjectionCap, SamplingP
 from ie_core.errors import LayerOutOfRangeError, PointUnavailableError
 from ie_core.protocol import SyncModel
 from ie_core.runner import run
-from vllm_parity import PROMPT_TEXT, max_abs_diffs, servable_addresses
+from vllm_parity import PROMPT_TEXT, by_point, max_abs_diffs, scaled_diffs, servable_addresses
 
 pytestmark = [pytest.mark.slow, requires_vllm]
 
+# Tolerances are on max|diff| / max(1, max|reference|): SmolLM2 has massive activations (hundreds
+# at the first positions), where an fp32 sum in another order differs by 1e-2 absolute.
 CROSS = 1e-4  # vLLM against eager
 WITHIN = 1e-5  # vLLM against itself (batched vs alone)
 
@@ -32,7 +37,10 @@ def test_every_servable_point_matches_eager(smollm2: Any, smollm2_eager: Any) ->
     assert len(names) == 16  # Llama: the 28 vLLM points less QK-norm (4), router, streams (7)
     got = run(smollm2.capture([ids], addresses))
     want = run(smollm2_eager.capture([ids], addresses))
-    diffs = max_abs_diffs(got, want, addresses)
+    diffs = scaled_diffs(got, want, addresses)
+    if out := os.environ.get("IE_VLLM_PARITY_OUT"):  # the parity table of the closing note
+        table = {"abs": by_point(max_abs_diffs(got, want, addresses)), "scaled": by_point(diffs)}
+        Path(out).write_text(json.dumps(table, indent=1))
     worst = max(diffs, key=diffs.__getitem__)
     assert diffs[worst] <= CROSS, f"{worst}: {diffs[worst]}"
     # Negative control: a neighbouring layer is far off, so the comparison can fail.
@@ -57,7 +65,7 @@ def test_capture_generation_rows_match_eager(smollm2: Any, smollm2_eager: Any) -
     assert got.generation.token_ids == want.generation.token_ids
     n = len(ids) + len(got.generation.token_ids) - 1
     assert got.cache["resid_post.3"].shape == (1, n, smollm2.d_model)
-    diffs = max_abs_diffs(got.cache, want.cache, points)
+    diffs = scaled_diffs(got.cache, want.cache, points)
     assert max(diffs.values()) <= CROSS, diffs
 
 
@@ -76,12 +84,14 @@ def test_streaming_capture_yields_rows_as_tokens_arrive(smollm2: Any) -> None:
     sizes = [cache["resid_post.7"].shape[1] for _, cache in items]
     assert sizes == [len(ids), 1, 1, 1]
     rows = torch.cat([cache["resid_post.7"] for _, cache in items], dim=1)
-    assert (rows - whole.cache["resid_post.7"]).abs().max() <= WITHIN
+    scale = max(1.0, float(whole.cache["resid_post.7"].abs().max()))
+    assert (rows - whole.cache["resid_post.7"]).abs().max() <= WITHIN * scale
     # Streamed attention rows are the query rows of the full map.
     full = whole.cache["attn_scores.1"]
     last = items[-1][1]["attn_scores.1"]
     assert last.shape == (1, full.shape[1], 1, full.shape[-1])
-    assert (last[0, :, 0] - full[0, :, -1]).abs().max() <= WITHIN
+    scale = max(1.0, float(full[0, :, -1].masked_fill(full[0, :, -1] < -1e30, 0).abs().max()))
+    assert (last[0, :, 0] - full[0, :, -1]).abs().max() <= WITHIN * scale
 
 
 def _unit(width: int, seed: int) -> torch.Tensor:
@@ -150,7 +160,7 @@ def test_sixteen_concurrent_requests_each_equal_their_serial_run(smollm2: Any) -
     batched = run(together())
     for i in range(16):
         alone = run(smollm2.capture([prompts[i]], point_sets[i], steering=specs[i]))
-        diffs = max_abs_diffs(batched[i], alone, point_sets[i])
+        diffs = scaled_diffs(batched[i], alone, point_sets[i])
         assert max(diffs.values()) <= WITHIN, (i, diffs)
     # Negative control: steering changed what it touched (request 1 steers resid_post.1).
     plain = run(smollm2.capture([prompts[1]], ["resid_post.1"]))
@@ -177,7 +187,7 @@ def test_requests_sharing_a_long_prefix_do_not_bleed(smollm2: Any) -> None:
         return sa, sb
 
     steered_a, plain_b = run(together())
-    diffs = max_abs_diffs(plain_b, alone, points)
+    diffs = scaled_diffs(plain_b, alone, points)
     assert max(diffs.values()) <= WITHIN, diffs
     # A's steered prefix really differs from B's (so B would show a bleed).
     n = len(prefix)
@@ -186,7 +196,7 @@ def test_requests_sharing_a_long_prefix_do_not_bleed(smollm2: Any) -> None:
     # And a steered generation leaves no steered KV behind for a later plain request.
     run(smollm2.generate(a, SamplingParams(max_new_tokens=2), steering=steer))
     again = run(smollm2.capture([b], points))
-    assert max(max_abs_diffs(again, alone, points).values()) <= WITHIN
+    assert max(scaled_diffs(again, alone, points).values()) <= WITHIN
 
 
 def test_steering_matches_eager_tokens_and_post_steer_tensors(
@@ -207,18 +217,16 @@ def test_steering_matches_eager_tokens_and_post_steer_tensors(
     got = run(smollm2.capture_generation(ids, points, params, steering=steering))
     want = run(smollm2_eager.capture_generation(ids, points, params, steering=steering))
     assert got.generation.token_ids == want.generation.token_ids
-    diffs = max_abs_diffs(got.cache, want.cache, points)
+    diffs = scaled_diffs(got.cache, want.cache, points)
     assert max(diffs.values()) <= CROSS, diffs
     # Post-steer: the masked position 0 is untouched, later positions moved.
     plain = run(smollm2.capture([ids], ["resid_post.8"]))
     steered = got.cache["resid_post.8"][:, : len(ids)]
     assert (steered[:, 0] - plain["resid_post.8"][:, 0]).abs().max() == 0
-    torch.testing.assert_close(
-        steered[:, 1:] - plain["resid_post.8"][:, 1:],
-        (6.0 * _unit(d, 11)).expand(1, len(ids) - 1, d),
-        atol=1e-4,
-        rtol=0,
-    )
+    delta = steered[:, 1:] - plain["resid_post.8"][:, 1:]
+    scale = max(1.0, float(plain["resid_post.8"].abs().max()))
+    want_delta = (6.0 * _unit(d, 11)).expand(1, len(ids) - 1, d)
+    assert (delta - want_delta).abs().max() <= 1e-5 * scale
 
 
 def test_lens_topk_in_the_worker_matches_eager(smollm2: Any, smollm2_eager: Any) -> None:
@@ -231,7 +239,8 @@ def test_lens_topk_in_the_worker_matches_eager(smollm2: Any, smollm2_eager: Any)
     assert torch.equal(got.ids, want.ids)
     assert (got.probs - want.probs).abs().max() <= CROSS
     logits = run(smollm2.decode_residuals(h[:3]))
-    assert (logits - run(smollm2_eager.decode_residuals(h[:3]))).abs().max() <= CROSS
+    ref = run(smollm2_eager.decode_residuals(h[:3]))
+    assert (logits - ref).abs().max() <= CROSS * max(1.0, float(ref.abs().max()))
     # The last layer's lens at the last position predicts the generated token.
     top = int(got.ids[len(ids) - 1, 0])
     assert top == run(smollm2.generate(ids, SamplingParams(max_new_tokens=1))).token_ids[0]

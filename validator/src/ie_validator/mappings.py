@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from ie_core.families import family_for_architecture
 
@@ -445,11 +446,23 @@ NNTERP: Mapping[str, Table] = MappingProxyType(
             _NNTERP_BASE, attn_out=_NNTERP_BLOOM_RESIDUAL, mlp_out=_NNTERP_BLOOM_RESIDUAL
         ),
         "gemma2": _table(_NNTERP_BASE, lm_head=_NNTERP_TRANSFORMED_LOGITS),
+        "falcon": _table(
+            _NNTERP_BASE,
+            attn_probs=Gap(
+                "nnterp 1.3's attention-probability hook walks the attention source for "
+                "attention_interface_0, which HF Falcon's attention does not call; "
+                "StandardizedTransformer(enable_attention_probs=True) raises"
+            ),
+        ),
         "granite": _table(_NNTERP_BASE, lm_head=_NNTERP_TRANSFORMED_LOGITS),
         "cohere": _table(_NNTERP_BASE, lm_head=_NNTERP_TRANSFORMED_LOGITS),
     }
 )
 NNTERP_DEFAULT_GAP = _NNTERP_ONLY
+# StandardizedTransformer arguments for module names nnterp 1.3 does not know by itself.
+NNTERP_LOAD_KWARGS: dict[str, dict[str, Any]] = {
+    "phi": {"rename": {"final_layernorm": "ln_final"}},
+}
 
 # --- vLLM: what the ie_core registry says each backend serves --------------------------------
 

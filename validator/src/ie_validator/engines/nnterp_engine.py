@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ie_validator.engines.base import Capture, EngineError, ModelSpec, Request, canonical
-from ie_validator.mappings import Gap
+from ie_validator.mappings import NNTERP_LOAD_KWARGS, Gap
 from ie_validator.scoring import Tier
 
 VALIDATOR_ROOT = Path(__file__).resolve().parents[3]
@@ -61,6 +61,7 @@ class NNterpEngine:
                         "model": str(model.path),
                         "ids": list(ids),
                         "requests": {r.key: r.hook for r in requests},
+                        "kwargs": NNTERP_LOAD_KWARGS.get(model.family, {}),
                     }
                 )
             )

@@ -70,6 +70,7 @@ def main(request_path: str, out_path: str) -> int:
     # Eager attention like every other engine (sdpa drops Gemma 2's attention softcap);
     # enable_attention_probs selects eager attention itself and refuses a second setting.
     extra = {} if needs_probs else {"attn_implementation": "eager"}
+    extra.update(request.get("kwargs", {}))
     model = StandardizedTransformer(
         request["model"], enable_attention_probs=needs_probs, dtype=torch.float32, **extra
     )

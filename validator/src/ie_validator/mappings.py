@@ -147,6 +147,10 @@ TRANSFORMER_LENS: Mapping[str, Table] = MappingProxyType(
         "bloom": _table(_TL_BASE, **_TL_BLOOM),
         "granite": _table(
             _TL_BASE,
+            # hook_attn_out / hook_mlp_out include residual_multiplier (= this project's *_post):
+            # the unscaled module outputs are the bridges' hook_out. The fused gate's rel <= 0.5
+            # let the 0.5x scale through, so the table names the right hook instead.
+            **_TL_SANDWICH,
             embeddings=Gap(
                 "TransformerLens' Granite bridge folds embedding_multiplier into its embedding "
                 "hooks (hook_embed and embed.hook_out are the module output times the multiplier); the scaled "

@@ -62,6 +62,11 @@ def take_screenshots(
     return written
 
 
-def _shot(page, path: Path) -> Path:  # type: ignore[no-untyped-def]
-    page.screenshot(path=str(path), full_page=True)
+def _shot(page, path: Path, max_height: int = 1400) -> Path:  # type: ignore[no-untyped-def]
+    """The page from the top, cut at `max_height` so a README image stays readable."""
+    height = min(int(page.evaluate("document.documentElement.scrollHeight")), max_height)
+    width = int(page.viewport_size["width"])
+    page.screenshot(
+        path=str(path), full_page=True, clip={"x": 0, "y": 0, "width": width, "height": height}
+    )
     return path

@@ -183,7 +183,8 @@ def render_block(cells: list[dict[str, Any]]) -> str:
         parts += [heading.format(n=data["profile"]["concurrency"]), markdown_table(header, rows)]
     notes = (
         "Multipliers are against eager on the same workload, computed from the unrounded figures; "
-        "tok/s is printed whole from 10 up. "
+        "tok/s is printed whole from 10 up; `--` is not measured (the report's *What failed* says "
+        "why), `n/a` unsupported. "
     )
     if "vllm-generate" in variants:
         notes += "vLLM generate-only is the no-capture ceiling: it refuses capture and steering. "

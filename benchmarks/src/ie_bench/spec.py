@@ -241,7 +241,8 @@ PROFILES: tuple[Profile, ...] = (
         # One compute thread, like vLLM's own CPU binding here (it reserves a core for its
         # front end); two threads on a shared 2-core machine spin against other processes.
         torch_threads=1,
-        cell_timeout_s=900,
+        # Compiled vLLM start-up took 19 minutes on this machine under other users' load.
+        cell_timeout_s=1800,
         min_free_gib=3.0,
     ),
     Profile(

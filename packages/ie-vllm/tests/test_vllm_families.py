@@ -10,11 +10,13 @@ positions). One engine per family, started once.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
+import torch
 from conftest import eager, requires_vllm, start, stop
-from ie_core import SamplingParams
+from ie_core import Additive, PositionMask, SamplingParams, steer_at
 from ie_core.errors import PointUnavailableError
 from ie_core.runner import run
 from vllm_parity import PROMPT_TEXT, max_abs_diffs, servable_addresses
@@ -78,3 +80,22 @@ def test_greedy_tokens_and_lens_match_eager(pair: tuple[str, Any, Any]) -> None:
     got, want = run(model.decode_residuals_topk(h, 3)), run(ref.decode_residuals_topk(h, 3))
     assert (got.probs - want.probs).abs().max() <= TOL, family
     assert (run(model.decode_residuals(h)) - run(ref.decode_residuals(h))).abs().max() <= TOL
+
+
+def test_two_specs_at_one_site_keep_their_own_masks(pair: tuple[str, Any, Any]) -> None:
+    family, model, ref = pair
+    ids = ref.to_tokens(PROMPT_TEXT)
+    read = "resid_post.1"
+    g = torch.Generator().manual_seed(0)
+    v1, v2 = (torch.randn(model.d_model, generator=g) for _ in range(2))
+    specs = [
+        steer_at(read, Additive(v1, 2.0), mask=PositionMask((0, 1))),
+        steer_at(read, Additive(v2, 3.0), mask=PositionMask((2, 3))),
+    ]
+    got = run(model.capture([ids], [read], steering=specs))[read]
+    want = run(ref.capture([ids], [read], steering=specs))[read]
+    assert (got - want).abs().max() <= TOL, family
+    # Negative control: merging the two masks leaves positions 0-3 unsteered by both specs.
+    merged = [replace(s, mask=PositionMask((0, 1, 2, 3))) for s in specs]
+    wrong = run(ref.capture([ids], [read], steering=merged))[read]
+    assert (wrong - want).abs().max() > 0.5, family

@@ -98,7 +98,8 @@ class Entry:
 
     spec: RequestSpec
     capture_sites: frozenset[str]
-    steer_sites: dict[str, tuple[tuple[SteeringOp, ...], frozenset[int]]]
+    # Per site, the specs' (ops, masked prompt positions) in order: each spec keeps its own mask.
+    steer_sites: dict[str, tuple[tuple[tuple[SteeringOp, ...], frozenset[int]], ...]]
     rows: dict[str, Rows] = field(default_factory=dict)
 
 

@@ -29,8 +29,7 @@ class PlanItem:
 
     rows: RequestRows
     entry: Entry
-    ops: tuple[SteeringOp, ...] | None
-    masked: frozenset[int]
+    steps: tuple[tuple[tuple[SteeringOp, ...], frozenset[int]], ...]  # (ops, masked), in order
     capture: bool
 
 
@@ -126,8 +125,7 @@ class IEWorkerExtension:
                 site = state.table.addresses.get(s.address)
                 if site is None:
                     continue  # another pipeline stage owns it
-                prev_ops, prev_mask = steer.get(site, ((), frozenset()))
-                steer[site] = (prev_ops + s.ops, prev_mask | frozenset(s.masked))
+                steer[site] = (*steer.get(site, ()), (s.ops, frozenset(s.masked)))
             state.registry.add(Entry(spec, captured, steer))
             _acquire(state, set(captured) | set(steer))
         return len(state.registry.entries)
@@ -228,9 +226,9 @@ def _plan(state: WorkerState, layout: BatchLayout) -> dict[str, list[PlanItem]]:
         if entry is None:
             continue
         for site in entry.capture_sites | set(entry.steer_sites):
-            ops, masked = entry.steer_sites.get(site, (None, frozenset()))
+            steps = entry.steer_sites.get(site, ())
             capture = state.capture_rank and site in entry.capture_sites
-            plan.setdefault(site, []).append(PlanItem(rows, entry, ops, masked, capture))
+            plan.setdefault(site, []).append(PlanItem(rows, entry, steps, capture))
     return plan
 
 
@@ -244,17 +242,17 @@ def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor |
         return None
     new: torch.Tensor | None = None
     for it in items:
-        if it.ops is None:
+        if not it.steps:
             continue
         r = it.rows
         if new is None:
             new = h.clone()
-        mask = None
-        if it.masked:
-            pos = r.positions()
-            keep = [p not in it.masked for p in pos]
-            mask = torch.tensor(keep, dtype=torch.bool, device=h.device)
-        new[r.start : r.end] = apply_ops(h[r.start : r.end], it.ops, mask)
+        for ops, masked in it.steps:
+            mask = None
+            if masked:
+                keep = [p not in masked for p in r.positions()]
+                mask = torch.tensor(keep, dtype=torch.bool, device=h.device)
+            new[r.start : r.end] = apply_ops(new[r.start : r.end], ops, mask)
     src = h if new is None else new
     for it in items:
         if it.capture:

@@ -73,6 +73,10 @@ class UnsupportedOperationError(InterpError, NotImplementedError):
     """The backend refuses an operation (e.g. capture on `vllm-generate`), naming an alternative."""
 
 
+class BadPromptError(InterpError, ValueError, TypeError):
+    """A prompt that is empty, not text or ids, or holds ids outside the vocabulary."""
+
+
 # --- steering --------------------------------------------------------------------------------
 
 

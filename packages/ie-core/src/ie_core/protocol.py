@@ -5,13 +5,13 @@ The native API is async (vLLM's engine is); `SyncModel` mirrors it for scripts a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ie_core.address import AddressLike
 from ie_core.cache import ActivationCache
-from ie_core.errors import SteeringSpecError
+from ie_core.errors import BadPromptError, SteeringSpecError
 from ie_core.runner import iterate, run
 from ie_core.steering import Steering
 
@@ -76,6 +76,30 @@ class TopK:
 
 
 SteeringArg = Steering | Sequence[Steering] | None
+
+
+def prompt_ids(
+    tokens: Any, to_tokens: Callable[[str], list[int]], vocab_size: int
+) -> tuple[int, ...]:
+    """One prompt as token ids: text goes through `to_tokens`; ids (a list, array or 1-D tensor)
+    are checked against the vocabulary. Every backend normalizes prompts here."""
+    if isinstance(tokens, str):
+        ids = tuple(to_tokens(tokens))
+    else:
+        if hasattr(tokens, "tolist"):
+            tokens = tokens.reshape(-1).tolist() if hasattr(tokens, "reshape") else tokens.tolist()
+        try:
+            ids = tuple(int(t) for t in tokens)
+        except (TypeError, ValueError):
+            raise BadPromptError("a prompt is a string or a sequence of token ids (ints)") from None
+    if not ids:
+        raise BadPromptError("the prompt is empty; give at least one token")
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise BadPromptError(
+            f"token ids {bad[:5]} are outside the vocabulary (0..{vocab_size - 1})"
+        )
+    return ids
 
 
 def steering_tuple(steering: SteeringArg) -> tuple[Steering, ...]:

@@ -27,6 +27,7 @@ from ie_core.protocol import (
     SteeringArg,
     StreamChunk,
     TopK,
+    prompt_ids,
     steering_tuple,
 )
 from torch import nn
@@ -215,22 +216,7 @@ class EagerModel:
         )
 
     def _prompt_ids(self, tokens: Prompt) -> list[int]:
-        if isinstance(tokens, str):
-            ids = self.to_tokens(tokens)
-        elif isinstance(tokens, torch.Tensor):
-            ids = [int(t) for t in tokens.reshape(-1).tolist()]
-        else:
-            try:
-                ids = [int(t) for t in tokens]
-            except (TypeError, ValueError):
-                raise TypeError("a prompt is a string or a sequence of token ids") from None
-        if not ids:
-            raise ValueError("the prompt is empty")
-        vocab = self.structure.shapes.vocab
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (0..{vocab - 1})")
-        return ids
+        return list(prompt_ids(tokens, self.to_tokens, self.structure.shapes.vocab))
 
     def _batch_ids(self, tokens: Any) -> list[list[int]]:
         if isinstance(tokens, Sequence | torch.Tensor) and len(tokens) == 0:

@@ -30,6 +30,7 @@ from ie_core.protocol import (
     SteeringArg,
     StreamChunk,
     TopK,
+    prompt_ids,
     steering_tuple,
 )
 from ie_core.runner import run
@@ -161,22 +162,8 @@ class VLLMModel:
         raise PointUnavailableError(f"{text} is unavailable on backend {self.backend!r}: {reason}")
 
     def _prompt_ids(self, tokens: Prompt) -> tuple[int, ...]:
-        if isinstance(tokens, str):
-            ids = tuple(self.to_tokens(tokens))
-        else:
-            try:
-                ids = tuple(int(t) for t in tokens)  # type: ignore[union-attr]
-            except (TypeError, ValueError):
-                raise ValueError(
-                    "a prompt must be a string or a sequence of token ids (ints)"
-                ) from None
-        if not ids:
-            raise ValueError("the prompt is empty; give at least one token")
-        vocab = len(self.tokenizer)
-        bad = [t for t in ids if t < 0 or t >= max(vocab, self.info.get("vocab_size", 0))]
-        if bad:
-            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (0..{vocab - 1})")
-        return ids
+        vocab = max(len(self.tokenizer), self.info.get("vocab_size", 0))
+        return prompt_ids(tokens, self.to_tokens, vocab)
 
     def _steer_specs(
         self, steering: SteeringArg, prompt_ids: Sequence[int]

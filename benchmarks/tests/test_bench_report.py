@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
 from bench_fixtures import make_cell, sweep_cells, variant_of
 from ie_bench.cells import schema_errors
+from ie_bench.load_gate import LoadSampler, judge
 from ie_bench.publish import (
     END,
     START,
@@ -123,9 +126,50 @@ def test_publish_refuses_when_nothing_loaded() -> None:
         render_block([cell])
 
 
-def test_a_shared_machine_is_stated() -> None:
+def test_publish_gate_refuses_a_mixed_load_sweep(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{START}\n{END}\n")
+    json_path = tmp_path / "throughput.json"
+    clean = sweep_cells()
+    # Negative control: the clean sweep passes the gate and publishes with no warning.
+    assert judge(clean).passed
+    assert publish(clean, readme, json_path) == [readme, json_path]
+    assert "Not a headline" not in readme.read_text()
+    assert json.loads(json_path.read_text())["gate"]["passed"] is True
+
+    loaded = sweep_cells()
+    loaded[0]["environment"]["loadavg_during"] = {"max_1m": 7.5, "min_1m": 3.0, "samples": 9}
+    verdict = judge(loaded)
+    assert not verdict.passed
+    assert any("smollm2-135m__eager ran at 1-minute load 7.50" in r for r in verdict.reasons)
+    assert any("different loads" in r for r in verdict.reasons)
+    with pytest.raises(PublishRefused, match="fails the publish gate"):
+        publish(loaded, readme, json_path)
+    assert "Not a headline" not in readme.read_text()  # nothing was written
+
+    publish(loaded, readme, json_path, allow_loaded=True)
+    assert "**Not a headline: measured under load**" in readme.read_text()
+    assert json.loads(json_path.read_text())["gate"]["passed"] is False
+    assert "Not a headline" in render_report(loaded)
+
+
+def test_publish_gate_catches_a_spread_within_the_bound() -> None:
     cells = sweep_cells()
-    assert "machine was shared" not in render_block(cells)
-    cells[1]["environment"]["loadavg_start"] = [7.5, 6.0, 5.0]
-    assert "1-minute load average 7.5 to 7.5 on 2 cores" in render_block(cells)
-    assert "machine was shared" in render_report(cells)
+    for cell, load in zip(cells, (0.2, 0.3, 1.9, 0.4), strict=True):
+        cell["environment"]["loadavg_during"] = {"max_1m": load, "min_1m": 0.1, "samples": 5}
+    verdict = judge(cells)
+    assert not verdict.passed and len(verdict.reasons) == 1
+    assert "0.20 to 1.90" in verdict.reasons[0]
+
+
+def test_a_cell_without_load_cannot_pass_the_gate() -> None:
+    cells = sweep_cells()
+    del cells[2]["environment"]["loadavg"]
+    assert "recorded no load average" in judge(cells).reasons[0]
+
+
+def test_load_sampler_records_during_the_cell() -> None:
+    with LoadSampler(every_s=0.01) as sampler:
+        time.sleep(0.05)
+    summary = sampler.summary()
+    assert summary["samples"] >= 2 and summary["max_1m"] >= summary["min_1m"] >= 0

@@ -144,6 +144,32 @@ def test_throughput_flags_a_baseline_from_another_environment(client: TestClient
     assert "These figures come from 2 environments" in html
 
 
+def test_throughput_marks_cells_measured_under_load(client: TestClient) -> None:
+    quiet = make_cell(variant="eager")
+    quiet["environment"]["loadavg"] = [0.4, 0.3, 0.2]
+    loaded = make_cell(variant="vllm")
+    loaded["environment"]["loadavg_during"] = {"max_1m": 6.5, "min_1m": 2.0, "samples": 30}
+    for cell in (quiet, loaded):
+        assert client.post("/api/benchmarks", json=cell, headers=AUTH).status_code == 201
+    figures = {f["variant"]: f for f in client.get("/api/throughput").json()[0]["figures"]}
+    assert (
+        figures["vllm"]["loaded"] and figures["vllm"]["load_label"] == "1-min load 6.5 on 2 cores"
+    )
+    assert (
+        not figures["eager"]["loaded"]
+        and figures["eager"]["load_label"] == "1-min load 0.4 on 2 cores"
+    )
+    assert "Not a headline: measured under load" in client.get("/throughput").text
+
+
+def test_throughput_of_a_quiet_sweep_carries_no_load_warning(client: TestClient) -> None:
+    for variant in ("eager", "vllm"):
+        cell = make_cell(variant=variant)
+        cell["environment"]["loadavg"] = [0.5, 0.4, 0.3]
+        client.post("/api/benchmarks", json=cell, headers=AUTH)
+    assert "Not a headline" not in client.get("/throughput").text
+
+
 def test_failed_workloads_show_their_status_not_a_number(client: TestClient) -> None:
     client.post("/api/benchmarks", json=make_cell(variant="eager"), headers=AUTH)
     client.post("/api/benchmarks", json=make_cell(variant="vllm", decode=None), headers=AUTH)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ie_bench import environment
 from ie_bench.cells import SCHEMA, cell_id, write_cell
+from ie_bench.load_gate import LoadSampler
 from ie_bench.spec import (
     CAPTURE_WORKLOADS,
     MID,
@@ -215,7 +216,9 @@ def _run(
 
     model = _load(cell, out, model_spec, variant, profile)
     try:
-        run(_measure_all(cell, out, model, model_spec, profile, workloads))
+        with LoadSampler() as sampler:
+            run(_measure_all(cell, out, model, model_spec, profile, workloads))
+        cell["environment"]["loadavg_during"] = sampler.summary()
     finally:
         run(model.shutdown())
 

@@ -104,7 +104,7 @@ def _write_report(args: argparse.Namespace) -> int:
     if args.no_publish:
         return 0
     json_path = Path(args.json) if args.json else None
-    changed = publish(cells, Path(args.readme), json_path)
+    changed = publish(cells, Path(args.readme), json_path, allow_loaded=args.allow_loaded)
     for path in changed:
         print(f"published {path}")
     return 1 if drift(cells, Path(args.readme), json_path) else 0
@@ -126,7 +126,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         if not problems:
             print("published benchmark figures match the cells")
         return 1 if problems else 0
-    for path in publish(cells, Path(args.readme), json_path):
+    for path in publish(cells, Path(args.readme), json_path, allow_loaded=args.allow_loaded):
         print(f"published {path}")
     return 0
 
@@ -166,6 +166,15 @@ def _output_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=str(THROUGHPUT_JSON), help="dashboard JSON ('' to skip)")
 
 
+def _allow_loaded_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-loaded",
+        action="store_true",
+        help="publish a sweep that fails the load gate, marked as measured under load "
+        "(default: refuse it)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ie bench", description="The speed harness.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -196,18 +205,21 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--log-dir", default=str(LOG_DIR), help="per-cell process logs")
     sweep.add_argument("--no-report", action="store_true", help="only write cells")
     sweep.add_argument("--no-publish", action="store_true", help="report, but leave README alone")
+    _allow_loaded_arg(sweep)
     _output_args(sweep)
     sweep.set_defaults(fn=_cmd_sweep)
 
     report = sub.add_parser("report", help="cells -> results-latest.md -> publish")
     _profile_arg(report, required=False)
     report.add_argument("--no-publish", action="store_true")
+    _allow_loaded_arg(report)
     _output_args(report)
     report.set_defaults(fn=_cmd_report)
 
     pub = sub.add_parser("publish", help="README throughput block and throughput.json from cells")
     _profile_arg(pub, required=False)
     pub.add_argument("--check", action="store_true", help="exit 1 if either has drifted")
+    _allow_loaded_arg(pub)
     _output_args(pub)
     pub.set_defaults(fn=_cmd_publish)
     return parser

@@ -7,13 +7,14 @@ from datetime import datetime
 from typing import Any
 
 from ie_bench.cells import metric
+from ie_bench.load_gate import judge
 from ie_bench.publish import (
     BASELINE,
     Conditions,
     PublishRefused,
     conditions,
+    gate_warning,
     grid,
-    load_note,
 )
 from ie_bench.spec import VARIANTS, WORKLOADS
 from ie_bench.tables import markdown_table, multiplier, precise, rounded_multiplier
@@ -213,7 +214,7 @@ def render_report(cells: list[dict[str, Any]]) -> str:
         ),
         "## Environment",
         _sweep_time(cells),
-        *([note] if (note := load_note(cells)) else []),
+        *([note] if (note := gate_warning(judge(cells))) else []),
         _environment(ordered),
         "## Models",
         _models(cells, models),

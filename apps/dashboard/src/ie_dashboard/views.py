@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ie_core.address import parse_address
+from ie_core.benchmark_load import CellLoad, cell_load
 from ie_core.errors import AddressError
 from sqlmodel import Session, col, select
 
@@ -248,6 +249,8 @@ class Figure:
     concurrent_mult: float | None = None
     env_differs: bool = False  # the eager baseline came from another environment
     cell_status: str = "ok"  # the producer's cell status: ok | partial | error | running
+    load_label: str = ""  # the highest 1-minute load the cell recorded ("" when it recorded none)
+    loaded: bool = False  # that load exceeds the publish gate's bound: not a headline figure
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,14 @@ def _variant_key(variant: str) -> tuple[int, str]:
     )
 
 
+def _cell_load(raw: Any) -> CellLoad | None:
+    """The load a stored cell recorded; None for a cell too old or too partial to say."""
+    try:
+        return cell_load(raw)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+
+
 def throughput(session: Session) -> list[ModelThroughput]:
     """Per (model, profile), the latest cell of each variant and its multipliers over eager."""
     latest: dict[tuple[str, str, str], BenchmarkCellRow] = {}
@@ -316,7 +327,14 @@ def throughput(session: Session) -> list[ModelThroughput]:
                 cell_status=cell.status or "ok",
             )
         )
-        n = json.loads(cell.raw_json).get("profile", {}).get("concurrency")
+        raw = json.loads(cell.raw_json)
+        load = _cell_load(raw)
+        if load is not None:
+            fig = groups[(model, profile)][-1]
+            groups[(model, profile)][-1] = replace(
+                fig, load_label=load.label(), loaded=not load.within_bound
+            )
+        n = raw.get("profile", {}).get("concurrency")
         if isinstance(n, int):
             concurrency.setdefault((model, profile), set()).add(n)
     out = []

@@ -18,7 +18,9 @@ def test_reading_side_imports_no_torch() -> None:
 
 
 def test_grid_names() -> None:
-    assert [v.key for v in VARIANTS] == ["eager", "vllm", "vllm-static", "vllm-generate"]
+    assert [v.key for v in VARIANTS] == [
+        "eager", "vllm", "vllm-static", "vllm-eager", "vllm-generate",
+    ]  # fmt: skip
     assert [w.key for w in WORKLOADS] == [
         "generate", "generate_x8", "capture_mid", "capture_all", "capture_gen", "steer", "lens_topk",
     ]  # fmt: skip

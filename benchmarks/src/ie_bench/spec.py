@@ -113,6 +113,15 @@ VARIANTS: tuple[VariantSpec, ...] = (
         ),
     ),
     VariantSpec(
+        "vllm-eager",
+        "vllm-generate",
+        "vLLM eager, no hooks",
+        "vanilla vLLM with enforce_eager (compile and graphs off, as hooked vllm runs) and no "
+        "hooks: vllm / vllm-eager prices the hooks, vllm-eager / vllm-generate the compilation",
+        capture_capable=False,
+        load_kwargs=MappingProxyType({"enforce_eager": True}),
+    ),
+    VariantSpec(
         "vllm-generate",
         "vllm-generate",
         "vLLM generate-only",

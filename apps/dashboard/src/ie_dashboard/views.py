@@ -25,7 +25,7 @@ from ie_dashboard.tables import (
 )
 
 BACKENDS = ("eager", "vllm", "vllm-static", "vllm-generate")
-VARIANT_ORDER = ("eager", "vllm", "vllm-static", "vllm-generate")
+VARIANT_ORDER = ("eager", "vllm", "vllm-static", "vllm-eager", "vllm-generate")
 ENGINE_ORDER = (
     "eager",
     "vllm",

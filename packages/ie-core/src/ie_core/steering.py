@@ -32,7 +32,7 @@ VectorLike = Vector | Sequence[float] | ArrayLike
 
 # The math runs in float32 (`steer_math`): values are checked against its range, not float64's.
 FLOAT32_MAX = 3.4028234663852886e38
-FLOAT32_MIN_SUBNORMAL = 1.401298464324817e-45
+FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
 
 
 def real_number(value: Any, label: str) -> float:
@@ -105,10 +105,13 @@ def as_vector(values: Any, label: str = "vector") -> Vector:
     vec = tuple(_element(x, label, i) for i, x in enumerate(items))
     if not vec:
         raise SteeringSpecError(f"{label} is empty")
-    if all(abs(x) < FLOAT32_MIN_SUBNORMAL / 2 for x in vec):
+    peak = max(abs(x) for x in vec)
+    if peak < FLOAT32_MIN_NORMAL:
         raise SteeringSpecError(
-            f"{label} is all zeros in float32 (the dtype the steering math runs in); "
-            "a direction needs a non-zero vector"
+            f"{label} is all zeros or too small for float32, the dtype the steering math runs "
+            f"in (largest entry {peak:g}, below its smallest normal {FLOAT32_MIN_NORMAL:.3g}, "
+            "where the direction loses precision); a direction needs a non-zero vector: "
+            "rescale it"
         )
     return vec
 

@@ -122,15 +122,21 @@ def prompt_batch(
         return (one(tokens),)
     if len(tokens) == 0:
         raise BadPromptError("the prompt is empty; give at least one token")
-    is_token = [_token(x) is not None for x in tokens]
-    if all(is_token):
-        return (one(tokens),)
-    if any(is_token):
+    if all(_is_prompt(x) for x in tokens):
+        return tuple(one(x) for x in tokens)
+    if any(_is_prompt(x) for x in tokens) and any(_token(x) is not None for x in tokens):
         raise BadPromptError(
             "the input mixes token ids with prompts; give one prompt (ids only) or a batch "
             "(a list of prompts)"
         )
-    return tuple(one(x) for x in tokens)
+    return (one(tokens),)  # ids, or a bad id that `prompt_ids` names
+
+
+def _is_prompt(x: Any) -> bool:
+    """Whether `x` is shaped like one prompt (text, a sequence, an array of 1 or more dims)."""
+    if getattr(x, "ndim", 0):
+        return True
+    return isinstance(x, str) or (isinstance(x, Sequence) and not isinstance(x, bytes))
 
 
 def position_limit(config: Any) -> int | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from ie_core import Address, format_address, parse_address, to_address
 from ie_core.errors import (
@@ -97,3 +97,54 @@ def test_path_addresses() -> None:
     assert to_address("path.model.norm", check=True).module_path == "model.norm"
     with pytest.raises(UnknownCoordinateError):
         Address("path.model.norm", 3)
+
+
+# Unicode has many digits that `str.isdigit` and `\d` accept; only ASCII 0-9 are layer numbers.
+NON_ASCII_DIGITS = ["²", "①", "١", "１", "٣", "߁", "𝟙", "Ⅻ"]
+
+
+@pytest.mark.parametrize("digit", NON_ASCII_DIGITS)
+def test_non_ascii_digits_are_address_errors_not_layers(digit: str) -> None:
+    for text in (
+        f"resid_post.{digit}",
+        f"resid_post.1{digit}",
+        f"resid_post.{digit}.stream-1",
+        f"resid_post.1.stream-{digit}",
+        f"resid_post.-{digit}",
+    ):
+        with pytest.raises(AddressError) as info:
+            parse_address(text)
+        assert info.value.text == text
+        assert "leading zeros" not in str(info.value), text
+
+
+def test_stream_numbers_with_leading_zeros_are_refused() -> None:
+    # "stream-01" and "stream-1" would otherwise name one address (formatting not injective).
+    with pytest.raises(UnknownCoordinateError, match="leading zeros"):
+        parse_address("resid_post.1.stream-01")
+
+
+_DIGITISH = st.characters(categories=("Nd", "Nl", "No")) | st.sampled_from("0123456789-")
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    names,
+    st.lists(st.text(_DIGITISH, min_size=1, max_size=4), min_size=1, max_size=2),
+    st.booleans(),
+)
+def test_digit_like_coordinates_parse_exactly_or_raise_address_errors(
+    name: str, parts: list[str], as_stream: bool
+) -> None:
+    coords = [
+        f"stream-{p}" if as_stream and i == len(parts) - 1 else p for i, p in enumerate(parts)
+    ]
+    text = ".".join([name, *coords])
+    try:
+        address = parse_address(text)
+    except AddressError as exc:
+        assert exc.text == text
+        assert type(exc) is not AddressError  # always a named subclass
+    else:
+        assert text.isascii(), f"{text!r} parsed although it holds non-ASCII digits"
+        assert format_address(address) == text

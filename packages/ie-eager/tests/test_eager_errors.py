@@ -11,9 +11,11 @@ from ie_core.errors import (
     SteeringSpecError,
     UnknownPointError,
 )
+from ie_core.protocol import SamplingParams
 from ie_core.runner import run
-from ie_core.steering import Additive, steer_at
+from ie_core.steering import Additive, Orthogonal, PositionMask, steer_at
 from ie_eager.backend import DeviceUnavailableError, load
+from ie_eager.synthetic import build
 
 
 def _capture(model, addresses, **kw):
@@ -101,3 +103,53 @@ def test_batch_capture_rows_match_single_captures() -> None:
     single = run(model.capture(b, ["resid_post.2"]))["resid_post.2"]
     assert both.shape == (2, len(a), model.d_model)
     assert torch.allclose(both[1], single[0], atol=1e-5)
+
+
+def _unit_direction(width: int, seed: int = 3) -> torch.Tensor:
+    v = torch.randn(width, generator=torch.Generator().manual_seed(seed))
+    return v / v.norm()
+
+
+def test_a_tiny_direction_steers_like_its_unit_vector_instead_of_giving_nan() -> None:
+    model = synthetic_model("llama")
+    ids = model.to_tokens(PROMPT)
+    u = _unit_direction(model.d_model)
+    params = SamplingParams(max_new_tokens=4, stop_at_eos=False)
+    tiny = steer_at("resid_post.1", Orthogonal((u * 1e-30).tolist(), 0.0))
+    unit = steer_at("resid_post.1", Orthogonal(u.tolist(), 0.0))
+    got = _capture(model, ["resid_post.2"], steering=tiny)["resid_post.2"]
+    want = _capture(model, ["resid_post.2"], steering=unit)["resid_post.2"]
+    assert torch.isfinite(got).all()
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+    tokens = run(model.generate(ids, params, steering=tiny)).token_ids
+    assert tokens == run(model.generate(ids, params, steering=unit)).token_ids
+    # Negative control: the ablation changes the activations it is compared on.
+    plain = _capture(model, ["resid_post.2"])["resid_post.2"]
+    assert float((want - plain).abs().max()) > 1e-2
+
+
+def test_mask_positions_past_the_prompt_are_refused_by_the_backend() -> None:
+    model = synthetic_model("llama")
+    n = len(model.to_tokens(PROMPT))
+    spec = steer_at("resid_post.1", Additive([1.0] * model.d_model), mask=PositionMask((0, n + 2)))
+    with pytest.raises(SteeringSpecError, match=rf"\[{n + 2}\] are past the prompt"):
+        _capture(model, ["resid_post.1"], steering=spec)
+    with pytest.raises(SteeringSpecError, match="past the prompt"):
+        run(model.generate(model.to_tokens(PROMPT), steering=spec))
+
+
+def test_steering_that_overflows_the_activations_is_refused_not_decoded() -> None:
+    model = synthetic_model("llama")
+    u = _unit_direction(model.d_model).tolist()
+    spec = steer_at("resid_post.1", Orthogonal(u, 3e38))  # a valid float32 coeff
+    with pytest.raises(SteeringSpecError, match=r"resid_post\.1 produced inf or NaN"):
+        run(model.generate(model.to_tokens(PROMPT), steering=spec))
+
+
+def test_additive_values_beyond_a_float16_model_are_refused_at_apply_time() -> None:
+    model = load(str(build("llama")), device="cpu", dtype="float16")
+    spec = steer_at("resid_post.1", Additive([1e5] * model.d_model))  # fine in float32
+    with pytest.raises(SteeringSpecError, match=r"torch\.float16 max 65504"):
+        _capture(model, ["resid_post.1"], steering=spec)
+    ok = steer_at("resid_post.1", Additive([1e3] * model.d_model))
+    assert torch.isfinite(_capture(model, ["resid_post.1"], steering=ok)["resid_post.1"]).all()

@@ -6,6 +6,7 @@ layer, is checked by `to_address(..., check=True)` against the points registry.
 
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass
 
@@ -19,7 +20,11 @@ from ie_core.errors import (
 )
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
-_STREAM = re.compile(r"stream-(\d+)")
+# Explicit ASCII ranges: `\d` and `str.isdigit` also match `²`, `①`, `١`, `１`, which `int`
+# either refuses or reads as a different spelling of an ASCII number.
+_NUMBER = re.compile(r"0|[1-9][0-9]*")
+_DIGITS = re.compile(r"[0-9]+")
+_STREAM = re.compile(r"stream-([0-9]+)")
 PATH_PREFIX = "path."
 
 
@@ -32,6 +37,10 @@ class Address:
     stream: int | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise InvalidNameError(
+                f"point name must be a string, got {type(self.name).__name__}", self.name
+            )
         if self.name.startswith(PATH_PREFIX):
             if len(self.name) == len(PATH_PREFIX):
                 raise EmptyNameError("path address needs a module path after 'path.'", self.name)
@@ -47,10 +56,11 @@ class Address:
         for label, value in (("layer", self.layer), ("stream", self.stream)):
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise UnknownCoordinateError(f"{label} must be an int, got {value!r}", value)
             if value < 0:
                 raise NegativeLayerError(f"{label} must be >= 0, got {value}", value)
+            object.__setattr__(self, label, int(value))  # numpy ints become plain ints
 
     @property
     def is_path(self) -> bool:
@@ -94,20 +104,26 @@ def parse_address(text: str) -> Address:
     layer: int | None = None
     stream: int | None = None
     for i, part in enumerate(rest):
-        if part.startswith("-") and part[1:].isdigit():
+        if part.startswith("-") and _DIGITS.fullmatch(part[1:]):
             raise NegativeLayerError(f"layer in {text!r} must be >= 0", text)
-        if i == 0 and part.isdigit():
-            layer = int(part)
+        if i == 0 and _DIGITS.fullmatch(part):
+            layer = _number(part, "layer", text)
         elif (m := _STREAM.fullmatch(part)) and stream is None:
-            stream = int(m.group(1))
+            stream = _number(m.group(1), "stream", text)
         else:
             raise UnknownCoordinateError(
-                f"{part!r} in {text!r} is neither a layer nor 'stream-N'", text
+                f"{part!r} in {text!r} is neither a layer nor 'stream-N' "
+                "(numbers are ASCII digits 0-9)",
+                text,
             )
-    if layer is not None and rest[0] != str(layer):
-        # Leading zeros would make two strings name one address; the grammar stays injective.
-        raise UnknownCoordinateError(f"layer {rest[0]!r} in {text!r} has leading zeros", text)
     return Address(name, layer, stream)
+
+
+def _number(digits: str, label: str, text: str) -> int:
+    # Leading zeros would make two strings name one address; the grammar stays injective.
+    if not _NUMBER.fullmatch(digits):
+        raise UnknownCoordinateError(f"{label} {digits!r} in {text!r} has leading zeros", text)
+    return int(digits)
 
 
 AddressLike = Address | str | tuple[str, int] | tuple[str, int, int] | tuple[str, None]

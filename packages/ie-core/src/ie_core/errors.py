@@ -73,8 +73,24 @@ class UnsupportedOperationError(InterpError, NotImplementedError):
     """The backend refuses an operation (e.g. capture on `vllm-generate`), naming an alternative."""
 
 
+class UnsupportedModelError(InterpError, ValueError):
+    """A checkpoint that is not a decoder-only causal LM (BERT, T5, ...): nothing to generate."""
+
+
+class ModelClosedError(InterpError, RuntimeError):
+    """A model used after `shutdown()`; load it again."""
+
+
 class BadPromptError(InterpError, ValueError, TypeError):
     """A prompt that is empty, not text or ids, or holds ids outside the vocabulary."""
+
+
+class PromptTooLongError(BadPromptError):
+    """A prompt (plus the tokens to generate) longer than the model's positions."""
+
+
+class SamplingParamsError(InterpError, ValueError, TypeError):
+    """Sampling settings of the wrong type or out of range (refused at construction)."""
 
 
 # --- steering --------------------------------------------------------------------------------

@@ -5,17 +5,22 @@ The native API is async (vLLM's engine is); `SyncModel` mirrors it for scripts a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+import math
+import numbers
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ie_core.address import AddressLike
 from ie_core.cache import ActivationCache
-from ie_core.errors import BadPromptError, SteeringSpecError
+from ie_core.errors import SamplingParamsError, SteeringSpecError
+
+# Re-exported: backends import the one prompt normaliser from the protocol module.
+from ie_core.prompts import Prompt as Prompt
+from ie_core.prompts import prompt_batch as prompt_batch
+from ie_core.prompts import prompt_ids as prompt_ids
 from ie_core.runner import iterate, run
 from ie_core.steering import Steering
-
-Prompt = str | Sequence[int]
 
 
 @dataclass(frozen=True)
@@ -30,18 +35,58 @@ class SamplingParams:
     stop_at_eos: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        _int_field(self.max_new_tokens, "max_new_tokens", 1)
+        _int_field(self.top_k, "top_k", 0, "(0 = off)")
+        temperature = _real_field(self.temperature, "temperature")
+        if temperature < 0:
+            raise SamplingParamsError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+        top_p = _real_field(self.top_p, "top_p")
+        if not 0 < top_p <= 1:
+            raise SamplingParamsError(f"top_p must be in (0, 1] (1 = off), got {top_p}")
+        if self.seed is not None:
+            _int_field(self.seed, "seed", 0)
+            if self.seed >= 2**63:
+                raise SamplingParamsError(f"seed must be below 2**63, got {self.seed}")
+        if not isinstance(self.stop_at_eos, bool):
+            raise SamplingParamsError(
+                f"stop_at_eos must be True or False, got {self.stop_at_eos!r}"
+            )
+        object.__setattr__(self, "temperature", temperature)
+        object.__setattr__(self, "top_p", top_p)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def _int_field(value: Any, label: str, low: int, note: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise SamplingParamsError(
+            f"{label} must be an int, got {type(value).__name__} {value!r}; strings and floats "
+            "are not converted"
+        )
+    if value < low:
+        raise SamplingParamsError(
+            f"{label} must be >= {low} {note}, got {value}".replace("  ", " ")
+        )
+
+
+def _real_field(value: Any, label: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise SamplingParamsError(f"{label} must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise SamplingParamsError(f"{label} must be finite, got {value}")
+    return float(value)
+
+
+def sampling_params(value: Any) -> SamplingParams:
+    """`value` if it is a SamplingParams; anything else is refused with how to build one."""
+    if not isinstance(value, SamplingParams):
+        raise SamplingParamsError(
+            f"sampling parameters must be a SamplingParams, got {type(value).__name__} "
+            f"{value!r}; pass SamplingParams(max_new_tokens=..., temperature=...)"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -76,30 +121,6 @@ class TopK:
 
 
 SteeringArg = Steering | Sequence[Steering] | None
-
-
-def prompt_ids(
-    tokens: Any, to_tokens: Callable[[str], list[int]], vocab_size: int
-) -> tuple[int, ...]:
-    """One prompt as token ids: text goes through `to_tokens`; ids (a list, array or 1-D tensor)
-    are checked against the vocabulary. Every backend normalizes prompts here."""
-    if isinstance(tokens, str):
-        ids = tuple(to_tokens(tokens))
-    else:
-        if hasattr(tokens, "tolist"):
-            tokens = tokens.reshape(-1).tolist() if hasattr(tokens, "reshape") else tokens.tolist()
-        try:
-            ids = tuple(int(t) for t in tokens)
-        except (TypeError, ValueError):
-            raise BadPromptError("a prompt is a string or a sequence of token ids (ints)") from None
-    if not ids:
-        raise BadPromptError("the prompt is empty; give at least one token")
-    bad = [t for t in ids if not 0 <= t < vocab_size]
-    if bad:
-        raise BadPromptError(
-            f"token ids {bad[:5]} are outside the vocabulary (0..{vocab_size - 1})"
-        )
-    return ids
 
 
 def steering_tuple(steering: SteeringArg) -> tuple[Steering, ...]:

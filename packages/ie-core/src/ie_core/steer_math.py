@@ -3,10 +3,12 @@ at load). Each op adds a delta computed in fp32 and the result is cast back to h
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 
+from ie_core.errors import SteeringSpecError
 from ie_core.steering import (
     Additive,
     LensAblate,
@@ -19,9 +21,21 @@ from ie_core.steering import (
 )
 
 
-def _unit(values: VectorLike, device: torch.device) -> torch.Tensor:
+def unit_vector(values: VectorLike, device: torch.device | str = "cpu") -> torch.Tensor:
+    """values / |values| in fp32, for any vector a spec accepts (finite, non-zero in fp32).
+
+    The vector is first scaled by a power of two that brings its largest entry near 1: exact in
+    binary floating point, so normal-range vectors give bit for bit `v / v.norm()`, while tiny or
+    huge ones no longer under- or overflow in the squares of the norm (which gave NaN or zero)."""
     v = torch.tensor(values, dtype=torch.float32, device=device)
+    peak = float(v.abs().max())
+    if peak > 0:
+        # In float64, since 2**-exponent of a subnormal fp32 peak is beyond fp32's range.
+        v = (v.double() * 2.0 ** -math.frexp(peak)[1]).float()
     return v / v.norm()
+
+
+_unit = unit_vector
 
 
 def op_delta(h: torch.Tensor, op: SteeringOp) -> torch.Tensor:
@@ -38,13 +52,11 @@ def op_delta(h: torch.Tensor, op: SteeringOp) -> torch.Tensor:
         p = h @ u
         return (p.clamp(min=op.min, max=op.max) - p).unsqueeze(-1) * u
     if isinstance(op, LensSteer):
+        # |strength * |h| * d| = |strength| * |h| (d is a unit vector), so the rescale to
+        # max_fraction * |h| is a clamp of the strength; clamping first cannot overflow to inf*0.
         d = _unit(op.direction, dev)
-        norm = h.norm(dim=-1, keepdim=True)
-        delta = op.strength * norm * d
-        limit = op.max_fraction * norm
-        dnorm = delta.norm(dim=-1, keepdim=True)
-        scale = torch.where(dnorm > limit, limit / dnorm.clamp_min(1e-30), torch.ones_like(dnorm))
-        return delta * scale
+        strength = max(-op.max_fraction, min(op.max_fraction, op.strength))
+        return strength * h.norm(dim=-1, keepdim=True) * d
     if isinstance(op, LensAblate):
         d = _unit(op.direction, dev)
         return -(h @ d).unsqueeze(-1) * d
@@ -53,6 +65,29 @@ def op_delta(h: torch.Tensor, op: SteeringOp) -> torch.Tensor:
         t = _unit(op.target, dev)
         return (h @ s).unsqueeze(-1) * (t - s)
     raise TypeError(f"unknown steering op {op!r}")
+
+
+def check_ops_fit(ops: Sequence[SteeringOp], dtype: torch.dtype, where: str) -> None:
+    """Refuse ops whose own values do not fit the activations' dtype (the result is cast back to
+    it): an additive delta or a projection bound beyond its max would write inf there."""
+    if not dtype.is_floating_point:
+        return
+    limit = torch.finfo(dtype).max
+    for op in ops:
+        if isinstance(op, Additive):
+            peak = abs(op.coeff) * max(abs(x) for x in op.vector)
+            what = f"additive delta reaches {peak:g}"
+        elif isinstance(op, ProjectionCap):
+            peak = max(abs(b) for b in (op.min, op.max) if b is not None)
+            what = f"projection bound {peak:g}"
+        else:
+            continue
+        if peak > limit:
+            raise SteeringSpecError(
+                f"{where}: {what}, beyond the {dtype} max {limit:g} of this model's activations, "
+                "so the steered value would be inf; use a smaller value or load the model in "
+                "float32"
+            )
 
 
 def apply_ops(

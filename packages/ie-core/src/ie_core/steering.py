@@ -7,6 +7,7 @@ stored as tuples of floats so a spec is hashable, comparable and torch-free.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -29,29 +30,105 @@ class ArrayLike(Protocol):
 VectorLike = Vector | Sequence[float] | ArrayLike
 
 
-def as_vector(values: Any, label: str = "vector") -> Vector:
-    """A finite, non-zero vector from a list, numpy array or torch tensor (1-D)."""
-    if hasattr(values, "detach"):
-        values = values.detach().cpu().double().reshape(-1).tolist()
-    elif hasattr(values, "tolist"):
-        values = values.tolist()
-    try:
-        vec = tuple(float(x) for x in values)
-    except TypeError as exc:
-        raise SteeringSpecError(f"{label} must be a 1-D sequence of numbers: {exc}") from None
-    if not vec:
-        raise SteeringSpecError(f"{label} is empty")
-    if not all(math.isfinite(x) for x in vec):
-        raise SteeringSpecError(f"{label} contains NaN or infinite values")
-    if not any(vec):
-        raise SteeringSpecError(f"{label} is all zeros; a direction needs a non-zero vector")
-    return vec
+# The math runs in float32 (`steer_math`): values are checked against its range, not float64's.
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
 
 
-def _finite(value: float, label: str) -> float:
+def real_number(value: Any, label: str) -> float:
+    """A finite real that float32 can hold: int, float, numpy scalar or 0-d real tensor.
+
+    Strings, bools and complex numbers are refused rather than coerced."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item") and _real_dtype(value):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise SteeringSpecError(
+            f"{label} must be a real number (int or float), got {type(value).__name__} "
+            f"{value!r}; pass a float"
+        )
     value = float(value)
     if not math.isfinite(value):
         raise SteeringSpecError(f"{label} must be finite, got {value}")
+    if abs(value) > FLOAT32_MAX:
+        raise SteeringSpecError(
+            f"{label} = {value:g} overflows float32 (max {FLOAT32_MAX:.4g}), the dtype the "
+            "steering math runs in; use a smaller value"
+        )
+    return value
+
+
+def integer(value: Any, label: str) -> int:
+    """A non-negative int (numpy ints too); bools, floats and strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise SteeringSpecError(
+            f"{label} must be an int, got {type(value).__name__} {value!r}; floats are not "
+            "truncated and bools are not ints"
+        )
+    if value < 0:
+        raise SteeringSpecError(f"{label} must be >= 0, got {value}")
+    return int(value)
+
+
+def _real_dtype(values: Any) -> bool:
+    name = str(getattr(values, "dtype", "")).removeprefix("torch.")
+    return "complex" not in name and name != "bool"
+
+
+def as_vector(values: Any, label: str = "vector") -> Vector:
+    """A 1-D vector of real numbers, finite and not all zero in float32 (list, numpy, torch)."""
+    if isinstance(values, str | bytes | numbers.Number):
+        raise SteeringSpecError(
+            f"{label} must be a 1-D sequence of numbers, got {type(values).__name__}"
+        )
+    ndim = getattr(values, "ndim", None)
+    if ndim is not None and ndim != 1:
+        shape = tuple(getattr(values, "shape", ()))
+        raise SteeringSpecError(
+            f"{label} must be 1-D, got shape {shape}; pick one row (e.g. v[0]) rather than "
+            "letting it be flattened"
+        )
+    if ndim is not None and not _real_dtype(values):
+        raise SteeringSpecError(
+            f"{label} has dtype {values.dtype}; steering vectors are real numbers (a complex "
+            "vector would lose its imaginary part)"
+        )
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().tolist()
+    elif hasattr(values, "tolist"):
+        values = values.tolist()
+    try:
+        items = list(values)
+    except TypeError:
+        raise SteeringSpecError(
+            f"{label} must be a 1-D sequence of numbers, got {type(values).__name__}"
+        ) from None
+    vec = tuple(_element(x, label, i) for i, x in enumerate(items))
+    if not vec:
+        raise SteeringSpecError(f"{label} is empty")
+    peak = max(abs(x) for x in vec)
+    if peak < FLOAT32_MIN_NORMAL:
+        raise SteeringSpecError(
+            f"{label} is all zeros or too small for float32, the dtype the steering math runs "
+            f"in (largest entry {peak:g}, below its smallest normal {FLOAT32_MIN_NORMAL:.3g}, "
+            "where the direction loses precision); a direction needs a non-zero vector: "
+            "rescale it"
+        )
+    return vec
+
+
+def _element(x: Any, label: str, i: int) -> float:
+    if isinstance(x, list | tuple):
+        raise SteeringSpecError(f"{label} must be 1-D; element {i} is a sequence")
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise SteeringSpecError(f"{label}[{i}] must be a real number, got {type(x).__name__} {x!r}")
+    value = float(x)
+    if not math.isfinite(value):
+        raise SteeringSpecError(f"{label} contains NaN or infinite values (at {i})")
+    if abs(value) > FLOAT32_MAX:
+        raise SteeringSpecError(
+            f"{label}[{i}] = {value:g} overflows float32 (max {FLOAT32_MAX:.4g}), the dtype "
+            "the steering math runs in; rescale the vector"
+        )
     return value
 
 
@@ -64,8 +141,16 @@ class Additive:
     kind: Literal["additive"] = field(default="additive", init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "vector", as_vector(self.vector))
-        object.__setattr__(self, "coeff", _finite(self.coeff, "coeff"))
+        vector = as_vector(self.vector)
+        coeff = real_number(self.coeff, "coeff")
+        peak = abs(coeff) * max(abs(x) for x in vector)
+        if peak > FLOAT32_MAX:
+            raise SteeringSpecError(
+                f"coeff * vector reaches {peak:g}, which overflows float32 (max "
+                f"{FLOAT32_MAX:.4g}), the dtype the steering math runs in; use a smaller coeff"
+            )
+        object.__setattr__(self, "vector", vector)
+        object.__setattr__(self, "coeff", coeff)
 
 
 @dataclass(frozen=True)
@@ -78,7 +163,7 @@ class Orthogonal:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "vector", as_vector(self.vector))
-        object.__setattr__(self, "coeff", _finite(self.coeff, "coeff"))
+        object.__setattr__(self, "coeff", real_number(self.coeff, "coeff"))
 
 
 @dataclass(frozen=True)
@@ -94,8 +179,8 @@ class ProjectionCap:
         object.__setattr__(self, "vector", as_vector(self.vector))
         if self.min is None and self.max is None:
             raise SteeringSpecError("projection cap needs min, max or both")
-        lo = None if self.min is None else _finite(self.min, "min")
-        hi = None if self.max is None else _finite(self.max, "max")
+        lo = None if self.min is None else real_number(self.min, "min")
+        hi = None if self.max is None else real_number(self.max, "max")
         if lo is not None and hi is not None and lo > hi:
             raise SteeringSpecError(f"projection cap min {lo} is above max {hi}")
         object.__setattr__(self, "min", lo)
@@ -113,8 +198,8 @@ class LensSteer:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "direction", as_vector(self.direction, "direction"))
-        object.__setattr__(self, "strength", _finite(self.strength, "strength"))
-        frac = _finite(self.max_fraction, "max_fraction")
+        object.__setattr__(self, "strength", real_number(self.strength, "strength"))
+        frac = real_number(self.max_fraction, "max_fraction")
         if frac <= 0:
             raise SteeringSpecError(f"max_fraction must be > 0, got {frac}")
         object.__setattr__(self, "max_fraction", frac)
@@ -175,18 +260,36 @@ class PositionMask:
     special_tokens: bool = False
 
     def __post_init__(self) -> None:
-        pos = tuple(int(p) for p in self.positions)
-        if any(p < 0 for p in pos):
-            raise SteeringSpecError(f"mask positions must be >= 0, got {pos}")
+        pos = tuple(integer(p, "mask position") for p in _items(self.positions, "positions"))
+        if not isinstance(self.special_tokens, bool):
+            raise SteeringSpecError(
+                f"special_tokens must be True or False, got {self.special_tokens!r}"
+            )
         object.__setattr__(self, "positions", tuple(sorted(set(pos))))
 
     def masked(self, prompt_ids: Sequence[int], special_ids: Iterable[int] = ()) -> frozenset[int]:
-        """Positions of `prompt_ids` left unsteered."""
-        out = {p for p in self.positions if p < len(prompt_ids)}
+        """Positions of `prompt_ids` left unsteered; a position past the prompt is refused."""
+        past = [p for p in self.positions if p >= len(prompt_ids)]
+        if past:
+            raise SteeringSpecError(
+                f"mask positions {past} are past the prompt, which has {len(prompt_ids)} tokens "
+                f"(positions 0..{len(prompt_ids) - 1}); masks name prompt positions only "
+                "(generated tokens are always steered), so drop them or lengthen the prompt"
+            )
+        out = set(self.positions)
         if self.special_tokens:
             special = set(special_ids)
             out |= {i for i, t in enumerate(prompt_ids) if t in special}
         return frozenset(out)
+
+
+def _items(values: Any, label: str) -> tuple[Any, ...]:
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise SteeringSpecError(
+            f"{label} must be a sequence, got {type(values).__name__} {values!r}; "
+            "wrap a single value in a tuple"
+        )
+    return tuple(values)
 
 
 @dataclass(frozen=True)
@@ -200,18 +303,26 @@ class Steering:
     stream: int | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.point, str):
+            raise SteeringSpecError(f"point must be a point name, got {self.point!r}")
         point = get_point(self.point)
         if not point.writable:
             raise SteeringSpecError(f"{self.point!r} is a capture-only point and cannot be steered")
-        layers = tuple(int(x) for x in self.layers)
+        layers = tuple(integer(x, "layer") for x in _items(self.layers, "layers"))
         if point.per_layer and not layers:
             raise SteeringSpecError(f"{self.point!r} is per layer; give at least one layer")
         if not point.per_layer and layers:
             raise SteeringSpecError(f"{self.point!r} is a trunk point; give no layers")
-        if any(x < 0 for x in layers):
-            raise SteeringSpecError(f"layers must be >= 0, got {layers}")
+        repeated = sorted({x for x in layers if layers.count(x) > 1})
+        if repeated:
+            raise SteeringSpecError(
+                f"layers {repeated} are listed more than once, which would apply the ops twice "
+                "there; list each layer once (put repeated ops in `ops`)"
+            )
         object.__setattr__(self, "layers", layers)
-        ops = tuple(self.ops)
+        if isinstance(self.ops, SteeringOp):
+            raise SteeringSpecError("ops must be a tuple of ops; wrap a single op: (op,)")
+        ops = _items(self.ops, "ops")
         if not ops:
             raise SteeringSpecError("a steering spec needs at least one op")
         for op in ops:
@@ -223,6 +334,10 @@ class Steering:
         if len(widths) > 1:
             raise SteeringSpecError(f"ops at one site have different widths {sorted(widths)}")
         object.__setattr__(self, "ops", ops)
+        if not isinstance(self.mask, PositionMask):
+            raise SteeringSpecError(f"mask must be a PositionMask, got {type(self.mask).__name__}")
+        if self.stream is not None:
+            object.__setattr__(self, "stream", integer(self.stream, "stream"))
 
     @property
     def width(self) -> int:

@@ -4,21 +4,22 @@ real modules. It is the reference the other backends are measured against."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import torch
 from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.errors import (
-    InterpError,
-    ModelNotFoundError,
+    BadPromptError,
+    ModelClosedError,
     PointUnavailableError,
     SteeringSpecError,
     UnsupportedOperationError,
 )
 from ie_core.families import Family, family_for_architecture
 from ie_core.models import resolve_model_path
+from ie_core.prompts import check_generation_length, position_limit
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -27,69 +28,22 @@ from ie_core.protocol import (
     SteeringArg,
     StreamChunk,
     TopK,
+    prompt_batch,
     prompt_ids,
+    sampling_params,
     steering_tuple,
 )
+from ie_core.steer_math import check_ops_fit
 from torch import nn
 
-from ie_eager import lens, sampling
+from ie_eager import checkpoint, lens, sampling
+from ie_eager.devices import DeviceUnavailableError as DeviceUnavailableError
+from ie_eager.devices import resolve_device, resolve_dtype
 from ie_eager.hooks import Session, Write
 from ie_eager.resolve import Resolved, Resolver, Tap
 from ie_eager.structure import Structure, analyze
 
 _GREEDY = SamplingParams()
-
-
-class DeviceUnavailableError(InterpError, RuntimeError):
-    """The requested device does not exist on this machine."""
-
-
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-}
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """`None` means CUDA when present, else CPU; an explicit GPU that is absent is an error."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceUnavailableError(
-            f"device {str(device)!r} was requested but no CUDA GPU is visible to torch; "
-            "pass device='cpu' to run on the CPU"
-        )
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise DeviceUnavailableError(
-            f"device {str(device)!r} was requested but only {torch.cuda.device_count()} GPU(s) exist"
-        )
-    return dev
-
-
-def resolve_dtype(
-    dtype: str | torch.dtype | None, device: torch.device, config: Any
-) -> torch.dtype:
-    """`None`: float32 on CPU; on a GPU the checkpoint's own dtype (float32 stays float32)."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype is None or dtype == "auto":
-        if device.type == "cpu":
-            return torch.float32
-        saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-        if isinstance(saved, str):
-            saved = _DTYPES.get(saved)
-        return saved if isinstance(saved, torch.dtype) else torch.float32
-    try:
-        return _DTYPES[str(dtype).lower()]
-    except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}") from None
 
 
 def _text_config(config: Any) -> Any:
@@ -116,7 +70,7 @@ class EagerModel:
     def __init__(
         self, hf_model: nn.Module, tokenizer: Any, model_id: str, family: Family | None = None
     ) -> None:
-        self.hf_model = hf_model.eval()
+        self._hf_model: nn.Module | None = hf_model.eval()
         self.tokenizer = tokenizer
         self.model_id = model_id
         config = hf_model.config
@@ -131,6 +85,25 @@ class EagerModel:
         self.structure: Structure = analyze(hf_model, config, self.text_config, _n_layers(config))
         self.resolver = Resolver(self.structure, self.family, hf_model, self._probe)
         self._points: tuple[str, ...] | None = None
+        self.max_positions = position_limit(self.text_config)
+
+    @property
+    def hf_model(self) -> nn.Module:
+        """The wrapped HF model; after `shutdown()` every use raises `ModelClosedError`."""
+        self._check_open()
+        assert self._hf_model is not None
+        return self._hf_model
+
+    def _check_open(self) -> None:
+        if self._hf_model is None:
+            raise ModelClosedError(
+                f"{self.model_id} was shut down and its weights dropped; load it again "
+                "with load_model(...)"
+            )
+
+    @property
+    def closed(self) -> bool:
+        return self._hf_model is None
 
     def _probe(self, tap: Tap, n: int) -> torch.Size:
         """Shape of the raw tensor at `tap` on a forward of `n` tokens (layout detection)."""
@@ -197,8 +170,9 @@ class EagerModel:
 
     def to_tokens(self, text: str, *, prepend_bos: bool = True) -> list[int]:
         """Token ids with the tokenizer's own special tokens (its BOS) when `prepend_bos`."""
+        self._check_open()
         if not isinstance(text, str):
-            raise TypeError(f"to_tokens takes a string, got {type(text).__name__}")
+            raise BadPromptError(f"to_tokens takes a string, got {type(text).__name__}")
         return list(self.tokenizer(text, add_special_tokens=prepend_bos)["input_ids"])
 
     def to_string(self, ids: Sequence[int]) -> str:
@@ -216,26 +190,17 @@ class EagerModel:
         )
 
     def _prompt_ids(self, tokens: Prompt) -> list[int]:
-        return list(prompt_ids(tokens, self.to_tokens, self.structure.shapes.vocab))
+        self._check_open()
+        vocab = self.structure.shapes.vocab
+        return list(prompt_ids(tokens, self.to_tokens, vocab, self.max_positions))
 
     def _batch_ids(self, tokens: Any) -> list[list[int]]:
-        if isinstance(tokens, Sequence | torch.Tensor) and len(tokens) == 0:
-            raise ValueError("the prompt is empty; give at least one token")
-        if isinstance(tokens, torch.Tensor) and tokens.dim() == 2:
-            rows = [self._prompt_ids(r) for r in tokens.tolist()]
-        elif (
-            isinstance(tokens, str)
-            or (isinstance(tokens, Sequence) and tokens and isinstance(tokens[0], int))
-            or isinstance(tokens, torch.Tensor)
-        ):
-            rows = [self._prompt_ids(tokens)]
-        elif isinstance(tokens, Sequence) and tokens:
-            rows = [self._prompt_ids(t) for t in tokens]
-        else:
-            raise ValueError("tokens must be a prompt, a sequence of token ids, or a batch of them")
+        self._check_open()
+        vocab = self.structure.shapes.vocab
+        rows = [list(r) for r in prompt_batch(tokens, self.to_tokens, vocab, self.max_positions)]
         lengths = {len(r) for r in rows}
         if len(lengths) > 1:
-            raise ValueError(
+            raise BadPromptError(
                 f"batch rows have different lengths {sorted(lengths)}; the eager backend does not "
                 "pad (padding changes positions); capture rows of equal length or one at a time"
             )
@@ -254,6 +219,7 @@ class EagerModel:
                     raise SteeringSpecError(f"{address} is capture-only and cannot be steered")
                 if r.width is not None:
                     spec.check_width(r.width)
+                check_ops_fit(spec.ops, self.dtype, str(address))
                 masked = tuple(spec.mask.masked(p, special) for p in prompts)
                 writes.append(Write(r, spec.ops, masked, spec.width))
         return writes
@@ -304,31 +270,39 @@ class EagerModel:
         self, tokens: Prompt, layers: Sequence[int] | None = None
     ) -> ActivationCache:
         layer_list = range(self.n_layers) if layers is None else layers
-        addresses = [to_address(("attn_probs", int(i))) for i in layer_list]
+        addresses = [to_address(("attn_probs", i)) for i in layer_list]
         return self.forward_with_cache(tokens, addresses)[1]
 
     # -- generation --
 
-    def _decode_loop(self, ids: list[int], params: SamplingParams, steering: SteeringArg):
-        """Yield generated token ids one by one, steering prefill and every decode step."""
+    def _decode_loop(
+        self, ids: list[int], params: SamplingParams, steering: SteeringArg
+    ) -> Iterator[int]:
+        """Yield generated token ids one by one, steering prefill and every decode step.
+
+        The hooks and the no-grad mode are set around each forward only: while the caller holds
+        a yielded token (a suspended stream), other requests on the model see neither."""
+        params = sampling_params(params)
+        check_generation_length(len(ids), params.max_new_tokens, self.max_positions)
         writes = self._writes(steering, [ids])
+        session = Session(self.hf_model, (), writes)
         gen = sampling.make_generator(params, self.device)
         eos = self._eos_ids() if params.stop_at_eos else set()
-        with torch.no_grad(), Session(self.hf_model, (), writes) as session:
-            inputs = torch.tensor([ids], dtype=torch.long, device=self.device)
-            past = None
-            position = 0
-            for _ in range(params.max_new_tokens):
-                session.offset = position
-                session.batch_shape = (1, inputs.shape[1])
+        inputs = torch.tensor([ids], dtype=torch.long, device=self.device)
+        past = None
+        position = 0
+        for _ in range(params.max_new_tokens):
+            session.offset = position
+            session.batch_shape = (1, inputs.shape[1])
+            with torch.no_grad(), session:
                 out = self.hf_model(input_ids=inputs, past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                position += inputs.shape[1]
                 token = sampling.next_token(out.logits[0, -1], params, gen)
-                yield token
-                if token in eos:
-                    return
-                inputs = torch.tensor([[token]], dtype=torch.long, device=self.device)
+            past = out.past_key_values
+            position += inputs.shape[1]
+            yield token
+            if token in eos:
+                return
+            inputs = torch.tensor([[token]], dtype=torch.long, device=self.device)
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -395,21 +369,24 @@ class EagerModel:
     # -- lens --
 
     async def decode_residuals(self, rows: Any) -> torch.Tensor:
+        self._check_open()
         return lens.decode(self, rows)
 
     async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
+        self._check_open()
         return lens.topk(self, rows, k)
 
     # -- lifecycle --
 
     async def warmup(self) -> None:
+        model = self.hf_model
         ids = self.to_tokens("Hello")
         with torch.no_grad():
-            self.hf_model(input_ids=torch.tensor([ids], device=self.device), use_cache=False)
+            model(input_ids=torch.tensor([ids], device=self.device), use_cache=False)
 
     async def shutdown(self) -> None:
-        """Drop the weights; the object is unusable afterwards."""
-        self.hf_model = None  # type: ignore[assignment]
+        """Drop the weights; any later use raises `ModelClosedError`. Idempotent."""
+        self._hf_model = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
@@ -429,42 +406,38 @@ def load(
     **kw: Any,
 ) -> EagerModel:
     """Load an HF folder / id / `ie-synthetic/<family>`, or wrap an HF model object (pass
-    `tokenizer=`), with eager attention on an explicit device and dtype (float32 on CPU)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
+    `tokenizer=`), with eager attention on an explicit device and dtype (float32 on CPU).
+
+    Anything but a decoder-only causal LM is refused (`UnsupportedModelError`)."""
+    from transformers import PreTrainedModel
 
     dev = resolve_device(device)
     if isinstance(model_id, PreTrainedModel):
         if tokenizer is None:
             raise ValueError("pass tokenizer= together with an HF model object")
         model = model_id
+        name = str(
+            kw.pop("name", None)
+            or getattr(model.config, "_name_or_path", "")
+            or type(model).__name__
+        )
+        checkpoint.check_config(name, model.config)
         if getattr(model.config, "_attn_implementation", "eager") != "eager":
             model.set_attn_implementation("eager")
         if dtype is not None:
             model = model.to(resolve_dtype(dtype, dev, model.config))
         model = model.to(dev)
-        name = (
-            kw.pop("name", None)
-            or getattr(model.config, "_name_or_path", "")
-            or type(model).__name__
-        )
-        return EagerModel(model, tokenizer, str(name))
+        checkpoint.check_causal(name, model)
+        return EagerModel(model, tokenizer, name)
     model_name = os.fspath(model_id)
     folder = resolve_model_path(model_name)
     source: Any = folder if folder is not None else model_name
-    try:
-        config = AutoConfig.from_pretrained(source, local_files_only=folder is None)
-    except OSError as exc:
-        raise ModelNotFoundError(
-            f"cannot find {model_name!r} on this machine ({exc}); pass a local folder, "
-            "an ie-synthetic/<family> id, or a model already in the Hugging Face cache"
-        ) from None
+    local_only = folder is None
+    config = checkpoint.read_config(model_name, source, local_only)
     torch_dtype = resolve_dtype(dtype, dev, config)
-    model = AutoModelForCausalLM.from_pretrained(
-        source,
-        attn_implementation="eager",
-        dtype=torch_dtype,
-        local_files_only=folder is None,
-        **kw,
+    model = checkpoint.load_weights(
+        model_name, source, local_only, attn_implementation="eager", dtype=torch_dtype, **kw
     ).to(dev)
+    checkpoint.check_causal(model_name, model)
     tok = tokenizer if tokenizer is not None else _load_tokenizer(source)
     return EagerModel(model, tok, model_name)

@@ -3,10 +3,16 @@
 At each site the actions run in forward order of the points, each point's writes before its
 read, so a capture is post-intervention. Hooks are removed when the session closes, exceptions
 included. A read-only session returns nothing from its hooks, so the forward is untouched.
+
+A session is entered around each forward of its request only (the decode loop enters it once per
+step), and its hooks act only while that forward runs in the context that entered it: a
+suspended stream leaves nothing installed, and a forward from another thread that meets the
+hooks passes through them untouched.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +32,10 @@ from ie_eager.resolve import Resolved, Tap
 _ORDER = {name: i for i, name in enumerate(POINTS_BY_NAME)}
 # resid_mid needs the block input as the block sees it: after resid_pre's writes and read.
 _REMEMBER = (_ORDER["resid_pre"], 2, 0)
+# The session whose forward is running in this context; hooks of any other session pass.
+_ACTIVE: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
+    "ie_eager_session", default=None
+)
 
 
 @dataclass(frozen=True)
@@ -58,15 +68,19 @@ class Session:
     offset: int = 0  # absolute position of the first row of the current forward
     batch_shape: tuple[int, int] = (0, 0)
     _handles: list[Any] = field(default_factory=list)
+    _token: contextvars.Token[Session | None] | None = None
     _seen_base: dict[int, torch.Tensor] = field(default_factory=dict)
     _attn_calls: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=dict)
 
     def __enter__(self) -> Session:
+        if self._handles:
+            raise RuntimeError("a Session is entered once at a time")
         try:
             self._install()
         except BaseException:
             self.close()
             raise
+        self._token = _ACTIVE.set(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -76,6 +90,12 @@ class Session:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        if self._token is not None:
+            _ACTIVE.reset(self._token)
+            self._token = None
+
+    def _mine(self) -> bool:
+        return _ACTIVE.get() is self
 
     # -- installation --
 
@@ -126,6 +146,8 @@ class Session:
 
     def _pre_hook(self, actions: list[_Action]):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> Any:
+            if not self._mine():
+                return None
             if args:
                 base = args[0]
             elif "hidden_states" in kwargs:
@@ -145,6 +167,8 @@ class Session:
 
     def _out_hook(self, actions: list[_Action]):
         def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+            if not self._mine():
+                return None
             if isinstance(output, torch.Tensor):
                 new = self._run(actions, {0: output})[0]
                 return None if new is output else new
@@ -210,6 +234,7 @@ class Session:
             base = self._seen_base[id(r)]
             h = base + h
         steered = apply_ops(h, w.ops, self._rows(w, h))
+        _check_finite(r, h, steered)
         if r.kind == "sum":
             steered = steered - base
         if r.scale is not None:
@@ -240,10 +265,14 @@ class Session:
             calls.append((scores, probs))
 
         def pre(mod: nn.Module, args: tuple, kwargs: dict) -> None:
+            if not self._mine():
+                return
             calls.clear()
             tokens.append(attention.CURRENT.set(record))
 
         def post(mod: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            if not self._mine():
+                return
             if tokens:
                 attention.CURRENT.reset(tokens.pop())
             if len(calls) != 1:
@@ -260,3 +289,14 @@ class Session:
 
         self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))
+
+
+def _check_finite(r: Resolved, before: torch.Tensor, after: torch.Tensor) -> None:
+    """Refuse a write that turned finite activations into inf / NaN (the values are too large
+    for the activations' dtype): otherwise the model would silently decode garbage."""
+    if bool((torch.isfinite(before) & ~torch.isfinite(after)).any()):
+        raise SteeringSpecError(
+            f"steering at {r.address} produced inf or NaN from finite activations in "
+            f"{after.dtype}: the ops' values are too large for these activations; use smaller "
+            "coefficients or bounds"
+        )

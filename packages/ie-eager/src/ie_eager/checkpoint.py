@@ -1,0 +1,109 @@
+"""What the eager backend will load: a decoder-only causal LM, refused with a named error otherwise.
+
+Checks run in the order the load reaches them: the folder holds an HF config, the config is not
+an encoder-decoder or a non-causal task head (before any weights are read), the weights exist,
+and finally the loaded model is causal in fact: its output at a position does not change when a
+later token does. That last probe is what catches a BERT checkpoint that transformers would
+happily wrap in a `BertLMHeadModel`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from ie_core.errors import ModelNotFoundError, UnsupportedModelError
+from torch import nn
+
+SUPPORTED = (
+    "the eager backend serves decoder-only causal language models (GPT-2, Llama, Mistral, "
+    "Qwen, Gemma, Phi, OLMo, ...; the registered families are listed in "
+    "docs/SUPPORTED_POINTS.md)"
+)
+# Task heads that are not next-token prediction; a checkpoint saved only as one of them is
+# refused before its weights are read.
+_NON_CAUSAL_HEAD = re.compile(
+    r".*For(MaskedLM|SequenceClassification|TokenClassification|QuestionAnswering|"
+    r"MultipleChoice|NextSentencePrediction|PreTraining|Seq2SeqLM|SpeechSeq2Seq|CTC)$"
+)
+
+
+def read_config(name: str, source: Any, local_only: bool) -> Any:
+    """The HF config of `source`, or a named error saying what the folder or id lacks."""
+    from transformers import AutoConfig
+
+    folder = Path(source) if isinstance(source, Path) else None
+    if folder is not None and not (folder / "config.json").is_file():
+        raise ModelNotFoundError(
+            f"{name!r} is a folder but holds no config.json, so it is not a Hugging Face model "
+            "folder; pass the folder that contains config.json and the weights"
+        )
+    try:
+        config = AutoConfig.from_pretrained(source, local_files_only=local_only)
+    except OSError as exc:
+        raise ModelNotFoundError(
+            f"cannot find {name!r} on this machine ({exc}); pass a local folder, "
+            "an ie-synthetic/<family> id, or a model already in the Hugging Face cache"
+        ) from None
+    except ValueError as exc:
+        raise UnsupportedModelError(
+            f"{name!r} has a config transformers cannot read as a model ({exc}); {SUPPORTED}"
+        ) from None
+    check_config(name, config)
+    return config
+
+
+def check_config(name: str, config: Any) -> None:
+    """Refuse encoder-decoders and checkpoints saved only as non-causal task heads."""
+    model_type = getattr(config, "model_type", "?")
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedModelError(
+            f"{name!r} is an encoder-decoder model ({model_type}); {SUPPORTED}"
+        )
+    archs = list(getattr(config, "architectures", None) or [])
+    if archs and all(_NON_CAUSAL_HEAD.fullmatch(a) for a in archs):
+        raise UnsupportedModelError(
+            f"{name!r} is a {', '.join(archs)} checkpoint, not a causal language model; {SUPPORTED}"
+        )
+
+
+def load_weights(name: str, source: Any, local_only: bool, **kw: Any) -> nn.Module:
+    """`AutoModelForCausalLM.from_pretrained` with its errors turned into named ones."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(source, local_files_only=local_only, **kw)
+    except OSError as exc:
+        raise ModelNotFoundError(
+            f"{name!r} has a config but its weights could not be read ({exc}); the folder needs "
+            "model.safetensors (or pytorch_model.bin) next to config.json"
+        ) from None
+    except ValueError as exc:
+        if "Unrecognized configuration class" in str(exc):
+            raise UnsupportedModelError(
+                f"{name!r} ({type(exc).__name__}: transformers has no causal-LM class for it); "
+                f"{SUPPORTED}"
+            ) from None
+        raise
+
+
+def check_causal(name: str, model: nn.Module) -> None:
+    """Refuse a model whose early outputs depend on later tokens (bidirectional attention)."""
+    vocab = int(model.get_input_embeddings().weight.shape[0])
+    if vocab < 4:
+        return
+    device = next(model.parameters()).device
+    a = torch.tensor([[1, 2, 3]], device=device)
+    b = torch.tensor([[1, 2, vocab - 1]], device=device)
+    with torch.no_grad():
+        la = model(input_ids=a, use_cache=False).logits[0, :2].float()
+        lb = model(input_ids=b, use_cache=False).logits[0, :2].float()
+    scale = max(float(la.abs().max()), 1e-6)
+    if not torch.allclose(la, lb, rtol=1e-3, atol=1e-3 * scale):
+        raise UnsupportedModelError(
+            f"{name!r} ({type(model).__name__}) is not a causal language model: its outputs at "
+            "the first positions changed when a later token changed, so it attends in both "
+            f"directions (like BERT); {SUPPORTED}"
+        )

@@ -94,6 +94,8 @@ class GroupSlice:
         return t.unflatten(-1, (self.groups, -1))
 
     def get(self, t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 4 and t.shape[1] == 1:  # MLA expands the latent as [batch, 1, seq, rank]
+            t = t[:, 0]
         part = self._view(t)[..., self.start : self.stop].flatten(-2)
         return torch.sigmoid(part) if self.sigmoid else part
 

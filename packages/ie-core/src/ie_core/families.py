@@ -35,6 +35,7 @@ class Trait(StrEnum):
     LAYERNORM = "layernorm"
     TIED_EMBEDDINGS = "tied_embeddings"
     SPARSE_ONLY = "sparse_only"
+    SHARED_KV = "shared_kv"
 
 
 # Dense-MLP internals: one [batch, seq, d_mlp] tensor exists only on layers with a dense MLP.
@@ -62,6 +63,7 @@ TRAIT_NOTES: dict[Trait, str] = {
     Trait.ATTENTION_SINKS: "learned sink logits: attention rows need not sum to 1",
     Trait.LAYERNORM: "LayerNorm with bias rather than RMSNorm",
     Trait.TIED_EMBEDDINGS: "unembed shares the embedding matrix",
+    Trait.SHARED_KV: "keys and values are one shared projection (K = V, with RoPE on its rope slice), so there is no separate value tensor",
     Trait.SPARSE_ONLY: "every MLP is a sparse mixture of experts: expert activations are per expert, so there is no dense mlp_pre / mlp_pre_linear / mlp_act",
 }
 
@@ -82,6 +84,8 @@ class Family:
     def has_point(self, point: Point) -> bool:
         if point.name in DENSE_MLP_POINTS and Trait.SPARSE_ONLY in self.traits:
             return False
+        if point.name == "value" and Trait.SHARED_KV in self.traits:
+            return False
         if point.requires is None:
             return True
         if point.requires == "sequential_block":
@@ -100,6 +104,8 @@ class Family:
             return f"{self.name} runs attention and MLP in parallel, so there is no residual between them"
         if point.name in DENSE_MLP_POINTS and Trait.SPARSE_ONLY in self.traits:
             return f"in {self.name} {TRAIT_NOTES[Trait.SPARSE_ONLY]}"
+        if point.name == "value" and Trait.SHARED_KV in self.traits:
+            return f"in {self.name} {TRAIT_NOTES[Trait.SHARED_KV]}"
         trait = Trait(point.requires or "")
         return f"{self.name} has no {trait.value.replace('_', ' ')} ({TRAIT_NOTES[trait]})"
 
@@ -172,13 +178,19 @@ FAMILIES: tuple[Family, ...] = (
     _f("falcon", "Falcon", "FalconForCausalLM", "parallel_block layernorm fused_qkv",
        "Parallel block; fused QKV grouped per KV head in the new decoder.", "tiiuae/falcon-7b", synthetic=False),
     _f("gpt-oss", "gpt-oss", "GptOssForCausalLM", "gqa moe sliding_window attention_sinks sparse_only",
-       "MoE with learned attention sinks: probability rows need not sum to 1.", "openai/gpt-oss-20b", synthetic=False),
+       "MoE with learned attention sinks: probability rows need not sum to 1.", "openai/gpt-oss-20b"),
     _f("qwen3-next", "Qwen3-Next / Qwen3.5", "Qwen3NextForCausalLM",
        "gqa gated_mlp qk_norm moe shared_experts hybrid_linear_attention gated_attention",
-       "Hybrid gated-delta linear attention with gated softmax attention every fourth layer.", "Qwen/Qwen3-Next-80B-A3B-Instruct", synthetic=False),
+       "Hybrid gated-delta linear attention with gated softmax attention every fourth layer.", "Qwen/Qwen3-Next-80B-A3B-Instruct"),
     _f("deepseek-v4", "DeepSeek-V4 (hyper-connections)", "DeepseekV4ForCausalLM",
-       "moe shared_experts gated_mlp multi_stream",
-       "Several residual streams mixed by hyper-connections; residual points take a stream.", "deepseek-ai/DeepSeek-V4-Flash", synthetic=False),
+       "moe shared_experts gated_mlp multi_stream attention_sinks sliding_window sparse_only shared_kv",
+       "Several residual streams mixed by hyper-connections; residual points take a stream.", "deepseek-ai/DeepSeek-V4-Flash"),
+    _f("deepseek-v3", "DeepSeek-V3 (MLA)", "DeepseekV3ForCausalLM", "moe shared_experts gated_mlp",
+       "Multi-head latent attention: keys and values decompressed per head from one shared latent.", "deepseek-ai/DeepSeek-V3 moonshotai/Kimi-K2-Instruct"),
+    _f("olmo3", "OLMo-3", "Olmo3ForCausalLM", "gqa gated_mlp qk_norm sandwich_norm sliding_window",
+       "OLMo-2's post-norm blocks with 3 sliding-window layers to 1 global.", "allenai/Olmo-3-7B-Instruct"),
+    _f("glm4-moe", "GLM-4.5 (MoE)", "Glm4MoeForCausalLM", "gqa gated_mlp qk_norm moe shared_experts",
+       "Sigmoid-routed MoE with a shared expert after dense first layers; partial rotary.", "zai-org/GLM-4.5-Air"),
 )  # fmt: skip
 
 FAMILIES_BY_SLUG: dict[str, Family] = {f.slug: f for f in FAMILIES}

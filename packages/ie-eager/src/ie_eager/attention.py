@@ -83,3 +83,21 @@ def install(attn_module: nn.Module) -> bool:
             setattr(module, name, proxy)
             installed = True
     return installed
+
+
+def strip_sinks(
+    module: nn.Module, scores: torch.Tensor, probs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop the learned sink column of sink families (gpt-oss, DeepSeek-V4).
+
+    They softmax `[scores | sink] - m` (m the row max over both) and keep the first k columns
+    of the probabilities, so rows need not sum to 1. The recorded last column is `sink - m`, and
+    `sink` is the module's own parameter, so `m` and the unshifted scores (q.k scaled plus mask)
+    are recovered exactly up to one rounding: scores = recorded[..., :k] + (sink - recorded[..., k]).
+    """
+    sinks = getattr(module, "sinks", None)
+    if not isinstance(sinks, torch.Tensor):
+        return scores, probs
+    sink = sinks.detach().to(scores.dtype).reshape(1, -1, 1)
+    shift = sink - scores[..., -1]
+    return scores[..., :-1] + shift.unsqueeze(-1), probs[..., :-1]

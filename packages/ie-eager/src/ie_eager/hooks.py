@@ -281,7 +281,7 @@ class Session:
                     f"{names}: expected one softmax inside {type(mod).__name__}, saw {len(calls)}; "
                     "this attention does not expose one score tensor"
                 )
-            scores, probs = calls[0]
+            scores, probs = attention.strip_sinks(mod, *calls[0])
             dtype = output[0].dtype if isinstance(output, tuple) else scores.dtype
             for r in items:
                 t = scores if r.address.name == "attn_scores" else probs.to(dtype)

@@ -16,7 +16,10 @@ if TYPE_CHECKING:
 
 def _rows(model: EagerModel, rows: Any) -> torch.Tensor:
     t = rows if isinstance(rows, torch.Tensor) else torch.as_tensor(rows)
-    if t.shape[-1] != model.d_model:
+    streams = model.structure.n_streams * model.d_model
+    if t.shape[-1] != model.d_model and not (
+        model.structure.multi_stream and t.shape[-1] == streams
+    ):
         raise ValueError(f"rows must be [..., d_model={model.d_model}], got shape {tuple(t.shape)}")
     if not torch.isfinite(t).all():
         raise ValueError("rows contain NaN or infinite values")
@@ -37,6 +40,21 @@ def logit_transform(config: Any, logits: torch.Tensor) -> torch.Tensor:
     return logits
 
 
+def _collapse_streams(model: EagerModel, h: torch.Tensor) -> torch.Tensor:
+    """Multi-stream trunks (DeepSeek-V4): `[..., n_streams * d_model]` rows (resid_streams) are
+    collapsed to one d_model row by the model's own head (hc_head: sigmoid weights computed from
+    the normed streams, then a weighted sum over streams), exactly as before its final norm.
+    d_model rows (one stream, a collapse point) pass unchanged."""
+    s = model.structure
+    if not s.multi_stream or h.shape[-1] == model.d_model:
+        return h
+    if s.stream_head is None:
+        raise PointUnavailableError(f"{model.model_id} has no stream head to collapse streams")
+    lead = h.shape[:-1]
+    stack = h.reshape(-1, 1, s.n_streams, model.d_model)
+    return s.stream_head[1](stack).reshape(*lead, model.d_model)
+
+
 def decode(model: EagerModel, rows: Any) -> torch.Tensor:
     """`[..., d_model]` residual rows -> `[..., vocab]` logits as the model would compute them."""
     h = _rows(model, rows)
@@ -45,6 +63,7 @@ def decode(model: EagerModel, rows: Any) -> torch.Tensor:
             f"{model.model_id} has no final norm module the lens could apply; decode manually"
         )
     with torch.no_grad():
+        h = _collapse_streams(model, h)
         normed = model.structure.final_norm[1](h)
         logits = model.structure.lm_head[1](normed)
         return logit_transform(model.text_config, logits)

@@ -79,7 +79,68 @@ class LastSlice:
         return torch.cat([t[..., : self.start], new, t[..., self.stop :]], dim=-1)
 
 
-Selector = Whole | Grouped | LastSlice
+@dataclass(frozen=True)
+class GroupSlice:
+    """Columns `start:stop` of each of `groups` equal groups of the last axis, flattened: the value
+    part of MLA's per-head [k_nope | v] (kv_b_proj), or the gate half of Qwen3-Next's per-head
+    [q | gate] (q_proj); `sigmoid` returns the gate as the multiplier the family applies."""
+
+    groups: int
+    start: int
+    stop: int
+    sigmoid: bool = False
+
+    def _view(self, t: torch.Tensor) -> torch.Tensor:
+        return t.unflatten(-1, (self.groups, -1))
+
+    def get(self, t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 4 and t.shape[1] == 1:  # MLA expands the latent as [batch, 1, seq, rank]
+            t = t[:, 0]
+        part = self._view(t)[..., self.start : self.stop].flatten(-2)
+        return torch.sigmoid(part) if self.sigmoid else part
+
+    def put(self, t: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        if self.sigmoid:
+            raise PointUnavailableError("the attention gate is captured, not written")
+        out = t.clone()
+        part = self._view(out)[..., self.start : self.stop]
+        part.copy_(new.reshape(part.shape))
+        return out
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Residual stream `index` of a [batch, seq, n_streams, d_model] hyper-connection trunk."""
+
+    index: int
+
+    def get(self, t: torch.Tensor) -> torch.Tensor:
+        return t[..., self.index, :]
+
+    def put(self, t: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        out = t.clone()
+        out[..., self.index, :] = new.reshape(out[..., self.index, :].shape)
+        return out
+
+
+Selector = Whole | Grouped | LastSlice | GroupSlice | Stream
+
+# Points inside softmax attention: refused on the linear-attention / SSM layers of hybrid families.
+ATTENTION_INTERNALS = frozenset(
+    {"q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out", "value", "attn_scores", "attn_probs"}
+    | {"z", "attn_gate"}
+)
+# Residual points that, on a multi-stream trunk, are one of n_streams copies and take a stream.
+STREAM_POINTS = ("resid_pre", "resid_mid", "resid_post")
+# Hyper-connection points: (module slot, output item of (write, mix, collapse), width kind).
+_HC_POINTS = {
+    "attn_stream_write": ("attn_hc", 0, "s"),
+    "attn_stream_mix": ("attn_hc", 1, "ss"),
+    "attn_stream_collapse": ("attn_hc", 2, "d"),
+    "mlp_stream_write": ("mlp_hc", 0, "s"),
+    "mlp_stream_mix": ("mlp_hc", 1, "ss"),
+    "mlp_stream_collapse": ("mlp_hc", 2, "d"),
+}
 
 
 @dataclass(frozen=True)
@@ -153,7 +214,10 @@ class Resolver:
                 if self._try(Address(point.name)) is not None:
                     names.append(point.name)
                 continue
-            if any(self._try(Address(point.name, i)) is not None for i in range(self.n_layers)):
+            stream = 0 if self.s.multi_stream and point.name in STREAM_POINTS else None
+            if any(
+                self._try(Address(point.name, i, stream)) is not None for i in range(self.n_layers)
+            ):
                 names.append(point.name)
         return tuple(names)
 
@@ -188,17 +252,17 @@ class Resolver:
         from ie_core.points import get_point
 
         point = get_point(address.name)
-        if address.stream is not None or point.requires == "multi_stream":
-            if not self.s.multi_stream:
-                raise self._missing(
-                    point,
-                    "the model has a single residual stream, so there are no stream coordinates "
-                    "or hyper-connection points; use the plain residual points",
-                )
-            raise self._refuse(
-                point, "multi-stream trunks are not implemented on the eager backend"
+        if (address.stream is not None or point.requires == "multi_stream") and not (
+            self.s.multi_stream
+        ):
+            raise self._missing(
+                point,
+                "the model has a single residual stream, so there are no stream coordinates "
+                "or hyper-connection points; use the plain residual points",
             )
         if not point.per_layer:
+            if address.stream is not None:
+                raise self._refuse(point, "only resid_pre, resid_mid and resid_post take a stream")
             return self._trunk(point, address)
         assert address.layer is not None
         if address.layer >= self.n_layers:
@@ -207,7 +271,49 @@ class Resolver:
                 f"layers (0..{self.n_layers - 1})",
                 str(address),
             )
-        return self._layer(point, address, self.s.blocks[address.layer])
+        block = self.s.blocks[address.layer]
+        if self.s.multi_stream:
+            found = self._multi_stream(point, address, block)
+            if found is not None:
+                return found
+        return self._layer(point, address, block)
+
+    def _multi_stream(self, point: Point, address: Address, b: Block) -> Resolved | None:
+        """Stream-aware points of a hyper-connection trunk; None for points resolved as usual."""
+        name, n, d = point.name, self.s.n_streams, self.s.shapes.d_model
+        if name in _HC_POINTS:
+            slot, item, kind = _HC_POINTS[name]
+            owner = b.attn_hc if slot == "attn_hc" else b.mlp_hc
+            if owner is None or address.stream is not None:
+                raise self._refuse(
+                    point, "it is per token, not per stream" if owner else f"no {slot} module"
+                )
+            width = {"s": n, "ss": n * n, "d": d}[kind]
+            return Resolved(address, "tap", _tap(b, owner, "out", item=item), width, False)  # type: ignore[arg-type]
+        if name == "resid_streams":
+            if address.stream is not None:
+                raise self._refuse(
+                    point, f"it is all {n} streams; read one as resid_post.{b.index}.stream-N"
+                )
+            return Resolved(address, "tap", _block_tap(b, "out"), n * d, True)
+        if name in STREAM_POINTS:
+            if address.stream is None or address.stream >= n:
+                raise self._refuse(
+                    point,
+                    f"the trunk carries {n} residual streams: name one ({name}.{b.index}.stream-0 "
+                    f"to stream-{n - 1}) or read resid_streams.{b.index} for the whole stack",
+                )
+            if name == "resid_mid":
+                tap = _tap(b, b.mlp_hc, "in")
+                if tap is None:
+                    raise self._refuse(point, "no hyper-connection module before the MLP")
+            else:
+                tap = _block_tap(b, "in" if name == "resid_pre" else "out")
+            sel = Stream(address.stream)
+            return Resolved(address, "tap", Tap(tap.path, tap.module, tap.io, 0, sel), d, True)
+        if address.stream is not None:
+            raise self._refuse(point, "only resid_pre, resid_mid and resid_post take a stream")
+        return None
 
     def _path(self, address: Address) -> Resolved:
         path = address.module_path
@@ -245,6 +351,8 @@ class Resolver:
                 raise self._missing(point, why)
             return Resolved(address, "tap", t, width, point.writable, **kw)
 
+        if b.mixer is not None and name in ATTENTION_INTERNALS:
+            raise self._refuse(point, self._mixer_reason(b))
         if name == "resid_pre":
             return tap(_block_tap(b, "in"), d, "")
         if name == "resid_post":
@@ -270,9 +378,11 @@ class Resolver:
         if name == "z":
             o_proj = b.sub(b.attn, st.O_PROJ_NAMES)
             width = st.in_features(o_proj[1]) if o_proj else None
+            if o_proj is not None and o_proj[0].endswith("o_a_proj"):
+                width = shapes.n_heads * shapes.head_dim  # grouped: [groups, heads*hd / groups]
             return tap(_tap(b, o_proj, "in"), width, "no attention output projection found")
         if name == "attn_gate":
-            raise self._missing(point, "the attention has no output gate")
+            return self._gate(point, address, b)
         if name == "attn_out":
             return tap(self._attn_out(b), d, "no attention module found")
         if name == "attn_out_post":
@@ -310,6 +420,27 @@ class Resolver:
         if name == "mlp_out_post":
             return self._post(point, address, b, self._mlp_out(b), b.post_mlp_norm)
         raise self._missing(point, "no module of this model computes it")
+
+    def _mixer_reason(self, b: Block) -> str:
+        assert b.attn is not None
+        kind = type(b.attn[1]).__name__
+        softmax = [x.index for x in self.s.blocks if x.attn is not None and x.mixer is None]
+        return (
+            f"layer {b.index} mixes tokens with {kind} ({b.mixer}), a linear-attention / state-space "
+            f"layer with no softmax attention, heads' scores or value projection; its input and "
+            f"output are attn_in and attn_out. Softmax-attention layers: {softmax}"
+        )
+
+    def _gate(self, point: Point, address: Address, b: Block) -> Resolved:
+        """Qwen3-Next's q_proj emits [q | gate] per head; the gate multiplies the attention
+        output by sigmoid(gate) before o_proj, so z = (probs @ v) * attn_gate."""
+        sh = self.s.shapes
+        q_proj = b.sub(b.attn, st.Q_PROJ_NAMES)
+        width = sh.n_heads * sh.head_dim
+        if q_proj is None or st.out_features(q_proj[1]) != 2 * width:
+            raise self._missing(point, "the attention has no output gate")
+        sel = GroupSlice(sh.n_heads, sh.head_dim, 2 * sh.head_dim, sigmoid=True)
+        return Resolved(address, "tap", _tap(b, q_proj, "out", select=sel), width, False)  # type: ignore[arg-type]
 
     def _head_layout(self, t: Tap | None, heads: int) -> Tap | None:
         """Per-head norms see [b, s, heads, hd] or, after a transpose, [b, heads, s, hd]: probe."""
@@ -352,6 +483,16 @@ class Resolver:
         v_proj = b.sub(b.attn, st.V_PROJ_NAMES)
         if v_proj is not None and st.out_features(v_proj[1]) == kv_width:
             return Resolved(address, "tap", _tap(b, v_proj, "out"), kv_width, True)  # type: ignore[arg-type]
+        mla = b.sub(b.attn, st.MLA_KV_NAMES)
+        if mla is not None:
+            return self._mla_value(address, b, mla)
+        if b.sub(b.attn, st.SHARED_KV_NAMES) is not None:
+            raise self._refuse(
+                point,
+                "keys and values are one shared single-head tensor (kv_proj, then kv_norm and RoPE "
+                "on its rope slice), so there is no separate value projection; read the module "
+                f"with path.{b.path}.{b.attn[0] if b.attn else 'self_attn'}.kv_norm",
+            )
         fused = b.sub(b.attn, st.FUSED_QKV_NAMES)
         if fused is None:
             raise self._missing(point, "no value projection (v_proj or a fused qkv) found")
@@ -382,6 +523,15 @@ class Resolver:
         else:
             sel = LastSlice((heads + kv) * hd, total)  # contiguous q | k | v (GPT-2, Phi-3)
         return Resolved(address, "tap", _tap(b, fused, "out", select=sel), kv_width, True)  # type: ignore[arg-type]
+
+    def _mla_value(self, address: Address, b: Block, mla: tuple[str, nn.Module]) -> Resolved:
+        """MLA (DeepSeek-V3): kv_b_proj decompresses the shared latent into per-head [k_nope | v];
+        `value` is the per-head v part, n_heads x v_head_dim (what attention mixes), not the
+        latent, which feeds keys as well."""
+        config = self.model.config.get_text_config()
+        heads, nope, v_dim = self.s.shapes.n_heads, config.qk_nope_head_dim, config.v_head_dim
+        sel = GroupSlice(heads, nope, nope + v_dim)
+        return Resolved(address, "tap", _tap(b, mla, "out", select=sel), heads * v_dim, True)  # type: ignore[arg-type]
 
     def _mlp_inner(self, point: Point, address: Address, b: Block) -> Resolved:
         if b.mlp is None:

@@ -11,13 +11,22 @@ from typing import Any
 from torch import nn
 
 ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention")
+# Token mixers of hybrid families that are not softmax attention (gated delta, Mamba, short conv):
+# they take the attention slot of the block (attn_in / attn_out), never the attention internals.
+LINEAR_MIXER_NAMES = ("linear_attn", "mamba", "conv")
+# Hyper-connection modules of multi-stream trunks (DeepSeek-V4): (write, mix, collapse) outputs.
+ATTN_HC_NAMES = ("attn_hc",)
+MLP_HC_NAMES = ("ffn_hc",)
+STREAM_HEAD_NAMES = ("hc_head",)
+MLA_KV_NAMES = ("kv_b_proj",)
+SHARED_KV_NAMES = ("kv_proj",)  # DeepSeek-V4: one projection read as both key and value
 MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe", "ffn")
 Q_NORM_NAMES = ("q_norm", "q_layernorm", "query_layernorm")
 K_NORM_NAMES = ("k_norm", "k_layernorm", "key_layernorm")
 V_PROJ_NAMES = ("v_proj", "value")
 Q_PROJ_NAMES = ("q_proj", "query")
 FUSED_QKV_NAMES = ("qkv_proj", "query_key_value", "c_attn", "Wqkv")
-O_PROJ_NAMES = ("o_proj", "out_proj", "dense", "c_proj")
+O_PROJ_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "o_a_proj")
 GATE_NAMES = ("gate_proj", "w1")
 UP_NAMES = ("up_proj", "w3")
 FUSED_GATE_UP_NAMES = ("gate_up_proj",)
@@ -105,6 +114,9 @@ class Block:
     post_attn_norm: tuple[str, nn.Module] | None  # sandwich norms only
     post_mlp_norm: tuple[str, nn.Module] | None
     attn_adds_residual: bool  # BLOOM: the attention and MLP modules add the residual themselves
+    mixer: str | None = None  # the linear-attention / SSM / conv module name on hybrid layers
+    attn_hc: tuple[str, nn.Module] | None = None  # hyper-connections (multi-stream trunks)
+    mlp_hc: tuple[str, nn.Module] | None = None
 
     def sub(
         self, owner: tuple[str, nn.Module] | None, names: tuple[str, ...]
@@ -135,6 +147,8 @@ class Structure:
     shapes: Shapes
     residual_multiplier: float | None
     multi_stream: bool
+    n_streams: int = 1  # residual streams of a hyper-connection trunk (1 elsewhere)
+    stream_head: tuple[str, nn.Module] | None = None  # collapses the streams before the final norm
 
 
 def find_layers(model: nn.Module, n_layers: int) -> tuple[str, nn.ModuleList]:
@@ -143,7 +157,7 @@ def find_layers(model: nn.Module, n_layers: int) -> tuple[str, nn.ModuleList]:
         if (
             isinstance(mod, nn.ModuleList)
             and len(mod) == n_layers > 0
-            and child(mod[0], ATTN_NAMES)
+            and any(child(block, ATTN_NAMES) for block in mod)
         ):
             return name, mod
     raise ValueError(
@@ -163,6 +177,10 @@ def _block_is_parallel(block: nn.Module, config: Any) -> bool:
 
 def _block(index: int, path: str, block: nn.Module, config: Any) -> Block:
     attn = child(block, ATTN_NAMES)
+    mixer = None
+    if attn is None:
+        attn = child(block, LINEAR_MIXER_NAMES)
+        mixer = attn[0] if attn is not None else None
     mlp = child(block, MLP_NAMES)
     if mlp is None and child(block, PLAIN_IN_NAMES) and child(block, DOWN_NAMES):
         mlp = ("", block)  # OPT keeps fc1/fc2 on the block itself
@@ -179,6 +197,9 @@ def _block(index: int, path: str, block: nn.Module, config: Any) -> Block:
         post_attn_norm=post_attn,
         post_mlp_norm=post_mlp,
         attn_adds_residual=adds_residual,
+        mixer=mixer,
+        attn_hc=child(block, ATTN_HC_NAMES),
+        mlp_hc=child(block, MLP_HC_NAMES),
     )
 
 
@@ -189,15 +210,21 @@ def _path_of(model: nn.Module, target: nn.Module) -> str:
     raise ValueError(f"module {type(target).__name__} is not part of the model")
 
 
+def _container_child(
+    container: nn.Module, container_path: str, names: tuple[str, ...]
+) -> tuple[str, nn.Module] | None:
+    found = child(container, names)
+    if found is None:
+        return None
+    return (f"{container_path}.{found[0]}" if container_path else found[0], found[1])
+
+
 def analyze(model: nn.Module, config: Any, text_config: Any, n_layers: int) -> Structure:
     layers_path, layers = find_layers(model, n_layers)
     blocks = tuple(_block(i, f"{layers_path}.{i}", b, text_config) for i, b in enumerate(layers))
     container_path = layers_path.rsplit(".", 1)[0] if "." in layers_path else ""
     container = model.get_submodule(container_path) if container_path else model
-    norm = child(container, FINAL_NORM_NAMES)
-    final_norm = None
-    if norm is not None:
-        final_norm = (f"{container_path}.{norm[0]}" if container_path else norm[0], norm[1])
+    final_norm = _container_child(container, container_path, FINAL_NORM_NAMES)
     embed_mod = model.get_input_embeddings()
     head_mod = model.get_output_embeddings()
     if head_mod is None:
@@ -212,4 +239,6 @@ def analyze(model: nn.Module, config: Any, text_config: Any, n_layers: int) -> S
         shapes=config_shapes(config, text_config),
         residual_multiplier=None if mult in (None, 1.0) else float(mult),
         multi_stream=int(getattr(text_config, "hc_mult", 1) or 1) > 1,
+        n_streams=int(getattr(text_config, "hc_mult", 1) or 1),
+        stream_head=_container_child(container, container_path, STREAM_HEAD_NAMES),
     )

@@ -127,6 +127,30 @@ _WINDOW = 8  # short enough that a sliding window matters on a short prompt
 # embedding swamps the residual stream and the model predicts its own input token forever.
 _GEMMA_EMBEDDING_SCALE = 0.25
 
+# DeepSeek-V4 at toy size: sliding-window layers only (the compressed CSA / HCA layers need an
+# indexer far larger than a toy), every MLP a MoE with one shared expert, 4 streams.
+_DEEPSEEK_V4_SHAPE: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "head_dim": 32,
+    "q_lora_rank": 64,
+    "o_groups": 2,
+    "o_lora_rank": 32,
+    "n_routed_experts": 4,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 2,
+    "hc_mult": 4,
+    "sliding_window": _WINDOW,
+    "layer_types": ["sliding_attention"] * 4,
+    "mlp_layer_types": ["moe"] * 4,
+    "num_nextn_predict_layers": 0,
+    "max_position_embeddings": 512,
+    "initializer_range": _INIT_STD,
+}
+
 _FAMILY_LIST: tuple[FamilySpec, ...] = (
     _family("gpt2", "GPT2LMHeadModel", "GPT2Config", "Conv1D fused qkv, learned positions",
             **_GPT2_SHAPE),
@@ -222,6 +246,38 @@ _FAMILY_LIST: tuple[FamilySpec, ...] = (
             **_LLAMA_SHAPE, use_qkv_bias=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                              "partial_rotary_factor": 0.25}),
+    # --- families added after v1: their own recipes, the ones above are untouched -------------
+    _family("deepseek-v4", "DeepseekV4ForCausalLM", "DeepseekV4Config",
+            "4 hyper-connection residual streams (mHC), shared-KV MQA with sinks, MoE every layer",
+            **_DEEPSEEK_V4_SHAPE),
+    _family("qwen3-next", "Qwen3NextForCausalLM", "Qwen3NextConfig",
+            "3 gated-delta linear-attention layers : 1 gated softmax attention, MoE + shared expert",
+            **_LLAMA_SHAPE, head_dim=32, linear_num_value_heads=4, linear_num_key_heads=2,
+            linear_key_head_dim=32, linear_value_head_dim=32, linear_conv_kernel_dim=4,
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
+            shared_expert_intermediate_size=128, decoder_sparse_step=1, mlp_only_layers=[0]),
+    _family("deepseek-v3", "DeepseekV3ForCausalLM", "DeepseekV3Config",
+            "multi-head latent attention (q and kv LoRA), MoE with a shared expert from layer 1",
+            **{**_LLAMA_SHAPE, "num_key_value_heads": 4}, moe_intermediate_size=128,
+            q_lora_rank=64, kv_lora_rank=32, qk_rope_head_dim=32, qk_nope_head_dim=32,
+            v_head_dim=32, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+            n_group=1, topk_group=1, first_k_dense_replace=1),
+    _family("gpt-oss", "GptOssForCausalLM", "GptOssConfig",
+            "learned attention sinks, alternating sliding window, clamped-SwiGLU MoE every layer",
+            **{**_LLAMA_SHAPE, "intermediate_size": 128}, head_dim=32, num_local_experts=4,
+            num_experts_per_tok=2, sliding_window=_WINDOW,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                             "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                             "original_max_position_embeddings": 16}),
+    _family("olmo3", "Olmo3ForCausalLM", "Olmo3Config",
+            "OLMo-2 post-norm blocks with 3 sliding : 1 global layers",
+            **_LLAMA_SHAPE, sliding_window=_WINDOW),
+    _family("glm4-moe", "Glm4MoeForCausalLM", "Glm4MoeConfig",
+            "QK-norm, partial rotary, sigmoid-routed MoE with a shared expert from layer 1",
+            **_LLAMA_SHAPE, head_dim=32, moe_intermediate_size=128, n_routed_experts=4,
+            n_shared_experts=1, num_experts_per_tok=2, n_group=1, topk_group=1,
+            first_k_dense_replace=1, use_qk_norm=True),
 )  # fmt: skip
 
 FAMILIES: dict[str, FamilySpec] = {spec.slug: spec for spec in _FAMILY_LIST}

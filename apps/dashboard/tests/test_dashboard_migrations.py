@@ -62,7 +62,7 @@ def test_upgrading_keeps_existing_rows(tmp_path: Path) -> None:
         )
     old.dispose()
     new = Database(url)
-    assert new.migrate() == [4, 5]
+    assert new.migrate() == [4, 5, 6]
     with new.write() as s:
         upsert_cell(s, BenchmarkCell.model_validate(make_cell()), source="test")
     with new.read() as s:

@@ -63,9 +63,7 @@ class BenchmarkCellRow(SQLModel, table=True):
     __tablename__ = "benchmark_cells"  # type: ignore[assignment]
 
     id: int | None = Field(default=None, primary_key=True)
-    cell_key: str = Field(
-        unique=True
-    )  # model | variant | profile | start: the same cell twice is one row
+    cell_key: str = Field(unique=True)  # keys.cell_key: the same cell twice is one row
     model: str = Field(index=True)
     variant: str
     started: str
@@ -97,7 +95,7 @@ class ValidatorRunRow(SQLModel, table=True):
     __tablename__ = "validator_runs"  # type: ignore[assignment]
 
     id: int | None = Field(default=None, primary_key=True)
-    run_key: str = Field(unique=True)  # hf_id | engine | captured_at
+    run_key: str = Field(unique=True)  # keys.run_key
     hf_id: str = Field(index=True)
     engine: str
     reference: str = ""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,22 +144,44 @@ def _load_architecture(session: Session, slug: str) -> Architecture:
     return Architecture(row, tuple(sorted(traits)), ordered)
 
 
+# `name[.layer][.stream-N]` in ASCII digits without leading zeros; `int()` would also take '²'.
+_POINT_PARAM = re.compile(
+    r"[a-z][a-z0-9_]{0,63}(?:\.(?:0|[1-9][0-9]{0,8}))?(?:\.stream-(?:0|[1-9][0-9]{0,3}))?", re.ASCII
+)
+# The registry holds families, not checkpoints, so a card cannot know the reader's depth; it
+# refuses layers past any released model of these families (Llama 3.1 405B has 126 layers).
+CARD_LAYERS = 256
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
 def parse_point_param(
     text: str | None, known: dict[str, PointPresence]
 ) -> tuple[str | None, int | None]:
     """`resid_post.9` -> ("resid_post", 9); raises NotFound naming the known points."""
     if not text:
         return None, None
+    if not _POINT_PARAM.fullmatch(text):
+        raise NotFound(
+            f"bad point {_shown(text)}: write a point name, optionally '.LAYER' (e.g. resid_post.9)"
+        )
     try:
         address = parse_address(text)
-    except AddressError as exc:
-        raise NotFound(f"bad point {text!r}: {exc}") from None
+    except (AddressError, ValueError) as exc:
+        raise NotFound(f"bad point {_shown(text)}: {exc}") from None
     if address.name not in known:
         raise NotFound(f"unknown point {address.name!r}; known points: {', '.join(known)}")
     point = known[address.name].point
     if point.scope == "trunk" and address.layer is not None:
         raise NotFound(
             f"{address.name!r} is a trunk point and takes no layer; write '{address.name}'"
+        )
+    if address.layer is not None and address.layer >= CARD_LAYERS:
+        raise NotFound(
+            f"no such point: {address.name}.{address.layer} names layer {address.layer}, and no "
+            f"model of these families has more than {CARD_LAYERS} layers"
         )
     return address.name, address.layer
 
@@ -276,7 +300,12 @@ def _metric(
     value = json.loads(row.metrics_json).get(spec[1])
     if row.status != "ok":
         return None, row.status
-    return (float(value), "ok") if isinstance(value, int | float) else (None, "not measured")
+    if not isinstance(value, int | float):
+        return None, "not measured"
+    # Ingest refuses these now; a row stored before that shows as invalid, never as a bar.
+    if not math.isfinite(value) or value < 0:
+        return None, "invalid"
+    return float(value), "ok"
 
 
 def _variant_key(variant: str) -> tuple[int, str]:
@@ -354,6 +383,22 @@ def throughput(session: Session) -> list[ModelThroughput]:
 class MatrixCell:
     run: ValidatorRunRow
     counts: dict[str, int]
+    verdict: str  # the run's verdict, or `error` when a pass/warn point has no finite numbers
+
+
+UNBACKED = (
+    "stored as {status} without a finite cos, max abs and rel diff (ingested before the "
+    "dashboard checked); re-run the validator and ingest again"
+)
+
+
+def _unbacked(status: str, *numbers: float | None) -> bool:
+    """A pass or warn with a missing or non-finite number: nothing backs the verdict."""
+    return status in ("pass", "warn") and any(v is None or not math.isfinite(v) for v in numbers)
+
+
+def _shown_verdict(verdict: str, any_unbacked: bool) -> str:
+    return "error" if any_unbacked and verdict in ("pass", "warn") else verdict
 
 
 @dataclass
@@ -376,11 +421,19 @@ def validation_matrix(session: Session) -> Matrix:
     matrix.engines = sorted({e for _, e in latest}, key=_engine_key)
     for key, run in latest.items():
         counts: dict[str, int] = {}
-        for status in session.exec(
-            select(ValidatorPointRow.status).where(ValidatorPointRow.run_id == run.id)
+        unbacked = False
+        numbers = (
+            ValidatorPointRow.cos,
+            ValidatorPointRow.max_abs_diff,
+            ValidatorPointRow.rel_diff,
+        )
+        for status, *values in session.exec(
+            select(ValidatorPointRow.status, *numbers).where(ValidatorPointRow.run_id == run.id)
         ):
+            if _unbacked(status, *values):
+                status, unbacked = "error", True
             counts[status] = counts.get(status, 0) + 1
-        matrix.cells[key] = MatrixCell(run, counts)
+        matrix.cells[key] = MatrixCell(run, counts, _shown_verdict(run.verdict, unbacked))
     return matrix
 
 
@@ -393,6 +446,15 @@ class RunDetail:
     versions: dict[str, Any]
     architecture: str | None  # the cheat-sheet slug of the run's family, when registered
     linkable: frozenset[str]  # points that have a card to link to
+    verdict: str  # as MatrixCell.verdict
+
+
+def _checked(row: ValidatorPointRow) -> ValidatorPointRow:
+    """`row`, or a detached copy shown as an error when its pass/warn has no finite numbers."""
+    if not _unbacked(row.status, row.cos, row.max_abs_diff, row.rel_diff):
+        return row
+    reason = UNBACKED.format(status=row.status)
+    return ValidatorPointRow(**{**row.model_dump(), "status": "error", "reason": reason})
 
 
 def run_detail(session: Session, model: str, engine: str) -> RunDetail:
@@ -404,8 +466,10 @@ def run_detail(session: Session, model: str, engine: str) -> RunDetail:
     if run is None:
         raise NotFound(f"no validator result for model {model!r} on engine {engine!r}")
     order = {p.name: p.position for p in list_points(session)}
+    stored = list(session.exec(select(ValidatorPointRow).where(ValidatorPointRow.run_id == run.id)))
+    unbacked = any(_unbacked(r.status, r.cos, r.max_abs_diff, r.rel_diff) for r in stored)
     results = sorted(
-        session.exec(select(ValidatorPointRow).where(ValidatorPointRow.run_id == run.id)),
+        (_checked(r) for r in stored),
         key=lambda r: (order.get(r.point, len(order)), r.point, -1 if r.layer is None else r.layer),
     )
     layers = sorted({r.layer for r in results}, key=lambda x: -1 if x is None else x)
@@ -415,5 +479,12 @@ def run_detail(session: Session, model: str, engine: str) -> RunDetail:
     arch = run.family if run.family and session.get(ArchitectureRow, run.family) else None
     versions = json.loads(run.versions_json)
     return RunDetail(
-        run, layers, grid, results, versions, arch, frozenset(order) if arch else frozenset()
+        run,
+        layers,
+        grid,
+        results,
+        versions,
+        arch,
+        frozenset(order) if arch else frozenset(),
+        _shown_verdict(run.verdict, unbacked),
     )

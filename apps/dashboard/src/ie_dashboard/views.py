@@ -146,7 +146,7 @@ def _load_architecture(session: Session, slug: str) -> Architecture:
 
 # `name[.layer][.stream-N]` in ASCII digits without leading zeros; `int()` would also take '²'.
 _POINT_PARAM = re.compile(
-    r"[a-z][a-z0-9_]{0,63}(?:\.(?:0|[1-9][0-9]{0,8}))?(?:\.stream-(?:0|[1-9][0-9]{0,3}))?", re.ASCII
+    r"[a-z][a-z0-9_]{0,63}(?:\.(?:0|[1-9][0-9]{0,99}))?(?:\.stream-(?:0|[1-9][0-9]{0,3}))?", re.ASCII
 )
 # The registry holds families, not checkpoints, so a card cannot know the reader's depth; it
 # refuses layers past any released model of these families (Llama 3.1 405B has 126 layers).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlmodel import col, select
 
-from ie_dashboard import render, views
+from ie_dashboard import render, validator_runs, views
 from ie_dashboard.app import _arch_json, _cell_json, _run_json
 from ie_dashboard.db import Database
 from ie_dashboard.links import Links
@@ -89,7 +89,7 @@ def export_site(db: Database, out: Path) -> int:
         page("throughput/index.html", lambda links: render.throughput(s, links))
         page("validation/index.html", lambda links: render.validation(s, links))
         site = Links.for_static_page()
-        for model, engine in views.validation_matrix(s).cells:
+        for model, engine in validator_runs.validation_matrix(s).cells:
             page(
                 site.validation_run(model, engine),
                 lambda links, m=model, e=engine: render.validation_run(s, links, m, e),

@@ -201,3 +201,11 @@ def test_a_time_that_overflows_utc_is_422(client: TestClient, db: Database) -> N
     r = client.post("/api/benchmarks", json=cell, headers=AUTH)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "started_at"]
     assert _count(db, BenchmarkCellRow) == 0
+
+
+def test_a_layer_past_sqlite_integers_is_422(client: TestClient, db: Database) -> None:
+    result = make_result()
+    result["points"][1]["layer"] = 2**63
+    r = client.post("/api/validator", json=result, headers=AUTH)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "points", 1, "layer"]
+    assert _count(db, ValidatorRunRow) == 0

@@ -1,7 +1,9 @@
-"""The ORM view of the tables. Their DDL lives in `migrations.py`; a test checks the two agree."""
+"""The ORM view of the tables. Their DDL lives in `migrations.py`; a test checks that the two agree
+column by column (type, nullability, keys, unique constraints, indexes, foreign keys)."""
 
 from __future__ import annotations
 
+from sqlalchemy import UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -82,6 +84,7 @@ class BenchmarkCellRow(SQLModel, table=True):
 
 class WorkloadRow(SQLModel, table=True):
     __tablename__ = "benchmark_workloads"  # type: ignore[assignment]
+    __table_args__ = (UniqueConstraint("cell_id", "workload"),)
 
     id: int | None = Field(default=None, primary_key=True)
     cell_id: int = Field(foreign_key="benchmark_cells.id", index=True)
@@ -114,6 +117,7 @@ class ValidatorRunRow(SQLModel, table=True):
 
 class ValidatorPointRow(SQLModel, table=True):
     __tablename__ = "validator_points"  # type: ignore[assignment]
+    __table_args__ = (UniqueConstraint("run_id", "address"),)
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="validator_runs.id", index=True)

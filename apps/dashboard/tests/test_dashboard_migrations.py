@@ -21,12 +21,28 @@ def test_versions_are_ordered_and_unique() -> None:
     assert versions == sorted(set(versions)) == list(range(1, len(versions) + 1))
 
 
+def _shape(engine: sa.Engine, name: str) -> tuple[object, ...]:
+    i = sa.inspect(engine)
+    columns = {
+        c["name"]: (str(c["type"]), c["nullable"], bool(c.get("primary_key")))
+        for c in i.get_columns(name)
+    }
+    unique = {tuple(u["column_names"]) for u in i.get_unique_constraints(name)}
+    unique |= {tuple(x["column_names"]) for x in i.get_indexes(name) if x["unique"]}
+    indexes = {tuple(x["column_names"]) for x in i.get_indexes(name) if not x["unique"]}
+    fks = {(tuple(f["constrained_columns"]), f["referred_table"]) for f in i.get_foreign_keys(name)}
+    return columns, unique, indexes, fks
+
+
 def test_migrated_schema_matches_the_orm(tmp_path: Path) -> None:
+    """Replaying every step gives what the ORM classes would create: columns with their types,
+    nullability and keys, unique constraints, indexes and foreign keys."""
     db = Database(database_url(tmp_path / "m.sqlite"))
     assert db.migrate() == [m.version for m in MIGRATIONS]
     assert db.migrate() == []  # a second run is a no-op
-    inspector = sa.inspect(db.engine)
-    for name, table in SQLModel.metadata.tables.items():
+    orm = sa.create_engine(f"sqlite:///{tmp_path / 'orm.sqlite'}")
+    SQLModel.metadata.create_all(orm)
+    for name in SQLModel.metadata.tables:
         if name not in {
             "points",
             "traits",
@@ -39,8 +55,8 @@ def test_migrated_schema_matches_the_orm(tmp_path: Path) -> None:
             "validator_points",
         }:
             continue  # fmt: skip
-        in_db = {c["name"] for c in inspector.get_columns(name)}
-        assert in_db == {c.name for c in table.columns}, name
+        assert _shape(db.engine, name) == _shape(orm, name), name
+    orm.dispose()
     db.dispose()
 
 
@@ -62,7 +78,7 @@ def test_upgrading_keeps_existing_rows(tmp_path: Path) -> None:
         )
     old.dispose()
     new = Database(url)
-    assert new.migrate() == [4, 5]
+    assert new.migrate() == [4, 5, 6]
     with new.write() as s:
         upsert_cell(s, BenchmarkCell.model_validate(make_cell()), source="test")
     with new.read() as s:

@@ -10,6 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
@@ -17,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from ie_dashboard import render, views
+from ie_dashboard.body import MAX_BODY, BodyError, parse_json, read_limited
 from ie_dashboard.config import TOKEN_ENV, write_token
 from ie_dashboard.db import Database
 from ie_dashboard.ingest import upsert_cell, upsert_validator
@@ -27,8 +29,8 @@ from ie_dashboard.schemas import BenchmarkCell, ValidatorResult
 from ie_dashboard.tables import BenchmarkCellRow, ValidatorPointRow, ValidatorRunRow, WorkloadRow
 
 LIVE = Links()
-MAX_BODY = 20 * 2**20  # a full validator sweep result is ~100 KB; this only stops runaway posts
 _FROM_ENV = object()
+__all__ = ["MAX_BODY", "create_app"]
 
 
 class ApiError(Exception):
@@ -42,13 +44,16 @@ class ApiError(Exception):
 def create_app(db: Database | str | None = None, *, token: Any = _FROM_ENV) -> FastAPI:
     """Build the app on `db` (a Database, a file path or URL; default from config).
 
-    Migrates the schema and refreshes the registry tables from ie-core. `token` is the write token
-    (default: `$IE_DASHBOARD_TOKEN`); None disables writes.
+    Migrates the schema and refreshes the registry tables from ie-core, unless the database is
+    read-only (then it only checks the schema is current, and the ingest API answers 403).
+    `token` is the write token (default: `$IE_DASHBOARD_TOKEN`); None disables writes. Raises
+    `db.DatabaseError` (one line) when the database cannot be opened.
     """
     database = db if isinstance(db, Database) else Database(None if db is None else _as_url(db))
     database.migrate()
-    with database.write() as session:
-        seed_registry(session)
+    if not database.read_only:
+        with database.write() as session:
+            seed_registry(session)
     app = FastAPI(
         title="interp-engine dashboard", docs_url="/api/docs", openapi_url="/api/openapi.json"
     )
@@ -116,7 +121,11 @@ def _pages(app: FastAPI, database: Database) -> None:
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
-        return {"ok": True, "schema_versions": applied_versions(database.engine)}
+        return {
+            "ok": True,
+            "schema_versions": applied_versions(database.engine),
+            "read_only": database.read_only,
+        }
 
 
 # ---------------------------------------------------------------- JSON read API
@@ -266,14 +275,15 @@ def _authorize(request: Request) -> None:
 
 
 async def _parse(request: Request, schema: type[BaseModel], what: str) -> Any:
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise ApiError(413, {"detail": f"{what} is {len(raw):,} bytes; the limit is {MAX_BODY:,}"})
+    """The body as `schema`; size and depth are checked before anything is parsed."""
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(422, {"detail": [{"loc": ["body"], "msg": f"invalid JSON: {exc}", "type": "json_invalid"}],
-                             "error": f"invalid {what}: body is not JSON ({exc})"}) from None  # fmt: skip
+        raw = await read_limited(request.stream(), request.headers.get("content-length"))
+        data = parse_json(raw)
+    except BodyError as exc:
+        detail = [{"loc": ["body"], "msg": exc.message, "type": exc.kind}]
+        raise ApiError(
+            exc.status, {"detail": detail, "error": f"invalid {what}: {exc.message}"}
+        ) from None
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
@@ -305,17 +315,76 @@ def _store(
     raise AssertionError("unreachable")
 
 
+_INGEST_ERRORS = {
+    "401": {"description": "no bearer token"},
+    "403": {"description": "wrong token, writes disabled, or a read-only dashboard"},
+    "413": {"description": "body over the size limit"},
+    "422": {"description": "not strict JSON (too deep, NaN, ...) or not the schema"},
+}
+
+
+def _ingest_doc(schema: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI operation extras: the body is parsed by hand (bounded first), so say its schema."""
+    ref = {"$ref": f"#/components/schemas/{schema.__name__}"}
+    return {
+        "requestBody": {"required": True, "content": {"application/json": {"schema": ref}}},
+        "security": [{"bearer": []}],
+    }
+
+
+def _openapi_with_bodies(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            components = doc.setdefault("components", {})
+            schemas = components.setdefault("schemas", {})
+            for model in (BenchmarkCell, ValidatorResult):
+                body = model.model_json_schema(
+                    by_alias=True, ref_template="#/components/schemas/{model}"
+                )
+                schemas.update(body.pop("$defs", {}))
+                schemas[model.__name__] = body
+            components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    return openapi
+
+
+def _refuse_if_read_only(database: Database) -> None:
+    if database.read_only:
+        raise ApiError(
+            403,
+            {"detail": "this dashboard is read-only (started with --read-only, or its database "
+             "file is not writable); post to a writable instance"},
+        )  # fmt: skip
+
+
 def _ingest_api(app: FastAPI, database: Database) -> None:
-    @app.post("/api/benchmarks", status_code=201)
+    @app.post(
+        "/api/benchmarks",
+        status_code=201,
+        responses=_INGEST_ERRORS,  # type: ignore[arg-type]
+        openapi_extra=_ingest_doc(BenchmarkCell),
+    )
     async def post_benchmark(request: Request) -> JSONResponse:
+        _refuse_if_read_only(database)
         _authorize(request)
         cell = await _parse(request, BenchmarkCell, "benchmark cell")
         row_id, created = await run_in_threadpool(_store, database, upsert_cell, cell)
         return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)
 
-    @app.post("/api/validator", status_code=201)
+    @app.post(
+        "/api/validator",
+        status_code=201,
+        responses=_INGEST_ERRORS,  # type: ignore[arg-type]
+        openapi_extra=_ingest_doc(ValidatorResult),
+    )
     async def post_validator(request: Request) -> JSONResponse:
+        _refuse_if_read_only(database)
         _authorize(request)
         result = await _parse(request, ValidatorResult, "validator result")
         row_id, created = await run_in_threadpool(_store, database, upsert_validator, result)
         return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)
+
+    app.openapi = _openapi_with_bodies(app)  # type: ignore[method-assign]

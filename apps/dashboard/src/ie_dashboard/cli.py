@@ -1,6 +1,9 @@
 """`ie dashboard`: serve the dashboard, seed its database, export the static site, take screenshots.
 
-ie dashboard [serve] [--host H] [--port P] [--db PATH]   serve (seeds an empty database first)
+ie dashboard [serve] [--host H] [--port P] [--db PATH] [--read-only]
+                                                          serve (seeds an empty database first;
+                                                          read-only writes nothing, also automatic
+                                                          when the database file is not writable)
 ie dashboard seed [--db PATH] [--root DIR]                refresh from ie-core and committed JSON
 ie dashboard export [--out visualizer-web] [--db PATH]    write the static site
 ie dashboard screenshots [--out docs/img] [--db PATH]     PNGs of the three pages
@@ -33,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--db", help=db_help)
     serve.add_argument("--root", type=Path, help=root_help)
+    serve.add_argument(
+        "--read-only",
+        action="store_true",
+        help="open the database read-only: no migration, no seeding, the ingest API answers 403 "
+        "(automatic when the database file is not writable)",
+    )
     seed = sub.add_parser(
         "seed", help="seed or refresh the database from ie-core and the committed JSON"
     )
@@ -69,21 +78,40 @@ def dashboard_command(argv: list[str]) -> int:
     if not argv or (argv[0] not in COMMANDS and argv[0] not in {"-h", "--help"}):
         argv = ["serve", *argv]
     args = _parser().parse_args(argv)
+    from ie_dashboard.db import DatabaseError
+
+    try:
+        return _run(args)
+    except DatabaseError as exc:
+        print(f"ie dashboard: {exc}", file=sys.stderr)
+        return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ie_dashboard.app import create_app
     from ie_dashboard.db import Database
     from ie_dashboard.seed import find_repo_root, is_empty, seed
 
+    db = Database(database_url(args.db), read_only=True if args.read_only else None)
+    db.migrate()
+    if not db.read_only and is_empty(db):
+        print(seed(db, args.root or find_repo_root()).summary(), file=sys.stderr)
+    mode = " read-only" if db.read_only else ""
+    print(
+        f"ie dashboard: serving {db.url}{mode} on http://{args.host}:{args.port}", file=sys.stderr
+    )
+    uvicorn.run(create_app(db), host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ie_dashboard.db import Database
+    from ie_dashboard.seed import find_repo_root, seed
+
     if args.command == "serve":
-        import uvicorn
-
-        from ie_dashboard.app import create_app
-
-        db = Database(database_url(args.db))
-        db.migrate()
-        if is_empty(db):
-            print(seed(db, args.root or find_repo_root()).summary(), file=sys.stderr)
-        print(f"ie dashboard: serving {db.url} on http://{args.host}:{args.port}", file=sys.stderr)
-        uvicorn.run(create_app(db), host=args.host, port=args.port, log_level="info")
-        return 0
+        return _serve(args)
     if args.command == "seed":
         db = Database(database_url(args.db))
         report = seed(db, args.root or find_repo_root())

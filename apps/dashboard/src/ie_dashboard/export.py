@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlmodel import col, select
 
-from ie_dashboard import render, views
+from ie_dashboard import render, validator_runs, views
 from ie_dashboard.app import _arch_json, _cell_json, _run_json
 from ie_dashboard.db import Database
 from ie_dashboard.links import Links
@@ -45,7 +45,11 @@ def _prepare(out: Path) -> None:
     )
 
 
-def _write(out: Path, rel: str, text: str) -> None:
+def _write(out: Path, rel: str, text: str, written: set[str]) -> None:
+    """Write one file; a second page for the same path (compared case-folded) is refused."""
+    if rel.casefold() in written:
+        raise ExportError(f"two pages map to {rel}; the export would overwrite one with the other")
+    written.add(rel.casefold())
     path = out / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -56,10 +60,11 @@ def export_site(db: Database, out: Path) -> int:
     _prepare(out)
     shutil.copytree(str(files("ie_dashboard") / "static"), out / "static")
     count = 0
+    written: set[str] = set()
 
     def page(rel: str, render_page) -> None:  # type: ignore[no-untyped-def]
         nonlocal count
-        _write(out, rel, render_page(Links.for_static_page(posixpath.dirname(rel))))
+        _write(out, rel, render_page(Links.for_static_page(posixpath.dirname(rel))), written)
         count += 1
 
     with db.read() as s:
@@ -84,7 +89,7 @@ def export_site(db: Database, out: Path) -> int:
         page("throughput/index.html", lambda links: render.throughput(s, links))
         page("validation/index.html", lambda links: render.validation(s, links))
         site = Links.for_static_page()
-        for model, engine in views.validation_matrix(s).cells:
+        for model, engine in validator_runs.validation_matrix(s).cells:
             page(
                 site.validation_run(model, engine),
                 lambda links, m=model, e=engine: render.validation_run(s, links, m, e),
@@ -101,9 +106,9 @@ def export_site(db: Database, out: Path) -> int:
                 for r in s.exec(select(ValidatorRunRow).order_by(col(ValidatorRunRow.id)))
             ],
         }
-    _write(out, "README.md", SITE_README)
+    _write(out, "README.md", SITE_README, written)
     count += 1
     for name, value in data.items():
-        _write(out, f"data/{name}", json.dumps(value, indent=1, sort_keys=True) + "\n")
+        _write(out, f"data/{name}", json.dumps(value, indent=1, sort_keys=True) + "\n", written)
         count += 1
     return count

@@ -1,7 +1,8 @@
 """Idempotent writes: a benchmark cell or a validator result becomes rows in one transaction.
 
-The natural key (model, variant, start time / model, engine, capture time) decides identity: the
-same cell ingested twice updates one row and replaces its children instead of adding rows.
+The natural key (`keys.py`: model, variant, profile, start time / model, engine, capture time)
+decides identity: the same cell ingested twice updates one row and replaces its children instead
+of adding rows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from sqlmodel import Session, delete, select
 
+from ie_dashboard.keys import cell_key, run_key
 from ie_dashboard.schemas import BenchmarkCell, ValidatorResult
 from ie_dashboard.tables import (
     BenchmarkCellRow,
@@ -55,12 +57,16 @@ def environment_summary(cell: BenchmarkCell) -> tuple[str, str]:
 def upsert_cell(session: Session, cell: BenchmarkCell, source: str) -> tuple[int, bool]:
     """Store `cell`; returns (row id, created)."""
     started = iso(cell.started_at)
-    key = f"{cell.model.model_id}|{cell.variant.key}|{cell.profile.name}|{started}"
+    key = cell_key(cell.model.model_id, cell.variant.key, cell.profile.name, started)
     row = session.exec(select(BenchmarkCellRow).where(BenchmarkCellRow.cell_key == key)).first()
     created = row is None
     if row is None:
         row = BenchmarkCellRow(
-            cell_key=key, model=cell.model.model_id, variant=cell.variant.key, started=started
+            cell_key=key,
+            model=cell.model.model_id,
+            variant=cell.variant.key,
+            started=started,
+            profile=cell.profile.name,
         )
     device, label = environment_summary(cell)
     row.finished = iso(cell.finished_at) if cell.finished_at else None
@@ -94,7 +100,7 @@ def upsert_cell(session: Session, cell: BenchmarkCell, source: str) -> tuple[int
 
 def upsert_validator(session: Session, result: ValidatorResult, source: str) -> tuple[int, bool]:
     """Store `result`; returns (row id, created)."""
-    key = f"{result.hf_id}|{result.engine}|{iso(result.captured_at)}"
+    key = run_key(result.hf_id, result.engine, iso(result.captured_at))
     row = session.exec(select(ValidatorRunRow).where(ValidatorRunRow.run_key == key)).first()
     created = row is None
     if row is None:

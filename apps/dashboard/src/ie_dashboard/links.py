@@ -6,6 +6,8 @@ Live pages use query strings and htmx fragments; static pages are plain files li
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from urllib.parse import urlencode
@@ -15,6 +17,17 @@ def slug(text: str) -> str:
     """A file-name-safe form of a model id or engine name (`org/Model-1.5` -> `org--model-1.5`)."""
     text = text.strip().lower().replace("/", "--")
     return re.sub(r"[^a-z0-9._-]+", "-", text).strip("-") or "x"
+
+
+def run_file(model: str, engine: str) -> str:
+    """The static file of one (model, engine) drill-down: a readable slug, then a hash of the exact ids.
+
+    The slug folds case and `/`, so `Org/Model`, `org/model` and `org--model` share it; the suffix
+    (12 hex digits of SHA-256 over the exact pair) keeps them apart, also on case-insensitive file
+    systems since it is lowercase. The export still refuses to write one file twice.
+    """
+    exact = json.dumps([model, engine], ensure_ascii=True).encode()
+    return f"{slug(model)[:60]}__{slug(engine)[:40]}-{hashlib.sha256(exact).hexdigest()[:12]}"
 
 
 @dataclass(frozen=True)
@@ -70,7 +83,7 @@ class Links:
 
     def validation_run(self, model: str, engine: str) -> str:
         if self.static:
-            return self._file(f"validation/{slug(model)}__{slug(engine)}.html")
+            return self._file(f"validation/{run_file(model, engine)}.html")
         return self._q("validation/run", model=model, engine=engine)
 
     def run_fragment(self, model: str, engine: str) -> str | None:

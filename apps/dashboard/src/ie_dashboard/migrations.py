@@ -6,12 +6,15 @@ replaying old steps on a new database always yields the same schema. Add a chang
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
+
+from ie_dashboard.keys import cell_key, run_key
 
 _LEDGER = sa.Table(
     "schema_migrations",
@@ -179,12 +182,62 @@ def _engine_hook(conn: Connection) -> None:
     )
 
 
+def _profile_from_raw(raw_json: str) -> str:
+    try:
+        raw = json.loads(raw_json)
+        name = raw["profile"]["name"]
+    except (ValueError, KeyError, TypeError):
+        return ""
+    return name if isinstance(name, str) else ""
+
+
+def _unambiguous_keys(conn: Connection) -> None:
+    """Re-key every row with `keys.py`'s JSON-array encoding (was a `|` join that could collide).
+
+    Cells stored before step 4 have an empty profile column; their profile comes back from the
+    stored cell. Should two old rows still meet on one key, the later keeps a key naming its row
+    id, so no row is dropped or merged here.
+    """
+    # Placeholders first (unique, and never a JSON array), so no new key meets an old one.
+    conn.execute(sa.text("UPDATE benchmark_cells SET cell_key = 'migrating ' || id"))
+    conn.execute(sa.text("UPDATE validator_runs SET run_key = 'migrating ' || id"))
+    cells = conn.execute(
+        sa.text(
+            "SELECT id, model, variant, profile, started, raw_json FROM benchmark_cells ORDER BY id"
+        )
+    ).all()
+    taken: set[str] = set()
+    for id_, model, variant, profile, started, raw_json in cells:
+        profile = profile or _profile_from_raw(raw_json)
+        key = cell_key(model, variant, profile, started)
+        if key in taken:
+            key = cell_key(model, variant, profile, f"{started} (row {id_})")
+        taken.add(key)
+        conn.execute(
+            sa.text("UPDATE benchmark_cells SET cell_key = :k, profile = :p WHERE id = :i"),
+            {"k": key, "p": profile, "i": id_},
+        )
+    taken.clear()
+    runs = conn.execute(
+        sa.text("SELECT id, hf_id, engine, captured_at FROM validator_runs ORDER BY id")
+    )
+    for id_, hf_id, engine, captured_at in runs.all():
+        key = run_key(hf_id, engine, captured_at)
+        if key in taken:
+            key = run_key(hf_id, engine, f"{captured_at} (row {id_})")
+        taken.add(key)
+        conn.execute(
+            sa.text("UPDATE validator_runs SET run_key = :k WHERE id = :i"), {"k": key, "i": id_}
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "registry: points, traits, architectures", _registry_tables),
     Migration(2, "benchmark cells and workloads", _benchmark_tables),
     Migration(3, "validator runs and point results", _validator_tables),
     Migration(4, "cell id, profile and status on cells; family and error on runs", _cell_and_run_facts),
     Migration(5, "the engine's own hook name per validator point", _engine_hook),
+    Migration(6, "natural keys as JSON arrays instead of a '|' join", _unambiguous_keys),
 )  # fmt: skip
 
 

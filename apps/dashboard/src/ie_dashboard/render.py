@@ -7,7 +7,7 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from sqlmodel import Session
 
-from ie_dashboard import charts, diagram, snippets, views
+from ie_dashboard import charts, diagram, snippets, validator_runs, views
 from ie_dashboard.links import Links
 from ie_dashboard.notes import point_note
 
@@ -144,16 +144,19 @@ def throughput(session: Session, links: Links) -> str:
 
 def validation(session: Session, links: Links) -> str:
     return _render(
-        "validation.html", links, page="validation", matrix=views.validation_matrix(session)
+        "validation.html",
+        links,
+        page="validation",
+        matrix=validator_runs.validation_matrix(session),
     )
 
 
 def run_fragment(session: Session, links: Links, model: str, engine: str) -> str:
-    return _render("_run.html", links, detail=views.run_detail(session, model, engine))
+    return _render("_run.html", links, detail=validator_runs.run_detail(session, model, engine))
 
 
 def validation_run(session: Session, links: Links, model: str, engine: str) -> str:
-    detail = views.run_detail(session, model, engine)
+    detail = validator_runs.run_detail(session, model, engine)
     return _render("validation_run.html", links, page="validation", detail=detail)
 
 

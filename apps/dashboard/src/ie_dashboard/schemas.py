@@ -6,17 +6,37 @@ see their READMEs. Unknown extra fields are kept in the stored raw JSON.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 NonEmpty = Annotated[str, Field(min_length=1, max_length=500)]
+# Every benchmark metric is a rate, a duration or a size: a negative one is a producer bug.
+Metric = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+# A float64 cosine of two equal vectors can round to 1 + 2e-16; anything further out is not one.
+Cosine = Annotated[float, Field(ge=-1 - 1e-6, le=1 + 1e-6, allow_inf_nan=False)]
+MAX_LAYER = 100_000  # far beyond any model; keeps a layer inside SQLite's 64-bit integers
+
+
+def _utc(value: datetime) -> datetime:
+    """One instant, one key: a naive time is taken as UTC, an aware one converted to it."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("the time falls outside years 1-9999 once converted to UTC") from None
+
+
+Instant = Annotated[datetime, AfterValidator(_utc)]
 WorkloadStatus = Literal["ok", "unsupported", "error"]
 
 
 class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # Extra fields are kept; floats anywhere in a typed field must be finite.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
 
 class ModelRef(_Open):
@@ -41,7 +61,7 @@ class ProfileRef(_Open):
 
 class WorkloadResult(_Open):
     status: WorkloadStatus
-    metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, Metric] = Field(default_factory=dict)
     detail: dict[str, Any] | str | None = None
 
 
@@ -51,8 +71,8 @@ class BenchmarkCell(_Open):
     schema_id: Literal["ie-bench/cell/1"] = Field(alias="schema")
     cell_id: NonEmpty
     status: Literal["running", "ok", "partial", "error"]
-    started_at: datetime
-    finished_at: datetime | None
+    started_at: Instant
+    finished_at: Instant | None
     command: list[str]
     model: ModelRef
     variant: VariantRef
@@ -70,14 +90,24 @@ class PointResult(_Open):
     """One address compared; `status` n/a carries the reason one side cannot produce it."""
 
     point: NonEmpty
-    layer: int | None = Field(default=None, ge=0)
+    layer: int | None = Field(default=None, ge=0, le=MAX_LAYER)
     tier: str = ""
-    cos: float | None = None
-    max_abs_diff: float | None = None
-    rel_diff: float | None = None
+    cos: Cosine | None = None
+    max_abs_diff: NonNegative | None = None
+    rel_diff: NonNegative | None = None
     status: PointStatus
     reason: str = ""
     engine_hook: str = ""
+
+    @model_validator(mode="after")
+    def _compared_points_carry_numbers(self) -> PointResult:
+        # The validator only passes or warns a point after computing all three; a pass without
+        # a cosine would show a verdict nothing backs.
+        if self.status in ("pass", "warn"):
+            missing = [k for k in ("cos", "max_abs_diff", "rel_diff") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"a {self.status} point needs {', '.join(missing)}")
+        return self
 
     @property
     def address(self) -> str:
@@ -94,7 +124,7 @@ class ValidatorResult(_Open):
     engine: NonEmpty
     reference: str = "eager"
     verdict: Verdict
-    captured_at: datetime
+    captured_at: Instant
     status: str = ""
     dtype: str = ""
     device: str = ""

@@ -6,13 +6,13 @@ Benchmark cells come from `benchmarks/cells/`, validator results from `validator
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from ie_dashboard.body import BodyError, parse_json
 from ie_dashboard.db import Database
 from ie_dashboard.ingest import upsert_cell, upsert_validator
 from ie_dashboard.registry import seed_registry
@@ -54,7 +54,8 @@ def find_repo_root(start: Path | None = None) -> Path | None:
 
 
 def _objects(path: Path) -> list[Any]:
-    data = json.loads(path.read_text())
+    # The ingest API's strict parser: NaN, Infinity and runaway nesting are errors here too.
+    data = parse_json(path.read_bytes())
     return data if isinstance(data, list) else [data]
 
 
@@ -82,8 +83,11 @@ def _ingest_dir(
         rel = path.relative_to(root).as_posix()
         try:
             objects = _objects(path)
-        except (OSError, json.JSONDecodeError) as exc:
-            report.errors.append(f"{rel}: not readable JSON ({exc})")
+        except OSError as exc:
+            report.errors.append(f"{rel}: not readable ({exc})")
+            continue
+        except BodyError as exc:
+            report.errors.append(f"{rel}: not strict JSON ({exc.message})")
             continue
         for i, obj in enumerate(objects):
             where = rel if len(objects) == 1 else f"{rel}[{i}]"

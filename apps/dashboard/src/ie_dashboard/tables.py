@@ -1,7 +1,9 @@
-"""The ORM view of the tables. Their DDL lives in `migrations.py`; a test checks the two agree."""
+"""The ORM view of the tables. Their DDL lives in `migrations.py`; a test checks that the two agree
+column by column (type, nullability, keys, unique constraints, indexes, foreign keys)."""
 
 from __future__ import annotations
 
+from sqlalchemy import UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -63,9 +65,7 @@ class BenchmarkCellRow(SQLModel, table=True):
     __tablename__ = "benchmark_cells"  # type: ignore[assignment]
 
     id: int | None = Field(default=None, primary_key=True)
-    cell_key: str = Field(
-        unique=True
-    )  # model | variant | profile | start: the same cell twice is one row
+    cell_key: str = Field(unique=True)  # keys.cell_key: the same cell twice is one row
     model: str = Field(index=True)
     variant: str
     started: str
@@ -84,6 +84,7 @@ class BenchmarkCellRow(SQLModel, table=True):
 
 class WorkloadRow(SQLModel, table=True):
     __tablename__ = "benchmark_workloads"  # type: ignore[assignment]
+    __table_args__ = (UniqueConstraint("cell_id", "workload"),)
 
     id: int | None = Field(default=None, primary_key=True)
     cell_id: int = Field(foreign_key="benchmark_cells.id", index=True)
@@ -97,7 +98,7 @@ class ValidatorRunRow(SQLModel, table=True):
     __tablename__ = "validator_runs"  # type: ignore[assignment]
 
     id: int | None = Field(default=None, primary_key=True)
-    run_key: str = Field(unique=True)  # hf_id | engine | captured_at
+    run_key: str = Field(unique=True)  # keys.run_key
     hf_id: str = Field(index=True)
     engine: str
     reference: str = ""
@@ -116,6 +117,7 @@ class ValidatorRunRow(SQLModel, table=True):
 
 class ValidatorPointRow(SQLModel, table=True):
     __tablename__ = "validator_points"  # type: ignore[assignment]
+    __table_args__ = (UniqueConstraint("run_id", "address"),)
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="validator_runs.id", index=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+import math
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ie_core.address import parse_address
@@ -19,22 +21,11 @@ from ie_dashboard.tables import (
     BenchmarkCellRow,
     PointRow,
     TraitRow,
-    ValidatorPointRow,
-    ValidatorRunRow,
     WorkloadRow,
 )
 
 BACKENDS = ("eager", "vllm", "vllm-static", "vllm-generate")
 VARIANT_ORDER = ("eager", "vllm", "vllm-static", "vllm-eager", "vllm-generate")
-ENGINE_ORDER = (
-    "eager",
-    "vllm",
-    "vllm-static",
-    "transformer-lens",
-    "transformer_lens",
-    "nnsight",
-    "nnterp",
-)
 # (workload, metric) behind the two throughput columns; names from benchmarks' spec.
 ONE_STREAM = ("generate", "decode_tok_s")
 CONCURRENT = ("generate_x8", "aggregate_tok_s")
@@ -143,22 +134,45 @@ def _load_architecture(session: Session, slug: str) -> Architecture:
     return Architecture(row, tuple(sorted(traits)), ordered)
 
 
+# `name[.layer][.stream-N]` in ASCII digits without leading zeros; `int()` would also take '²'.
+_POINT_PARAM = re.compile(
+    r"[a-z][a-z0-9_]{0,63}(?:\.(?:0|[1-9][0-9]{0,99}))?(?:\.stream-(?:0|[1-9][0-9]{0,3}))?",
+    re.ASCII,
+)
+# The registry holds families, not checkpoints, so a card cannot know the reader's depth; it
+# refuses layers past any released model of these families (Llama 3.1 405B has 126 layers).
+CARD_LAYERS = 256
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
 def parse_point_param(
     text: str | None, known: dict[str, PointPresence]
 ) -> tuple[str | None, int | None]:
     """`resid_post.9` -> ("resid_post", 9); raises NotFound naming the known points."""
     if not text:
         return None, None
+    if not _POINT_PARAM.fullmatch(text):
+        raise NotFound(
+            f"bad point {_shown(text)}: write a point name, optionally '.LAYER' (e.g. resid_post.9)"
+        )
     try:
         address = parse_address(text)
-    except AddressError as exc:
-        raise NotFound(f"bad point {text!r}: {exc}") from None
+    except (AddressError, ValueError) as exc:
+        raise NotFound(f"bad point {_shown(text)}: {exc}") from None
     if address.name not in known:
         raise NotFound(f"unknown point {address.name!r}; known points: {', '.join(known)}")
     point = known[address.name].point
     if point.scope == "trunk" and address.layer is not None:
         raise NotFound(
             f"{address.name!r} is a trunk point and takes no layer; write '{address.name}'"
+        )
+    if address.layer is not None and address.layer >= CARD_LAYERS:
+        raise NotFound(
+            f"no such point: {address.name}.{address.layer} names layer {address.layer}, and no "
+            f"model of these families has more than {CARD_LAYERS} layers"
         )
     return address.name, address.layer
 
@@ -279,7 +293,12 @@ def _metric(
     value = json.loads(row.metrics_json).get(spec[1])
     if row.status != "ok":
         return None, row.status
-    return (float(value), "ok") if isinstance(value, int | float) else (None, "not measured")
+    if not isinstance(value, int | float):
+        return None, "not measured"
+    # Ingest refuses these now; a row stored before that shows as invalid, never as a bar.
+    if not math.isfinite(value) or value < 0:
+        return None, "invalid"
+    return float(value), "ok"
 
 
 def _variant_key(variant: str) -> tuple[int, str]:
@@ -363,75 +382,3 @@ def throughput(session: Session) -> list[ModelThroughput]:
         n = next(iter(ns)) if len(ns) == 1 else None
         out.append(ModelThroughput(model, profile, n, with_mult, envs))
     return out
-
-
-# ---------------------------------------------------------------- validation
-
-
-@dataclass(frozen=True)
-class MatrixCell:
-    run: ValidatorRunRow
-    counts: dict[str, int]
-
-
-@dataclass
-class Matrix:
-    models: list[str] = field(default_factory=list)
-    engines: list[str] = field(default_factory=list)
-    cells: dict[tuple[str, str], MatrixCell] = field(default_factory=dict)
-
-
-def _engine_key(engine: str) -> tuple[int, str]:
-    return (ENGINE_ORDER.index(engine) if engine in ENGINE_ORDER else len(ENGINE_ORDER), engine)
-
-
-def validation_matrix(session: Session) -> Matrix:
-    latest: dict[tuple[str, str], ValidatorRunRow] = {}
-    for run in session.exec(select(ValidatorRunRow).order_by(col(ValidatorRunRow.captured_at))):
-        latest[(run.hf_id, run.engine)] = run
-    matrix = Matrix()
-    matrix.models = sorted({m for m, _ in latest})
-    matrix.engines = sorted({e for _, e in latest}, key=_engine_key)
-    for key, run in latest.items():
-        counts: dict[str, int] = {}
-        for status in session.exec(
-            select(ValidatorPointRow.status).where(ValidatorPointRow.run_id == run.id)
-        ):
-            counts[status] = counts.get(status, 0) + 1
-        matrix.cells[key] = MatrixCell(run, counts)
-    return matrix
-
-
-@dataclass(frozen=True)
-class RunDetail:
-    run: ValidatorRunRow
-    layers: list[int | None]
-    grid: dict[str, dict[int | None, ValidatorPointRow]]  # point -> layer -> result
-    results: list[ValidatorPointRow]
-    versions: dict[str, Any]
-    architecture: str | None  # the cheat-sheet slug of the run's family, when registered
-    linkable: frozenset[str]  # points that have a card to link to
-
-
-def run_detail(session: Session, model: str, engine: str) -> RunDetail:
-    run = session.exec(
-        select(ValidatorRunRow)
-        .where(ValidatorRunRow.hf_id == model, ValidatorRunRow.engine == engine)
-        .order_by(col(ValidatorRunRow.captured_at).desc())
-    ).first()
-    if run is None:
-        raise NotFound(f"no validator result for model {model!r} on engine {engine!r}")
-    order = {p.name: p.position for p in list_points(session)}
-    results = sorted(
-        session.exec(select(ValidatorPointRow).where(ValidatorPointRow.run_id == run.id)),
-        key=lambda r: (order.get(r.point, len(order)), r.point, -1 if r.layer is None else r.layer),
-    )
-    layers = sorted({r.layer for r in results}, key=lambda x: -1 if x is None else x)
-    grid: dict[str, dict[int | None, ValidatorPointRow]] = {}
-    for r in results:
-        grid.setdefault(r.point, {})[r.layer] = r
-    arch = run.family if run.family and session.get(ArchitectureRow, run.family) else None
-    versions = json.loads(run.versions_json)
-    return RunDetail(
-        run, layers, grid, results, versions, arch, frozenset(order) if arch else frozenset()
-    )

@@ -1,0 +1,26 @@
+"""Natural keys: which ingested cell or validator result a row is, as one unambiguous string.
+
+The fields are encoded as a JSON array (`["org/model","vllm","cpu","2026-..."]`): JSON escapes
+quotes and backslashes inside each field, so two different tuples never give one key. The old
+`model|variant|...` join let `team|x` + `vllm` and `team` + `x|vllm` overwrite each other.
+"""
+
+from __future__ import annotations
+
+import json
+
+__all__ = ["cell_key", "run_key"]
+
+
+def _encode(*fields: str) -> str:
+    return json.dumps(list(fields), ensure_ascii=True, separators=(",", ":"))
+
+
+def cell_key(model: str, variant: str, profile: str, started: str) -> str:
+    """A benchmark cell: (model id, variant key, profile name, UTC start time)."""
+    return _encode(model, variant, profile, started)
+
+
+def run_key(hf_id: str, engine: str, captured_at: str) -> str:
+    """A validator result: (model id, engine, UTC capture time)."""
+    return _encode(hf_id, engine, captured_at)

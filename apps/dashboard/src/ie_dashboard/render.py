@@ -70,7 +70,7 @@ def card_context(
     session: Session, arch: views.Architecture, point: str, layer: int | None
 ) -> dict[str, object]:
     presence = arch.presence[point]
-    serving = views.serving(presence, arch.name)
+    serving = views.serving(presence, arch.slug)
     model = arch.examples[0] if arch.examples else f"ie-synthetic/{arch.slug}"
     multi = "multi_stream" in arch.trait_names()
     return {

@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ie_core.address import AddressLike
 from ie_core.cache import ActivationCache
+from ie_core.capabilities import PointCapability
 from ie_core.errors import BadPromptError, SteeringSpecError
 from ie_core.runner import iterate, run
 from ie_core.steering import Steering
@@ -133,6 +134,9 @@ class InterpModel(Protocol):
     ) -> str: ...
     def points(self) -> tuple[str, ...]: ...
     def point_width(self, address: AddressLike) -> int: ...
+    def capabilities(self) -> dict[str, PointCapability]:
+        """Per point name: served layers, writability and the backend's own refusal reason."""
+        ...
 
     async def capture(
         self,

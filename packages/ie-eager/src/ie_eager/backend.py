@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
+from ie_core.capabilities import Capabilities
 from ie_core.errors import (
     InterpError,
     ModelNotFoundError,
@@ -32,7 +33,7 @@ from ie_core.protocol import (
 )
 from torch import nn
 
-from ie_eager import lens, sampling
+from ie_eager import capability, lens, sampling
 from ie_eager.hooks import Session, Write
 from ie_eager.resolve import Resolved, Resolver, Tap
 from ie_eager.structure import Structure, analyze
@@ -180,6 +181,10 @@ class EagerModel:
         if self._points is None:
             self._points = self.resolver.point_names()
         return self._points
+
+    def capabilities(self) -> Capabilities:
+        """What this model serves, per point, from its own resolver (see ie_core.capabilities)."""
+        return capability.capabilities(self.resolver)
 
     def resolve(self, address: AddressLike) -> Resolved:
         return self.resolver.resolve(address)

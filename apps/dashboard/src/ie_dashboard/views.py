@@ -169,6 +169,7 @@ class BackendServing:
     served: bool
     service: str  # how it is served; "refused" or "not verified" otherwise
     reason: str
+    layers: tuple[int, ...] = ()  # the layers the answer serves (per-layer points)
 
     @property
     def verified(self) -> bool:
@@ -195,7 +196,7 @@ def _answer(backend: str, arch_slug: str, point: PointRow, how: str, note: str) 
         )
     if not cap.served:
         return BackendServing(backend, False, "refused", cap.reason)
-    return BackendServing(backend, True, how, note + _layers_note(cap, point))
+    return BackendServing(backend, True, how, note + _layers_note(cap, point), cap.layers)
 
 
 def serving(presence: PointPresence, arch_slug: str) -> list[BackendServing]:

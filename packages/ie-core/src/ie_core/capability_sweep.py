@@ -27,6 +27,7 @@ from ie_core.points import POINTS, Width, get_point
 from ie_core.runner import run
 
 PROMPT = "The capital of France is"
+SWEEP_MAX_MODEL_LEN = 256  # vLLM engines: the sweep's prompt is a few tokens
 STATIC_SWEEP_POINTS = ("resid_pre", "resid_post", "attn_out", "mlp_out")
 # A refusal matches a claim when a tail of its message (after a ": ") of at least this many
 # characters appears in the claimed reason; shorter tails would match almost anything.
@@ -136,10 +137,15 @@ def _versions(backend: str) -> dict[str, str]:
 
 
 def load_kwargs(backend: str) -> dict[str, Any]:
-    """vllm-static is loaded with every tappable point declared at every layer."""
+    """vllm-static is loaded with every tappable point declared at every layer; vLLM engines get a
+    short context so their KV cache stays small."""
     if backend == "vllm-static":
-        return {"static_points": list(STATIC_SWEEP_POINTS), "static_writes": "auto"}
-    return {}
+        return {
+            "static_points": list(STATIC_SWEEP_POINTS),
+            "static_writes": "auto",
+            "max_model_len": SWEEP_MAX_MODEL_LEN,
+        }
+    return {"max_model_len": SWEEP_MAX_MODEL_LEN} if backend == "vllm" else {}
 
 
 def sweep_family(backend: str, family: str, load: Callable[..., Any]) -> Capabilities:

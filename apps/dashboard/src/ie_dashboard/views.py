@@ -179,7 +179,7 @@ class BackendServing:
 def _layers_note(cap: PointCapability, point: PointRow) -> str:
     if point.scope != "layer" or not cap.reason:
         return ""
-    return f" Served on layers {', '.join(map(str, cap.layers))} only; {cap.reason}"
+    return f"; served on layers {', '.join(map(str, cap.layers))} only ({cap.reason})"
 
 
 def _answer(backend: str, arch_slug: str, point: PointRow, how: str, note: str) -> BackendServing:
@@ -191,8 +191,8 @@ def _answer(backend: str, arch_slug: str, point: PointRow, how: str, note: str) 
             backend,
             False,
             NOT_VERIFIED,
-            f"no committed answer for this family on {backend} (no synthetic build swept); "
-            f"ask the backend with `ie points --backend {backend} --family {arch_slug}`",
+            f"no committed answer: no sweep of {backend} loaded this family (it needs a "
+            f"synthetic build and `ie points --sweep --backend {backend}`), so nothing is claimed",
         )
     if not cap.served:
         return BackendServing(backend, False, "refused", cap.reason)

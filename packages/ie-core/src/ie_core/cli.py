@@ -44,7 +44,7 @@ def points_command(argv: list[str]) -> int:
     )
     parser.add_argument("--out", type=Path, help="--sweep: write here instead of ie-core's data")
     args = parser.parse_args(argv)
-    if args.sweep or args.family or args.committed:
+    if args.sweep or args.family or args.committed or args.backend:
         from ie_core.capability_cli import capabilities_command
 
         return capabilities_command(parser, args, ["ie", "points", *argv])

@@ -7,9 +7,12 @@ import re
 import pytest
 from dashboard_fixtures import AUTH, make_cell, make_result
 from fastapi.testclient import TestClient
+from ie_core.capabilities import BACKENDS as CAP_BACKENDS
+from ie_core.capabilities import cell
 from ie_core.families import FAMILIES, get_family
 from ie_core.points import POINTS, get_point
 
+MARKS = {"served": "✓", "refused": "✗", "not verified": "·"}
 EVIL = 'org/<script>alert("x")</script>'
 
 
@@ -46,14 +49,29 @@ def test_deep_link_renders_the_card_for_that_layer(client: TestClient) -> None:
     assert "# refused on vllm-generate" in card
 
 
+def _serving_marks(card: str) -> list[str]:
+    table = card[card.index('<table class="serving">') : card.index("</table>")]
+    return re.findall(r"<td>(✓|✗|·) ", table)
+
+
 def test_card_fragment_explains_absent_and_refused_points(client: TestClient) -> None:
     neox = client.get("/fragments/card", params={"arch": "gpt-neox", "point": "resid_mid"}).text
     assert not neox.lstrip().startswith("<!doctype")  # a fragment, not a page
+    # Eager refuses it with the family's reason; each backend's mark is its committed answer.
     assert get_family("gpt-neox").missing_reason(get_point("resid_mid")) in neox
-    assert neox.count("✗ absent") == 4
+    assert "✗ refused" in neox
+    expected = [MARKS[cell(b, "gpt-neox", "resid_mid").split(":")[0]] for b in CAP_BACKENDS]
+    assert _serving_marks(neox) == [*expected, "✗"]  # vllm-generate never captures
     lm_head = client.get("/fragments/card", params={"arch": "llama", "point": "lm_head"}).text
-    assert "unreachable on vLLM" in lm_head  # served on eager, refused on vllm with the reason
+    assert _serving_marks(lm_head)[0] == "✓"  # the eager sweep captured it
     assert "capture only" in lm_head
+
+
+def test_cards_of_families_without_a_synthetic_build_claim_nothing(client: TestClient) -> None:
+    """No sweep loaded DeepSeek-V4: no backend gets a check mark, each says not verified."""
+    card = client.get("/fragments/card", params={"arch": "deepseek-v4", "point": "resid_streams.0"})
+    assert _serving_marks(card.text) == ["·", "·", "·", "✗"]
+    assert "not verified" in card.text
 
 
 def test_multi_stream_trunks_address_residual_points_with_a_stream(client: TestClient) -> None:
@@ -149,8 +167,8 @@ def test_throughput_marks_cells_measured_under_load(client: TestClient) -> None:
     quiet["environment"]["loadavg"] = [0.4, 0.3, 0.2]
     loaded = make_cell(variant="vllm")
     loaded["environment"]["loadavg_during"] = {"max_1m": 6.5, "min_1m": 2.0, "samples": 30}
-    for cell in (quiet, loaded):
-        assert client.post("/api/benchmarks", json=cell, headers=AUTH).status_code == 201
+    for stored in (quiet, loaded):
+        assert client.post("/api/benchmarks", json=stored, headers=AUTH).status_code == 201
     figures = {f["variant"]: f for f in client.get("/api/throughput").json()[0]["figures"]}
     assert (
         figures["vllm"]["loaded"] and figures["vllm"]["load_label"] == "1-min load 6.5 on 2 cores"
@@ -164,9 +182,9 @@ def test_throughput_marks_cells_measured_under_load(client: TestClient) -> None:
 
 def test_throughput_of_a_quiet_sweep_carries_no_load_warning(client: TestClient) -> None:
     for variant in ("eager", "vllm"):
-        cell = make_cell(variant=variant)
-        cell["environment"]["loadavg"] = [0.5, 0.4, 0.3]
-        client.post("/api/benchmarks", json=cell, headers=AUTH)
+        quiet = make_cell(variant=variant)
+        quiet["environment"]["loadavg"] = [0.5, 0.4, 0.3]
+        client.post("/api/benchmarks", json=quiet, headers=AUTH)
     assert "Not a headline" not in client.get("/throughput").text
 
 

@@ -13,6 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from ie_core.capabilities import BACKENDS, cell
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
@@ -250,6 +251,10 @@ def _arch_json(arch: views.Architecture) -> dict[str, Any]:
         "traits": [t for t, _ in arch.traits],
         "points": [name for name, p in arch.presence.items() if p.present],
         "missing": {name: p.reason for name, p in arch.presence.items() if not p.present},
+        # Per backend and point: "served", "refused: <reason>" or "not verified" (committed sweeps).
+        "backends": {
+            b: {name: cell(b, arch.slug, name) for name in arch.presence} for b in BACKENDS
+        },
     }
 
 

@@ -70,7 +70,11 @@ def card_context(
     session: Session, arch: views.Architecture, point: str, layer: int | None
 ) -> dict[str, object]:
     presence = arch.presence[point]
-    serving = views.serving(presence, arch.name)
+    serving = views.serving(presence, arch.slug)
+    if layer is None:
+        # The sample address must be one a backend serves: router_logits.0 is dense on Qwen3-MoE.
+        served = sorted({i for s in serving for i in s.layers})
+        layer = served[0] if served and snippets.SAMPLE_LAYER not in served else None
     model = arch.examples[0] if arch.examples else f"ie-synthetic/{arch.slug}"
     multi = "multi_stream" in arch.trait_names()
     return {

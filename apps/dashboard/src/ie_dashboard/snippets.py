@@ -73,5 +73,6 @@ def snippets(
         if s.served:
             out.append(Snippet(s.backend, _code(model, s.backend, point, address), True))
         else:
-            out.append(Snippet(s.backend, f"# refused on {s.backend}: {s.reason}", False))
+            what = "refused" if s.verified else "not verified"
+            out.append(Snippet(s.backend, f"# {what} on {s.backend}: {s.reason}", False))
     return out

@@ -10,6 +10,7 @@ from typing import Any
 
 from ie_core.address import parse_address
 from ie_core.benchmark_load import CellLoad, cell_load
+from ie_core.capabilities import NOT_VERIFIED, PointCapability, family_capabilities
 from ie_core.errors import AddressError
 from sqlmodel import Session, col, select
 
@@ -181,29 +182,50 @@ def parse_point_param(
 class BackendServing:
     backend: str
     served: bool
-    service: str
+    service: str  # how it is served; "refused" or "not verified" otherwise
     reason: str
+    layers: tuple[int, ...] = ()  # the layers the answer serves (per-layer points)
+
+    @property
+    def verified(self) -> bool:
+        return self.service != NOT_VERIFIED
 
 
-def serving(presence: PointPresence, arch_name: str) -> list[BackendServing]:
-    """Which backends produce this point on this architecture, and why not where they don't."""
+def _layers_note(cap: PointCapability, point: PointRow) -> str:
+    if point.scope != "layer" or not cap.reason:
+        return ""
+    return f"; served on layers {', '.join(map(str, cap.layers))} only ({cap.reason})"
+
+
+def _answer(backend: str, arch_slug: str, point: PointRow, how: str, note: str) -> BackendServing:
+    """One backend's committed answer (ie_core's capability sweep) for this point and family."""
+    answers = family_capabilities(backend, arch_slug)
+    cap = answers.get(point.name) if answers is not None else None
+    if cap is None:
+        return BackendServing(
+            backend,
+            False,
+            NOT_VERIFIED,
+            f"no committed answer: no sweep of {backend} loaded this family (it needs a "
+            f"synthetic build and `ie points --sweep --backend {backend}`), so nothing is claimed",
+        )
+    if not cap.served:
+        return BackendServing(backend, False, "refused", cap.reason)
+    return BackendServing(backend, True, how, note + _layers_note(cap, point), cap.layers)
+
+
+def serving(presence: PointPresence, arch_slug: str) -> list[BackendServing]:
+    """Which backends produce this point on this architecture, and why not where they don't:
+    the backends' own committed answers, never the registry's expectations."""
     p = presence.point
-    if not presence.present:
-        return [BackendServing(b, False, "absent", presence.reason) for b in BACKENDS]
-    rows = [
-        BackendServing("eager", True, "hook", "forward hook on the real HF module"),
-        BackendServing(
-            "vllm", p.vllm_service != "not served", p.vllm_service, p.vllm_reason or HOOK_NOTE
-        ),
-        BackendServing(
-            "vllm-static",
-            p.static_service != "not served",
-            p.static_service,
-            p.static_reason or TAP_NOTE,
-        ),
+    vllm_how = "recompute" if p.vllm_service == "recompute" else "hook"
+    vllm_note = p.vllm_reason if vllm_how == "recompute" else HOOK_NOTE
+    return [
+        _answer("eager", arch_slug, p, "hook", "forward hook on the real HF module"),
+        _answer("vllm", arch_slug, p, vllm_how, vllm_note),
+        _answer("vllm-static", arch_slug, p, "static tap", TAP_NOTE),
         BackendServing("vllm-generate", False, "not served", GENERATE_REFUSAL),
     ]
-    return rows
 
 
 def peer_names(point: PointRow, layer: int | None) -> list[tuple[str, str | None]]:

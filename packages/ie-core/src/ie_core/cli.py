@@ -18,14 +18,38 @@ COMMAND_PACKAGES = {
 
 
 def points_command(argv: list[str]) -> int:
-    """`ie points [--write PATH | --check PATH]`: print or write SUPPORTED_POINTS.md."""
-    from ie_core.docs import render_supported_points
-
-    parser = argparse.ArgumentParser(prog="ie points", description="The 34 points as markdown.")
+    """`ie points`: the points cheat sheet as markdown, or what one backend serves on one family."""
+    parser = argparse.ArgumentParser(
+        prog="ie points",
+        description="The 34 points as markdown; with --backend and --family, what that backend "
+        "serves on that family and why not; with --sweep, regenerate a backend's committed answers.",
+    )
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--write", type=Path, help="write the markdown to this file")
     group.add_argument("--check", type=Path, help="exit 1 if this file differs from the registry")
+    group.add_argument(
+        "--sweep",
+        action="store_true",
+        help="load each synthetic family on --backend, capture every point it claims, and write "
+        "the backend's committed capability answers",
+    )
+    parser.add_argument("--backend", choices=("eager", "vllm", "vllm-static"))
+    parser.add_argument(
+        "--family", action="append", help="a family slug (repeat to sweep several; default all)"
+    )
+    parser.add_argument(
+        "--committed",
+        action="store_true",
+        help="print the committed answer without loading anything (no torch)",
+    )
+    parser.add_argument("--out", type=Path, help="--sweep: write here instead of ie-core's data")
     args = parser.parse_args(argv)
+    if args.sweep or args.family or args.committed or args.backend:
+        from ie_core.capability_cli import capabilities_command
+
+        return capabilities_command(parser, args, ["ie", "points", *argv])
+    from ie_core.docs import render_supported_points
+
     text = render_supported_points()
     if args.write:
         args.write.write_text(text)

@@ -1,6 +1,9 @@
-"""The 34 standardized points: what each tensor is, how wide, and which backends serve it.
+"""The 34 standardized points: what each tensor is, how wide, and how the vLLM backends are
+designed to reach it (hook, recompute, or unreachable inside a fused kernel).
 
-This registry is the source of truth; `docs/SUPPORTED_POINTS.md` is generated from it.
+This registry says what a point *is*. Whether a backend serves a point on a family is that
+backend's own answer (`model.capabilities()`, committed per backend by the sweep in
+`ie_core.capabilities`); `docs/SUPPORTED_POINTS.md` renders both.
 """
 
 from __future__ import annotations

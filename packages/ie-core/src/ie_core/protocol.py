@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ie_core.address import AddressLike
 from ie_core.cache import ActivationCache
+from ie_core.capabilities import PointCapability
 from ie_core.errors import SamplingParamsError, SteeringSpecError
 
 # Re-exported: backends import the one prompt normaliser from the protocol module.
@@ -154,6 +155,9 @@ class InterpModel(Protocol):
     ) -> str: ...
     def points(self) -> tuple[str, ...]: ...
     def point_width(self, address: AddressLike) -> int: ...
+    def capabilities(self) -> dict[str, PointCapability]:
+        """Per point name: served layers, writability and the backend's own refusal reason."""
+        ...
 
     async def capture(
         self,

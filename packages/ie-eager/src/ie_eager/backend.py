@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
+from ie_core.capabilities import Capabilities
 from ie_core.errors import (
     BadPromptError,
     ModelClosedError,
@@ -36,7 +37,7 @@ from ie_core.protocol import (
 from ie_core.steer_math import check_ops_fit
 from torch import nn
 
-from ie_eager import checkpoint, lens, sampling
+from ie_eager import capability, checkpoint, lens, sampling
 from ie_eager.devices import DeviceUnavailableError as DeviceUnavailableError
 from ie_eager.devices import resolve_device, resolve_dtype
 from ie_eager.hooks import Session, Write
@@ -153,6 +154,10 @@ class EagerModel:
         if self._points is None:
             self._points = self.resolver.point_names()
         return self._points
+
+    def capabilities(self) -> Capabilities:
+        """What this model serves, per point, from its own resolver (see ie_core.capabilities)."""
+        return capability.capabilities(self.resolver)
 
     def resolve(self, address: AddressLike) -> Resolved:
         return self.resolver.resolve(address)

@@ -299,6 +299,11 @@ class StaticModel(VLLMModel):
 
     def _check(self, address: AddressLike) -> str:
         text = super()._check(address)
+        if text.split(".")[0] not in TAPPABLE:
+            raise PointUnavailableError(
+                f"{text} is unavailable on backend {BACKEND!r}: vllm-static taps only "
+                f"{', '.join(TAPPABLE)}; use backend='vllm' for this point"
+            )
         if text not in self._reads:
             raise PointUnavailableError(
                 f"{text} is not a declared site of this vllm-static engine, which taps "

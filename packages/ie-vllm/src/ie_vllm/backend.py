@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import torch
 from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
+from ie_core.capabilities import PointCapability
 from ie_core.errors import (
     LayerOutOfRangeError,
     PointUnavailableError,
@@ -103,6 +104,12 @@ class VLLMModel:
 
     def point_width(self, address: AddressLike) -> int:
         return self._widths[self._check(address)]
+
+    def capabilities(self) -> dict[str, PointCapability]:
+        """What this engine serves, per point, from its own address check."""
+        from ie_vllm.capability import capabilities
+
+        return capabilities(self)
 
     # --- tokens ------------------------------------------------------------------------------
 

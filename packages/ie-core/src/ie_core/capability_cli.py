@@ -1,0 +1,97 @@
+"""`ie points --backend B --family F [--committed]` and `ie points --sweep --backend B`."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from ie_core.capabilities import (
+    SYNTHETIC_PREFIX,
+    Capabilities,
+    CapabilityFile,
+    capability_path,
+    family_capabilities,
+    parse_capabilities,
+    verdict,
+)
+from ie_core.points import POINTS
+
+__all__ = ["capabilities_command", "format_capabilities"]
+
+
+def format_capabilities(backend: str, family: str, caps: Capabilities | None) -> str:
+    """One line per point: served (layers, writable) or refused with the backend's reason."""
+    if caps is None:
+        return f"{family} on {backend}: not verified (no committed answer for this family)\n"
+    lines = [f"{family} on {backend}:"]
+    for p in POINTS:
+        cap = caps.get(p.name)
+        text = verdict(cap)
+        if cap is not None and cap.served:
+            where = f"layers {', '.join(map(str, cap.layers))}" if p.per_layer else "trunk"
+            text = f"served ({where}; {'writable' if cap.writable else 'capture only'})"
+            if cap.reason:
+                text += f"; refused on other layers: {cap.reason}"
+        lines.append(f"  {p.name:22} {text}")
+    return "\n".join(lines) + "\n"
+
+
+def _live(backend: str, family: str) -> Capabilities:
+    from ie_core.capability_sweep import load_kwargs
+    from ie_core.loading import load_model
+    from ie_core.runner import run
+
+    print(
+        f"ie points: loading {SYNTHETIC_PREFIX}{family} on {backend} to ask its resolver "
+        "(--committed prints the committed answer without loading)",
+        file=sys.stderr,
+    )
+    model = load_model(f"{SYNTHETIC_PREFIX}{family}", backend=backend, **load_kwargs(backend))
+    try:
+        return model.capabilities()
+    finally:
+        run(model.shutdown())
+
+
+def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
+    import json
+
+    from ie_core.capability_sweep import sweep, synthetic_families
+    from ie_core.loading import load_model
+
+    out = args.out or Path(str(capability_path(args.backend)))
+    families = args.family or list(synthetic_families())
+    result = sweep(args.backend, families, load_model, shlex.join(argv))
+    if args.family and out.exists():
+        # A partial sweep updates its families and keeps the others' answers.
+        old = parse_capabilities(json.loads(out.read_text()))
+        models = {**old.models, **result.models}
+        result = CapabilityFile(args.backend, result.command, result.versions, models)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(result.dumps())
+    for model, (_family, caps) in result.models.items():
+        served = sum(c.served for c in caps.values())
+        print(f"{model}: {served} served, {len(caps) - served} refused", file=sys.stderr)
+    print(f"wrote {out}")
+    return 0
+
+
+def capabilities_command(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]
+) -> int:
+    if args.backend is None:
+        parser.error("--sweep, --family and --committed need --backend")
+    if args.sweep:
+        return _sweep(args, argv)
+    if not args.family:
+        parser.error("name a family with --family (e.g. --family llama)")
+    for family in args.family:
+        caps = (
+            family_capabilities(args.backend, family)
+            if args.committed
+            else _live(args.backend, family)
+        )
+        print(format_capabilities(args.backend, family, caps), end="")
+    return 0

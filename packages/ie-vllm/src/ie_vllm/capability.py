@@ -1,0 +1,30 @@
+"""The vLLM backends' capability answer, from the same check a capture or a steer goes through
+(the worker's PointTable info: widths, writable, refused; vllm-static narrows it to its taps)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ie_core.address import Address
+from ie_core.capabilities import Capabilities, PointCapability, probe
+from ie_core.points import POINTS
+
+__all__ = ["capabilities"]
+
+GENERATE_REASON = (
+    "vllm-generate runs vLLM untouched; load backend='vllm' or 'vllm-static' to capture"
+)
+
+
+def capabilities(model: Any) -> Capabilities:
+    """Per point of a loaded `VLLMModel` (or subclass): every address tried on `model._check`."""
+    if model.backend == "vllm-generate":
+        return {p.name: PointCapability(False, False, (), GENERATE_REASON) for p in POINTS}
+
+    def reason(address: Address, message: str) -> str:
+        return message.removeprefix(f"{address} is unavailable on backend {model.backend!r}: ")
+
+    def writable(_address: Address, text: str) -> bool:
+        return text in model._writable
+
+    return probe(model.n_layers, model._check, writable, reason)

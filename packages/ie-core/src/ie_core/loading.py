@@ -20,6 +20,7 @@ BACKEND_PACKAGES: dict[str, str] = {
     "vllm": "ie-vllm",
     "vllm-generate": "ie-vllm",
     "vllm-static": "ie-static",
+    "remote": "ie-remote",
 }
 
 BackendLoader = Callable[..., InterpModel]

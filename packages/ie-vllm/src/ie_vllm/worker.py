@@ -88,8 +88,8 @@ class IEWorkerExtension:
     def ie_setup(self, hooked: bool = True) -> dict[str, Any]:
         """Resolve points on the loaded model and (hooked) wrap the runner's forward."""
         runner = self.model_runner  # type: ignore[attr-defined]
-        if getattr(self, "_ie", None) is not None:
-            return self._ie.table.info()
+        if getattr(self, "_ie", None) is not None:  # a second front-end (API server) asks again
+            return dict(self._ie_info)  # type: ignore[attr-defined]
         model = runner.get_model()
         config = runner.model_config.hf_config
         architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
@@ -105,6 +105,7 @@ class IEWorkerExtension:
         info["architecture"] = architecture
         info["tp_size"] = tp_size
         info["pp_size"] = runner.parallel_config.pipeline_parallel_size
+        self._ie_info = info
         return info
 
     # --- requests ----------------------------------------------------------------------------

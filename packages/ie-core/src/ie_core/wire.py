@@ -1,0 +1,127 @@
+"""What crosses HTTP between `ie serve` and the `remote` backend: one source for both sides.
+
+JSON for specs and sampling (plain data, validated again by the receiving constructors), and
+safetensors for tensors (a standard binary format: every tensor named by its address, with dtype
+and shape in the header). ie-core stays torch-free at import; the tensor codec imports torch and
+safetensors when called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ie_core.errors import SteeringSpecError
+from ie_core.protocol import SamplingParams, SteeringArg, steering_tuple
+from ie_core.steering import PositionMask, Steering, SteeringOp, op_from_dict
+
+SAFETENSORS = "application/vnd.safetensors"
+# The key a steered OpenAI request carries in `vllm_xargs` (a JSON string: vllm_xargs values
+# must be strings, numbers or lists of them).
+STEERING_XARG = "ie_steering"
+# Keys the server sets itself; a client that sends them is refused (they would address another
+# request's registration).
+RESERVED_XARGS = ("ie_key",)
+
+
+def op_to_wire(op: SteeringOp) -> dict[str, Any]:
+    data = {f.name: getattr(op, f.name) for f in dataclasses.fields(op) if f.init}
+    return {"kind": op.kind, **{k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}}
+
+
+def steering_to_wire(steering: SteeringArg) -> list[dict[str, Any]]:
+    return [
+        {
+            "point": s.point,
+            "layers": list(s.layers),
+            "stream": s.stream,
+            "ops": [op_to_wire(op) for op in s.ops],
+            "mask": {"positions": list(s.mask.positions), "special_tokens": s.mask.special_tokens},
+        }
+        for s in steering_tuple(steering)
+    ]
+
+
+def steering_from_wire(data: Any) -> tuple[Steering, ...]:
+    """Specs from JSON data; every field goes through the same constructors as in-process."""
+    if not isinstance(data, list):
+        raise SteeringSpecError("steering must be a JSON list of specs")
+    out = []
+    for item in data:
+        if not isinstance(item, dict):
+            raise SteeringSpecError(f"a steering spec must be a JSON object, got {item!r:.80}")
+        unknown = set(item) - {"point", "layers", "stream", "ops", "mask"}
+        if unknown:
+            raise SteeringSpecError(f"unknown steering spec fields {sorted(unknown)}")
+        try:
+            mask = item.get("mask") or {}
+            ops = item["ops"]
+            if not isinstance(ops, list) or not all(isinstance(op, dict) for op in ops):
+                raise SteeringSpecError("ops must be a list of JSON objects")
+            out.append(
+                Steering(
+                    item["point"],
+                    tuple(item.get("layers") or ()),
+                    tuple(op_from_dict(op) for op in ops),
+                    PositionMask(
+                        tuple(mask.get("positions", ())), bool(mask.get("special_tokens", False))
+                    ),
+                    item.get("stream"),
+                )
+            )
+        except KeyError as exc:
+            raise SteeringSpecError(f"a steering spec lacks the field {exc}") from None
+        except (TypeError, AttributeError) as exc:
+            raise SteeringSpecError(f"malformed steering spec: {exc}") from None
+    return tuple(out)
+
+
+def sampling_to_wire(sampling: SamplingParams) -> dict[str, Any]:
+    return dataclasses.asdict(sampling)
+
+
+def sampling_from_wire(data: Any) -> SamplingParams:
+    if data is None:
+        return SamplingParams()
+    if not isinstance(data, dict):
+        raise ValueError("sampling must be a JSON object")
+    fields = {f.name for f in dataclasses.fields(SamplingParams)}
+    unknown = set(data) - fields
+    if unknown:
+        raise ValueError(f"unknown sampling fields {sorted(unknown)}; known: {sorted(fields)}")
+    return SamplingParams(**data)
+
+
+def encode_tensors(tensors: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> bytes:
+    """Tensors by name as safetensors bytes; `meta` (JSON) rides in the header's metadata."""
+    from safetensors.torch import save
+
+    body = {name: t.detach().contiguous().cpu() for name, t in tensors.items()}
+    return save(body, metadata={"ie": json.dumps(dict(meta or {}))})
+
+
+def decode_tensors(data: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tensors by name, meta) from `encode_tensors` bytes."""
+    from safetensors.torch import load
+
+    tensors = load(data)
+    header_len = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + header_len])
+    meta = json.loads((header.get("__metadata__") or {}).get("ie", "{}"))
+    return dict(tensors), meta
+
+
+__all__ = [
+    "RESERVED_XARGS",
+    "SAFETENSORS",
+    "STEERING_XARG",
+    "decode_tensors",
+    "encode_tensors",
+    "op_to_wire",
+    "sampling_from_wire",
+    "sampling_to_wire",
+    "steering_from_wire",
+    "steering_to_wire",
+]

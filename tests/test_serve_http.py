@@ -1,0 +1,310 @@
+"""`ie serve` (vLLM's own OpenAI server with ie-vllm's worker extension) and the `remote` backend.
+
+One real server on a loopback port (ie-synthetic/llama on the CPU engine, fp32, an API key),
+driven by the `openai` package and by `load_model(url, backend="remote")`. References: eager on
+the same folder (an independent engine, 1e-4) and the same server's serial answers (concurrent
+requests must equal them to 1e-5; the worker registry is empty afterwards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+openai = pytest.importorskip("openai")
+
+from ie_core import Additive, SamplingParams, load_model, steer_at  # noqa: E402
+from ie_core.runner import run  # noqa: E402
+from ie_core.wire import STEERING_XARG, steering_to_wire  # noqa: E402
+
+pytestmark = [pytest.mark.slow]
+
+MODEL = "ie-synthetic/llama"
+KEY = "ie-test-key"
+TOL_EAGER = 1e-4
+TOL_SERIAL = 1e-5
+START_TIMEOUT_S = 1200
+PROMPT = "The quick brown fox jumps over the lazy dog"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = _free_port()
+    log = tmp_path_factory.mktemp("serve") / "server.log"
+    ie = Path(sys.executable).with_name("ie")
+    cmd = [str(ie), "serve", MODEL, "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--api-key", KEY, "--max-model-len", "256", "--disable-uvicorn-access-log"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"ie serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - started > START_TIMEOUT_S:
+                pytest.fail(f"ie serve did not answer /health in {START_TIMEOUT_S} s")
+            time.sleep(2)
+        print(f"ie serve ready in {time.monotonic() - started:.1f} s")
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def remote(server: str) -> Any:
+    return load_model(server, backend="remote", api_key=KEY)
+
+
+@pytest.fixture(scope="module")
+def ref() -> Any:
+    return load_model(MODEL, backend="eager", device="cpu", dtype="float32")
+
+
+def _vector(width: int, seed: int) -> torch.Tensor:
+    return torch.randn(width, generator=torch.Generator().manual_seed(seed))
+
+
+def _spec(model: Any, seed: int = 0, coeff: float = 8.0) -> Any:
+    return steer_at("resid_post.1", Additive(_vector(model.d_model, seed), coeff))
+
+
+def _openai(server: str) -> Any:
+    return openai.AsyncOpenAI(base_url=f"{server}/v1", api_key=KEY)
+
+
+async def _completion(server: str, ids: list[int], steering: Any = None) -> list[int]:
+    extra: dict[str, Any] = {"return_token_ids": True}
+    if steering is not None:
+        extra["vllm_xargs"] = {STEERING_XARG: json.dumps(steering_to_wire(steering))}
+    async with _openai(server) as client:
+        out = await client.completions.create(
+            model=MODEL, prompt=ids, max_tokens=6, temperature=0.0, extra_body=extra
+        )
+    return list(out.choices[0].token_ids)  # type: ignore[attr-defined]
+
+
+def test_remote_capture_equals_eager(remote: Any, ref: Any) -> None:
+    ids = ref.to_tokens(PROMPT)
+    assert remote.to_tokens(PROMPT) == ids
+    addresses = [a for a in remote.info["widths"] if not a.startswith("attn_scores")]
+    got = run(remote.capture([ids], addresses))
+    want = run(ref.capture([ids], addresses))
+    worst = max(float((got[a] - want[a]).abs().max()) for a in addresses)
+    assert worst <= TOL_EAGER, worst
+    spec = _spec(remote)
+    steered = run(remote.capture([ids], ["resid_post.3"], steering=spec))["resid_post.3"]
+    expected = run(ref.capture([ids], ["resid_post.3"], steering=spec))["resid_post.3"]
+    assert float((steered - expected).abs().max()) <= TOL_EAGER
+    # Negative control: the steering moved the tensor by far more than the tolerance.
+    assert float((steered - want["resid_post.3"]).abs().max()) > 100 * TOL_EAGER
+
+
+def test_remote_generate_stream_and_lens_equal_eager(remote: Any, ref: Any) -> None:
+    ids = ref.to_tokens("def add(a, b):")
+    params = SamplingParams(max_new_tokens=5, stop_at_eos=False)
+    spec = _spec(remote, seed=1)
+    want = run(ref.generate(ids, params, steering=spec)).token_ids
+    assert run(remote.generate(ids, params, steering=spec)).token_ids == want
+    assert run(remote.generate(ids, params)).token_ids != want  # steering changed the tokens
+
+    async def stream() -> list[int]:
+        return [c.token_id async for c in remote.generate_stream(ids, params, steering=spec)]
+
+    assert run(stream()) == list(want)
+    captured = run(remote.capture_generation(ids, ["resid_post.2"], params, steering=spec))
+    assert captured.generation.token_ids == want
+    assert captured.cache["resid_post.2"].shape == (1, len(ids) + len(want) - 1, remote.d_model)
+    h = run(ref.capture([ids], [f"resid_post.{ref.n_layers - 1}"]))[
+        f"resid_post.{ref.n_layers - 1}"
+    ][0]
+    got, exp = run(remote.decode_residuals_topk(h, 3)), run(ref.decode_residuals_topk(h, 3))
+    assert torch.equal(got.ids, exp.ids) and float((got.probs - exp.probs).abs().max()) <= TOL_EAGER
+    logits = run(remote.decode_residuals(h))
+    assert float((logits - run(ref.decode_residuals(h))).abs().max()) <= TOL_EAGER
+
+
+def test_openai_client_gets_steered_completions(server: str, remote: Any, ref: Any) -> None:
+    ids = ref.to_tokens("def add(a, b):")
+    params = SamplingParams(max_new_tokens=6, stop_at_eos=False)
+    spec = _spec(remote, seed=2)
+    steered = asyncio.run(_completion(server, ids, spec))
+    assert steered == list(run(ref.generate(ids, params, steering=spec)).token_ids)
+    plain = asyncio.run(_completion(server, ids))
+    assert plain == list(run(ref.generate(ids, params)).token_ids)
+    assert plain != steered
+
+    async def chat(stream: bool) -> str:
+        extra = {"vllm_xargs": {STEERING_XARG: json.dumps(steering_to_wire(spec))}}
+        async with _openai(server) as client:
+            messages = [{"role": "user", "content": "hello"}]
+            kw = {"model": MODEL, "messages": messages, "max_tokens": 4, "temperature": 0.0}
+            if not stream:
+                out = await client.chat.completions.create(**kw, extra_body=extra)
+                return str(out.choices[0].message.content)
+            parts = []
+            async for chunk in await client.chat.completions.create(
+                **kw, extra_body=extra, stream=True
+            ):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    parts.append(chunk.choices[0].delta.content)
+            return "".join(parts)
+
+    assert asyncio.run(chat(False)) == asyncio.run(chat(True))
+    assert run(remote.stats())["registered"] == 0
+
+
+def test_sixteen_concurrent_clients_equal_their_serial_runs(
+    server: str, remote: Any, ref: Any
+) -> None:
+    ids = ref.to_tokens(PROMPT)
+    params = SamplingParams(max_new_tokens=4, stop_at_eos=False)
+
+    def jobs() -> list[Any]:
+        out = []
+        for i in range(16):
+            spec = _spec(remote, seed=10 + i, coeff=4.0 + i)
+            kind = i % 4
+            if kind == 0:
+                out.append(
+                    lambda s=spec: remote.capture([ids], ["resid_post.2", "mlp_out.1"], steering=s)
+                )
+            elif kind == 1:
+                out.append(lambda: remote.capture([ids], ["resid_post.2", "mlp_out.1"]))
+            elif kind == 2:
+                out.append(lambda s=spec: remote.generate(ids, params, steering=s))
+            else:
+                out.append(lambda s=spec: _completion(server, ids, s))
+        return out
+
+    serial = [run(job()) for job in jobs()]
+
+    async def together() -> list[Any]:
+        return list(await asyncio.gather(*(job() for job in jobs())))
+
+    concurrent = asyncio.run(together())
+    for i, (a, b) in enumerate(zip(serial, concurrent, strict=True)):
+        if i % 4 in (0, 1):
+            for address in ("resid_post.2", "mlp_out.1"):
+                assert float((a[address] - b[address]).abs().max()) <= TOL_SERIAL, (i, address)
+        elif i % 4 == 2:
+            assert a.token_ids == b.token_ids, i
+        else:
+            assert a == b, i
+    # Negative control: the steered and unsteered captures differ, so equality is meaningful.
+    assert float((serial[0]["resid_post.2"] - serial[1]["resid_post.2"]).abs().max()) > 1.0
+    stats = httpx.get(f"{server}/v1/ie/stats", headers={"Authorization": f"Bearer {KEY}"}).json()
+    assert stats["registered"] == 0 and stats["hooks"] == {}, stats
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "needle"),
+    [
+        (
+            "/v1/ie/capture",
+            {"prompts": [[1, 2, 3]], "addresses": ["resid_post.99"]},
+            400,
+            "out of range",
+        ),
+        (
+            "/v1/ie/capture",
+            {"prompts": [[1, 2, 3]], "addresses": ["no_such_point.1"]},
+            400,
+            "no_such_point",
+        ),
+        ("/v1/ie/capture", {"addresses": ["resid_post.1"]}, 400, "lacks the field 'prompts'"),
+        (
+            "/v1/ie/generate",
+            {
+                "prompt": [1, 2],
+                "steering": [
+                    {
+                        "point": "resid_post",
+                        "layers": [1],
+                        "ops": [{"kind": "additive", "vector": [1.0, 2.0], "coeff": 1.0}],
+                    }
+                ],
+            },
+            400,
+            "width",
+        ),
+        (
+            "/v1/ie/generate",
+            {"prompt": [1, 2], "sampling": {"max_new_tokens": 0}},
+            400,
+            "max_new_tokens",
+        ),
+        (
+            "/v1/completions",
+            {"model": MODEL, "prompt": [1, 2], "vllm_xargs": {"ie_key": "someone-else"}},
+            400,
+            "set by the server",
+        ),
+        (
+            "/v1/completions",
+            {"model": MODEL, "prompt": [1, 2], "vllm_xargs": {STEERING_XARG: "{not json"}},
+            400,
+            "not valid JSON",
+        ),
+    ],
+)
+def test_bad_requests_get_a_4xx_with_a_sentence(
+    server: str, path: str, body: Any, status: int, needle: str
+) -> None:
+    r = httpx.post(
+        f"{server}{path}", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=120
+    )
+    assert r.status_code == status, r.text
+    assert needle in r.json()["error"]["message"]
+
+
+def test_malformed_json_is_a_400(server: str) -> None:
+    r = httpx.post(
+        f"{server}/v1/ie/capture", content=b"{nope", headers={"Authorization": f"Bearer {KEY}"}
+    )
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+
+
+def test_the_api_key_is_enforced(server: str) -> None:
+    for method, path in (
+        ("GET", "/v1/ie/info"),
+        ("POST", "/v1/ie/capture"),
+        ("POST", "/v1/completions"),
+    ):
+        r = httpx.request(method, f"{server}{path}", json={})
+        assert r.status_code == 401, (path, r.status_code)
+    ok = httpx.get(f"{server}/v1/ie/info", headers={"Authorization": f"Bearer {KEY}"})
+    assert ok.status_code == 200 and ok.json()["n_layers"] == 4

@@ -77,6 +77,25 @@ class BadPromptError(InterpError, ValueError, TypeError):
     """A prompt that is empty, not text or ids, or holds ids outside the vocabulary."""
 
 
+class PromptTooLongError(BadPromptError):
+    """The prompt plus `max_new_tokens` exceed the engine's context length (`max_model_len`)."""
+
+
+# --- engines ---------------------------------------------------------------------------------
+
+
+class EngineStoppedError(InterpError, RuntimeError):
+    """The model's engine no longer serves requests; load the model again to continue."""
+
+
+class EngineShutdownError(EngineStoppedError):
+    """A request was in flight (or made) after its engine was shut down."""
+
+
+class EngineDeadError(EngineStoppedError):
+    """The engine's process died; requests in flight fail and the model must be loaded again."""
+
+
 # --- steering --------------------------------------------------------------------------------
 
 

@@ -86,11 +86,27 @@ class BadPromptError(InterpError, ValueError, TypeError):
 
 
 class PromptTooLongError(BadPromptError):
-    """A prompt (plus the tokens to generate) longer than the model's positions."""
+    """A prompt (plus the tokens to generate) longer than the model's positions (eager) or the
+    engine's context length (`max_model_len`, vLLM)."""
 
 
 class SamplingParamsError(InterpError, ValueError, TypeError):
     """Sampling settings of the wrong type or out of range (refused at construction)."""
+
+
+# --- engines ---------------------------------------------------------------------------------
+
+
+class EngineStoppedError(InterpError, RuntimeError):
+    """The model's engine no longer serves requests; load the model again to continue."""
+
+
+class EngineShutdownError(EngineStoppedError, ModelClosedError):
+    """A request was in flight (or made) after its engine was shut down."""
+
+
+class EngineDeadError(EngineStoppedError):
+    """The engine's process died; requests in flight fail and the model must be loaded again."""
 
 
 # --- steering --------------------------------------------------------------------------------

@@ -163,12 +163,9 @@ class _StaticEngine:
             slots = []
             for wire in specs:
                 slots.append(await self._acquire(wire["key"]) if wire.get("steering") else -1)
-            try:
-                return await self._engine.rpc("ie_static_register", specs, slots)
-            except BaseException:
-                for wire in specs:
-                    self._free_slot(wire["key"])
-                raise
+            # On failure or cancel the slots stay held: the worker may still register them, and
+            # the caller's `ie_release` (always sent after a register) frees them after it.
+            return await self._engine.rpc("ie_static_register", specs, slots)
         if method == "ie_release":
             try:
                 return await self._engine.rpc("ie_static_release", list(args[0]))
@@ -180,13 +177,10 @@ class _StaticEngine:
     async def rpc_payload(self, method: str, *args: Any) -> dict[str, Any]:
         if method == "ie_collect":
             key, start, stop, release = args
-            try:
-                return await self._engine.rpc_payload(
-                    "ie_static_collect", key, start, stop, release
-                )
-            finally:
-                if release:
-                    self._free_slot(key)
+            rows = await self._engine.rpc_payload("ie_static_collect", key, start, stop, release)
+            if release:  # on failure the caller's `ie_release` frees the slot
+                self._free_slot(key)
+            return rows
         return await self._engine.rpc_payload(method, *args)
 
 

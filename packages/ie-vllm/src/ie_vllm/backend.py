@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,8 +17,10 @@ from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import PointCapability
 from ie_core.errors import (
+    EngineStoppedError,
     LayerOutOfRangeError,
     PointUnavailableError,
+    PromptTooLongError,
     SteeringSpecError,
     UnsupportedOperationError,
 )
@@ -46,6 +49,8 @@ HOOKED = "vllm"
 GENERATE = "vllm-generate"
 DEFAULT_SAMPLING = SamplingParams()
 FULL_LOGITS_LIMIT = 64 * 2**20  # bytes of [rows, vocab] fp32 decode_residuals may ship back
+# Releases in flight: a shielded release outlives its cancelled caller, so keep a reference.
+_RELEASING: set[asyncio.Task[None]] = set()
 
 
 class VLLMModel:
@@ -172,6 +177,17 @@ class VLLMModel:
         vocab = max(len(self.tokenizer), self.info.get("vocab_size", 0))
         return prompt_ids(tokens, self.to_tokens, vocab)
 
+    def _check_length(self, ids: Sequence[int], new_tokens: int) -> None:
+        """Refuse up front what vLLM would cut short silently at max_model_len."""
+        limit = self.engine.max_model_len
+        if len(ids) + new_tokens > limit:
+            raise PromptTooLongError(
+                f"{len(ids)} prompt tokens + {new_tokens} new tokens = {len(ids) + new_tokens} "
+                f"exceed this engine's max_model_len={limit}, so vLLM would stop early; shorten "
+                f"the prompt, ask for at most {max(limit - len(ids), 0)} new tokens, or load the "
+                "model with a larger max_model_len"
+            )
+
     def _steer_specs(
         self, steering: SteeringArg, prompt_ids: Sequence[int]
     ) -> tuple[SteerSpec, ...]:
@@ -221,9 +237,11 @@ class VLLMModel:
 
     async def _on_engine(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run on the engine's loop (AsyncLLM is bound to it), from whichever loop awaits us."""
-        if self.engine.closed:
+        try:
+            self.engine.check_alive()
+        except EngineStoppedError:
             coro.close()
-            raise RuntimeError(f"the {self.backend} engine of {self.model_id} has been shut down")
+            raise
         if asyncio.get_running_loop() is self.engine.loop:
             return await coro
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.engine.loop))
@@ -238,12 +256,11 @@ class VLLMModel:
         """Register, submit, wait, collect. Returns generated ids and rows per captured address."""
         tracked = bool(captures or steer)
         key = new_key()
-        if tracked:
-            spec = RequestSpec(key, captures, steer, len(prompt_ids))
-            await self.engine.rpc("ie_register", [spec.to_wire()])
         sub = Submission(prompt_ids, self._params(key, sampling), key, key if tracked else None)
         token_ids: tuple[int, ...] = ()
         try:
+            if tracked:
+                await self._register(RequestSpec(key, captures, steer, len(prompt_ids)))
             async for out in self.engine.stream(sub):
                 token_ids = tuple(out.outputs[0].token_ids)
             rows: dict[str, torch.Tensor] = {}
@@ -254,7 +271,27 @@ class VLLMModel:
             return token_ids, rows
         finally:
             if tracked:
-                await self.engine.rpc("ie_release", [key])
+                await self._release(key)
+
+    async def _register(self, spec: RequestSpec) -> None:
+        """Register in every worker; call inside the try whose finally runs `_release`."""
+        await self.engine.rpc("ie_register", [spec.to_wire()])
+
+    async def _release(self, key: str) -> None:
+        """Release a key in every worker, even while the caller is being cancelled.
+
+        Shielded, so a cancel during the release cannot leave the entry and its hooks behind;
+        a registration still in flight when the caller was cancelled reaches the worker first
+        (one ordered channel), so this release drops it. A stopped engine has nothing to release.
+        """
+        task = asyncio.ensure_future(self._release_now(key))
+        _RELEASING.add(task)
+        task.add_done_callback(_RELEASING.discard)
+        await asyncio.shield(task)
+
+    async def _release_now(self, key: str) -> None:
+        with contextlib.suppress(EngineStoppedError):
+            await self.engine.rpc("ie_release", [key])
 
     # --- protocol ------------------------------------------------------------------------------
 
@@ -270,6 +307,9 @@ class VLLMModel:
         prompts = self._prompt_list(tokens)
         captures = self._captures(addresses)
         one = SamplingParams(max_new_tokens=1, stop_at_eos=False)
+
+        for ids in prompts:
+            self._check_length(ids, 1)  # capture samples one token
 
         async def one_prompt(ids: tuple[int, ...]) -> dict[str, torch.Tensor]:
             _, rows = await self._request(ids, one, captures, self._steer_specs(steering, ids))
@@ -322,6 +362,7 @@ class VLLMModel:
         """Generate, capturing over prompt + generated[:-1] as vLLM runs it (prefill, then decode)."""
         self._refuse_on_generate("capture_generation")
         ids = self._prompt_ids(tokens)
+        self._check_length(ids, sampling.max_new_tokens)
         captures = self._captures(addresses)
         steer = self._steer_specs(steering, ids)
         token_ids, rows = await self._on_engine(self._request(ids, sampling, captures, steer))
@@ -342,6 +383,7 @@ class VLLMModel:
         """
         self._refuse_on_generate("capture_generation_stream")
         ids = self._prompt_ids(tokens)
+        self._check_length(ids, sampling.max_new_tokens)
         captures = self._captures(addresses)
         steer = self._steer_specs(steering, ids)
         agen = self._stream_capture(ids, sampling, captures, steer)
@@ -356,13 +398,12 @@ class VLLMModel:
         steer: tuple[SteerSpec, ...],
     ) -> AsyncIterator[tuple[StreamChunk, ActivationCache]]:
         key = new_key()
-        spec = RequestSpec(key, captures, steer, len(ids))
-        await self.engine.rpc("ie_register", [spec.to_wire()])
         sub = Submission(ids, self._params(key, sampling), key, key)
         have = 0
         seen = 0
         text = _TextStream(self._text)
         try:
+            await self._register(RequestSpec(key, captures, steer, len(ids)))
             async for out in self.engine.stream(sub):
                 new_tokens = list(out.outputs[0].token_ids)[seen:]
                 for tok in new_tokens:
@@ -373,7 +414,7 @@ class VLLMModel:
                     cache = ActivationCache({a: rows[a].unsqueeze(0) for a in captures})
                     yield StreamChunk(tok, text.push(tok)), cache
         finally:
-            await self.engine.rpc("ie_release", [key])
+            await self._release(key)
 
     async def capture_attention(
         self, tokens: Prompt, layers: Sequence[int] | None = None
@@ -395,6 +436,7 @@ class VLLMModel:
         if steering_tuple(steering):
             self._refuse_on_generate("steering")
         ids = self._prompt_ids(tokens)
+        self._check_length(ids, sampling.max_new_tokens)
         steer = self._steer_specs(steering, ids)
         token_ids, _ = await self._on_engine(self._request(ids, sampling, (), steer))
         return self._generation(ids, token_ids)
@@ -409,6 +451,7 @@ class VLLMModel:
         if steering_tuple(steering):
             self._refuse_on_generate("steering")
         ids = self._prompt_ids(tokens)
+        self._check_length(ids, sampling.max_new_tokens)
         steer = self._steer_specs(steering, ids)
         async for item in _bridge(
             self._stream_tokens(ids, sampling, steer), self.engine.loop, self._on_engine
@@ -419,19 +462,19 @@ class VLLMModel:
         self, ids: tuple[int, ...], sampling: SamplingParams, steer: tuple[SteerSpec, ...]
     ) -> AsyncIterator[StreamChunk]:
         key = new_key()
-        if steer:
-            await self.engine.rpc("ie_register", [RequestSpec(key, (), steer, len(ids)).to_wire()])
         sub = Submission(ids, self._params(key, sampling), key, key if steer else None)
         seen = 0
         text = _TextStream(self._text)
         try:
+            if steer:
+                await self._register(RequestSpec(key, (), steer, len(ids)))
             async for out in self.engine.stream(sub):
                 for tok in list(out.outputs[0].token_ids)[seen:]:
                     seen += 1
                     yield StreamChunk(tok, text.push(tok))
         finally:
             if steer:
-                await self.engine.rpc("ie_release", [key])
+                await self._release(key)
 
     def _generation(self, prompt_ids: tuple[int, ...], token_ids: tuple[int, ...]) -> Generation:
         return Generation(prompt_ids, token_ids, self._text(token_ids))
@@ -480,7 +523,14 @@ class VLLMModel:
         await self.generate([self.tokenizer.bos_token_id or 0], SamplingParams(max_new_tokens=2))
 
     async def shutdown(self) -> None:
-        alive = self.engine.shutdown()
+        """Fail requests in flight with `EngineShutdownError`, then stop the engine's processes."""
+        close = self.engine.close()
+        if asyncio.get_running_loop() is self.engine.loop:
+            alive = await close
+        else:
+            alive = await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(close, self.engine.loop)
+            )
         if alive:
             raise RuntimeError(f"engine processes {alive} did not exit after shutdown")
 

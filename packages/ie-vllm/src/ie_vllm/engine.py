@@ -10,17 +10,20 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psutil
+from ie_core.errors import EngineDeadError, EngineShutdownError, EngineStoppedError
 
 from ie_vllm import payload
 from ie_vllm.layout import KEY_ARG
 
 WORKER_EXTENSION = "ie_vllm.worker.IEWorkerExtension"
 DEFAULT_CPU_KVCACHE_GIB = "1"
+LIVENESS_POLL_S = 0.5  # how often a dead engine core is looked for (vLLM leaves RPCs waiting)
+SHUTDOWN_TIMEOUT_S = 10.0  # then the engine's processes are terminated, then killed
 
 
 def on_cpu() -> bool:
@@ -63,13 +66,22 @@ class Submission:
 
 
 class Engine:
-    """An AsyncLLM plus the worker-extension calls; create with `await Engine.start(...)`."""
+    """An AsyncLLM plus the worker-extension calls; create with `await Engine.start(...)`.
+
+    Every await on the engine (an RPC, the next output of a stream) is attended: when the engine
+    is shut down or its process dies, the tasks waiting on it are woken with a named error
+    (`EngineShutdownError` / `EngineDeadError`) instead of waiting forever on a stopped engine.
+    """
 
     def __init__(self, llm: Any, children: Sequence[int]) -> None:
         self.llm = llm
         self._children = list(children)
         self.loop = asyncio.get_running_loop()
         self.closed = False
+        self._stopped: EngineStoppedError | None = None
+        self._waiting: set[asyncio.Task[Any]] = set()
+        self._failing: set[asyncio.Task[Any]] = set()
+        self._monitor = self.loop.create_task(self._watch_liveness())
 
     @classmethod
     async def start(
@@ -85,11 +97,21 @@ class Engine:
         after = [p.pid for p in psutil.Process().children(recursive=True)]
         return cls(llm, [pid for pid in after if pid not in before])
 
+    @property
+    def pids(self) -> list[int]:
+        """The engine's own processes (multiprocessing's shared resource tracker excluded)."""
+        return [pid for pid in self._children if not _is_resource_tracker(pid)]
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.llm.model_config.max_model_len)
+
     # --- worker calls ------------------------------------------------------------------------
 
     async def rpc(self, method: str, *args: Any) -> list[Any]:
         """Call `method` on every worker; one result per rank."""
-        return list(await self.llm.collective_rpc(method, args=tuple(args)))
+        with self._attended():
+            return list(await self.llm.collective_rpc(method, args=tuple(args)))
 
     async def rpc_payload(self, method: str, *args: Any) -> dict[str, Any]:
         """Call a method returning payloads; merge ranks (pipeline stages hold different layers)."""
@@ -111,24 +133,144 @@ class Engine:
         prompt: dict[str, Any] = {"prompt_token_ids": list(sub.prompt_ids)}
         if sub.salt is not None:
             prompt["cache_salt"] = sub.salt
+        self.check_alive()
         gen = self.llm.generate(prompt, sub.params, request_id=sub.key)
         try:
-            async for out in gen:
+            while True:
+                with self._attended():
+                    try:
+                        out = await gen.__anext__()
+                    except StopAsyncIteration:
+                        return
                 yield out
         finally:
             with contextlib.suppress(Exception):
                 await gen.aclose()
 
-    # --- lifecycle ---------------------------------------------------------------------------
+    # --- stopping ----------------------------------------------------------------------------
 
-    def shutdown(self, timeout: float = 30.0) -> list[int]:
-        """Stop the engine and reap its processes; returns pids still alive (should be empty)."""
+    def check_alive(self) -> None:
+        """Raise the named error if the engine no longer serves requests."""
+        if self._stopped is not None:
+            raise _fresh(self._stopped)
+
+    @contextlib.contextmanager
+    def _attended(self) -> Iterator[None]:
+        """Wrap one await on the engine: a stop wakes the waiting task with the named error."""
+        self.check_alive()
+        task = asyncio.current_task()
+        if task is None:
+            yield
+            return
+        self._waiting.add(task)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if task not in self._failing or self._stopped is None:
+                raise
+            self._failing.discard(task)
+            task.uncancel()
+            raise _fresh(self._stopped) from None
+        except Exception as error:
+            if not _is_vllm_dead(error):
+                raise
+            self._fail(_dead())
+            raise _fresh(self._stopped or _dead()) from error
+        finally:
+            self._waiting.discard(task)
+
+    def _fail(self, error: EngineStoppedError) -> None:
+        """On the engine loop: refuse new calls and wake every task waiting on the engine."""
+        if self._stopped is not None:
+            return
+        self._stopped = error
+        for task in list(self._waiting):
+            if not task.done():
+                self._failing.add(task)
+                task.cancel()
+
+    async def _watch_liveness(self) -> None:
+        """vLLM marks a dead engine core but leaves pending RPCs waiting; wake them ourselves."""
+        while self._stopped is None:
+            await asyncio.sleep(LIVENESS_POLL_S)
+            with contextlib.suppress(Exception):
+                if self.llm.errored:
+                    self._fail(_dead())
+
+    async def close(self, timeout: float = SHUTDOWN_TIMEOUT_S) -> list[int]:
+        """Fail requests in flight with `EngineShutdownError`, stop vLLM, reap its processes.
+
+        The blocking part runs in a thread so the failed requests unwind meanwhile. Returns the
+        pids still alive (should be empty).
+        """
         if self.closed:
             return []
         self.closed = True
+        self._fail(_shut_down())
+        self._monitor.cancel()
+        await asyncio.sleep(0)  # let the woken requests run their clean-up first
+        return await asyncio.to_thread(self._stop_processes, timeout)
+
+    def shutdown(self, timeout: float = SHUTDOWN_TIMEOUT_S) -> list[int]:
+        """Blocking form of `close`, for a failed start (no request is in flight then)."""
+        if self.closed:
+            return []
+        self.closed = True
+        if _on_loop(self.loop):
+            self._fail(_shut_down())
+            self._monitor.cancel()
+        else:
+            self.loop.call_soon_threadsafe(self._fail, _shut_down())
+            self.loop.call_soon_threadsafe(self._monitor.cancel)
+        return self._stop_processes(timeout)
+
+    def _stop_processes(self, timeout: float) -> list[int]:
         with contextlib.suppress(Exception):
             self.llm.shutdown()
-        return reap(self._children, timeout)
+        return reap(self.pids, timeout)
+
+
+def _shut_down() -> EngineShutdownError:
+    return EngineShutdownError(
+        "the engine was shut down while this request was in flight (or after), so it cannot "
+        "finish; load the model again with load_model(...) to run more requests"
+    )
+
+
+def _dead() -> EngineDeadError:
+    return EngineDeadError(
+        "the vLLM engine process died (killed, or out of memory; see the engine log above), so "
+        "this request cannot finish; call model.shutdown() and load the model again with "
+        "load_model(...)"
+    )
+
+
+def _fresh(error: EngineStoppedError) -> EngineStoppedError:
+    """A new instance per raise, so one request's traceback does not pile onto another's."""
+    return type(error)(*error.args)
+
+
+def _is_vllm_dead(error: BaseException) -> bool:
+    from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
+
+    return isinstance(error, VLLMEngineDeadError) or isinstance(
+        error.__cause__, VLLMEngineDeadError
+    )
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _is_resource_tracker(pid: int) -> bool:
+    """multiprocessing's resource tracker outlives every engine and ignores SIGTERM: never reap it."""
+    try:
+        return any("resource_tracker" in part for part in psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
 
 
 def reap(pids: Sequence[int], timeout: float) -> list[int]:

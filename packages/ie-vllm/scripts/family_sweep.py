@@ -49,13 +49,13 @@ def _capture(model: Any, ids: list[int], addresses: list[str]) -> tuple[dict[str
 
     try:
         return dict(run(model.capture([ids], addresses))), ""
-    except Exception as exc:  # noqa: BLE001 - a sweep reports, it does not stop
+    except Exception as exc:
         first_error = f"{type(exc).__name__}: {exc}"
     out: dict[str, Any] = {}
     for address in addresses:
         try:
             out.update(run(model.capture([ids], [address])))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             out[address] = exc
     return out, first_error
 
@@ -84,9 +84,8 @@ def sweep_family(family: str, backend: str, tol: float) -> tuple[dict[str, Any],
     """(capability entry, parity entry) of one family on `backend`."""
     from ie_core import SamplingParams, load_model
     from ie_core.runner import run
-    from vllm_parity import PROMPT_TEXT, servable_addresses
-
     from ie_vllm.capability import capabilities
+    from vllm_parity import PROMPT_TEXT, servable_addresses
 
     model_id = f"ie-synthetic/{family}"
     t0 = time.time()
@@ -101,9 +100,10 @@ def sweep_family(family: str, backend: str, tol: float) -> tuple[dict[str, Any],
         diffs = _compare(got, want, addresses)
         params = SamplingParams(max_new_tokens=4, stop_at_eos=False)
         prompt = eager.to_tokens("def add(a, b):")
-        greedy = run(model.generate(prompt, params)).token_ids == run(
-            eager.generate(prompt, params)
-        ).token_ids
+        greedy = (
+            run(model.generate(prompt, params)).token_ids
+            == run(eager.generate(prompt, params)).token_ids
+        )
     finally:
         run(model.shutdown())
     points: dict[str, Any] = {}
@@ -185,7 +185,7 @@ def main() -> None:
     for family in families:
         try:
             entry, row = sweep_family(family, args.backend, args.tol)
-        except Exception as exc:  # noqa: BLE001 - one family's failure is a row, not a crash
+        except Exception as exc:
             print(f"{family}: FAILED {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             continue
         caps["models"][f"ie-synthetic/{family}"] = entry

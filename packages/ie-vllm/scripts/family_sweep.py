@@ -48,13 +48,13 @@ def _capture(model: Any, ids: list[int], addresses: list[str]) -> tuple[dict[str
     from ie_core.runner import run
 
     try:
-        return dict(run(model.capture([ids], addresses))), ""
+        return run(model.capture([ids], addresses)).to_dict(), ""
     except Exception as exc:
         first_error = f"{type(exc).__name__}: {exc}"
     out: dict[str, Any] = {}
     for address in addresses:
         try:
-            out.update(run(model.capture([ids], [address])))
+            out.update(run(model.capture([ids], [address])).to_dict())
         except Exception as exc:
             out[address] = exc
     return out, first_error

@@ -10,7 +10,8 @@ Writes, merging into what is there (so a --family run updates only those familie
   writable, served layers, and the backend's own reason where not served;
 - docs/notes/<backend>_parity.md and .json: worst max |vLLM - eager| per point per family, and
   whether 4 greedy tokens equal eager's.
-Engines start one after another in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0 by default).
+Engines start one after another; each is an AsyncLLM whose engine core runs in its own process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0 does not keep it in-process), as the tests' engines do.
 """
 
 from __future__ import annotations
@@ -170,26 +171,30 @@ def main() -> None:
     parser.add_argument("--family", action="append", help="family slug (repeatable; default all)")
     parser.add_argument("--tol", type=float, default=TOL)
     args = parser.parse_args()
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "1800")
     families = args.family or list(FAMILIES)
     command = "uv run python packages/ie-vllm/scripts/family_sweep.py --backend " + args.backend
     caps_path = CAPS_DIR / f"{args.backend}.json"
     parity_path = NOTES / f"{args.backend.replace('-', '_')}_parity.json"
-    caps = _load_json(caps_path, {"schema": 1, "backend": args.backend, "models": {}})
-    caps.update(command=command, versions=_versions())
-    parity = _load_json(parity_path, {})
     CAPS_DIR.mkdir(parents=True, exist_ok=True)
+    mine_caps: dict[str, Any] = {}
+    mine_parity: dict[str, Any] = {}
     t_all = time.time()
     for family in families:
         try:
             entry, row = sweep_family(family, args.backend, args.tol)
-        except Exception as exc:
+        except Exception as exc:  # one family's failure is a line, not a crash
             print(f"{family}: FAILED {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             continue
-        caps["models"][f"ie-synthetic/{family}"] = entry
-        parity[family] = row
+        mine_caps[f"ie-synthetic/{family}"] = entry
+        mine_parity[family] = row
+        # Re-read before each write, so sweeps of other families running beside this one keep
+        # their entries.
+        caps = _load_json(caps_path, {"schema": 1, "backend": args.backend, "models": {}})
+        caps.update(command=command, versions=_versions())
+        caps["models"].update(mine_caps)
+        parity = {**_load_json(parity_path, {}), **mine_parity}
         caps_path.write_text(json.dumps(caps, indent=1, sort_keys=True) + "\n")
         parity_path.write_text(json.dumps(parity, indent=1, sort_keys=True) + "\n")
         parity_path.with_suffix(".md").write_text(_render_md(args.backend, parity, command))

@@ -86,12 +86,13 @@ def sweep_family(family: str, backend: str, tol: float) -> tuple[dict[str, Any],
     from ie_core import SamplingParams, load_model
     from ie_core.runner import run
     from ie_vllm.capability import capabilities
-    from vllm_parity import PROMPT_TEXT, servable_addresses
+    from vllm_parity import ENGINE_DIFFERENCES, PROMPT_TEXT, align_eager, servable_addresses
 
     model_id = f"ie-synthetic/{family}"
     t0 = time.time()
     eager = load_model(model_id, backend="eager", device="cpu", dtype="float32")
     ids = eager.to_tokens(PROMPT_TEXT)
+    align_eager(family, eager)
     model = load_model(model_id, backend=backend, max_model_len=256)
     try:
         caps = capabilities(model.info)
@@ -130,6 +131,7 @@ def sweep_family(family: str, backend: str, tol: float) -> tuple[dict[str, Any],
         "refused": sum(not p["served"] for p in points.values()),
         "seconds_under_load": round(time.time() - t0, 1),
         "capture_error": error,
+        "eager_aligned": ENGINE_DIFFERENCES.get(family, ""),
     }
     return cap_entry, parity
 
@@ -153,6 +155,9 @@ def _render_md(backend: str, parity: dict[str, Any], command: str) -> str:
             f"| {f} | {e['served']} | {e['refused']} | {'yes' if e['greedy_tokens_equal'] else 'NO'}"
             f" | {e['seconds_under_load']} |"
         )
+    notes = [f"- {f}: {parity[f]['eager_aligned']}" for f in fams if parity[f].get("eager_aligned")]
+    if notes:
+        lines += ["", "Where vLLM's model math differs from HF's by design:", "", *notes]
     lines += ["", "| point | " + " | ".join(fams) + " |", "| --- |" + " --- |" * len(fams)]
     for n in names:
         cells = []

@@ -46,7 +46,9 @@ def capabilities(info: dict[str, Any]) -> dict[str, Capability]:
         addresses = [a for a in widths if a.partition(".")[0] == p.name]
         layers = tuple(sorted(int(a.partition(".")[2]) for a in addresses if "." in a))
         served = bool(addresses) and p.name not in refused
-        layer_reasons = [r for a, r in refused.items() if a.partition(".")[0] == p.name and "." in a]
+        layer_reasons = [
+            r for a, r in refused.items() if a.partition(".")[0] == p.name and "." in a
+        ]
         if served:
             reason = layer_reasons[0] if layer_reasons else ""
         else:

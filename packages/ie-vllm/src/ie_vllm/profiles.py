@@ -39,8 +39,9 @@ class Profile:
     value_per_head: bool = False  # fused qkv laid out [q, k, v] per head (HF GPT-NeoX)
     block_mlp: tuple[str, str] | None = None  # (first, last) MLP linears on the block (OPT)
     batched: bool = False  # Transformers backend: tensors are [1, tokens, width]
-    # HF config attributes Granite-style models multiply by outside any module.
-    embed_multiplier: str | None = None
+    # HF config attribute Granite-style models multiply sublayer outputs by before the residual
+    # add. (Granite's embedding_multiplier also acts outside the embedding module, in HF as in
+    # vLLM, so `embeddings` is the module's own output there, as eager reads it.)
     residual_multiplier: str | None = None
 
 
@@ -132,9 +133,7 @@ PROFILES: dict[str, Profile] = {
         down="dense_4h_to_h",
         parallel=True,
     ),
-    "GraniteForCausalLM": replace(
-        _UNFUSED, embed_multiplier="embedding_multiplier", residual_multiplier="residual_multiplier"
-    ),
+    "GraniteForCausalLM": replace(_UNFUSED, residual_multiplier="residual_multiplier"),
     "CohereForCausalLM": replace(_UNFUSED, first_out=True, parallel=True),
     "StableLmForCausalLM": replace(_UNFUSED, first_out=True),
     # Transformers-backend families (HF module names).

@@ -141,8 +141,6 @@ def resolve(model: nn.Module, architecture: str, hf_config: Any, tp_size: int = 
     if embed is not None:
         lm = get_module(model, profile.layers.rsplit(".", 1)[0])
         scale = getattr(lm, "normalizer", None) if profile.embed_scale else None
-        if profile.embed_multiplier:
-            scale = float(getattr(hf_config, profile.embed_multiplier, 1.0))
         rw = scaled_out(scale, bt) if scale is not None else post_out(bt)
         add("embeddings", site("embeddings", embed, "post", rw, d_model))
     norm = get_module(model, profile.final_norm)

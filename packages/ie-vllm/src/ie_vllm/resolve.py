@@ -12,84 +12,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from ie_core.families import family_for_architecture
 from ie_core.points import POINTS, Point, Service, get_point
 from torch import nn
 
-Args = tuple[Any, ...]
-Kwargs = dict[str, Any]
-Reader = Callable[[Args, Kwargs, Any], torch.Tensor]
-Writer = Callable[[Args, Kwargs, Any, torch.Tensor], Any]
+from ie_vllm.access import (
+    Reader,
+    Writer,
+    column_slice,
+    head_slice,
+    post_first,
+    post_out,
+    post_sum,
+    pre_arg,
+    pre_sum,
+    qkv_arg,
+    scaled_out,
+)
+from ie_vllm.profiles import Profile, profile_for
 
 # Points whose vLLM tensor is one head- or neuron-shard per rank under tensor parallelism.
 SHARDED_POINTS = frozenset(
     {"q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out", "value", "z", "mlp_act",
      "attn_scores", "attn_probs"}
 )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Profile:
-    """Module names of one family layout on vLLM's tree (relative to the causal-LM module)."""
-
-    layers: str
-    embed: str
-    final_norm: str
-    attn: str = "self_attn"
-    qkv: str = "qkv_proj"
-    o_proj: str = "o_proj"
-    mlps: tuple[str, ...] = ("mlp", "block_sparse_moe")
-    down: str = "down_proj"
-    router: str = "gate"
-    pre_mlp_norm: str = "post_attention_layernorm"  # its input is resid_mid
-    post_attn_norm: str | None = None  # sandwich norms define the *_post points
-    post_mlp_norm: str | None = None
-    fused_residual: bool = True  # decoder layers take and return (hidden, residual)
-    hidden_arg: int = 1  # position of hidden_states in the decoder layer's call
-    embed_scale: bool = False  # vLLM multiplies the embedding output outside the module
-
-
-LLAMA = Profile(layers="model.layers", embed="model.embed_tokens", final_norm="model.norm")
-SANDWICH = Profile(
-    layers="model.layers",
-    embed="model.embed_tokens",
-    final_norm="model.norm",
-    pre_mlp_norm="pre_feedforward_layernorm",
-    post_attn_norm="post_attention_layernorm",
-    post_mlp_norm="post_feedforward_layernorm",
-    embed_scale=True,
-)
-GPT2 = Profile(
-    layers="transformer.h",
-    embed="transformer.wte",
-    final_norm="transformer.ln_f",
-    attn="attn",
-    qkv="c_attn",
-    o_proj="c_proj",
-    mlps=("mlp",),
-    down="c_proj",
-    pre_mlp_norm="ln_2",
-    fused_residual=False,
-    hidden_arg=0,
-)
-
-PROFILES: dict[str, Profile] = {
-    "LlamaForCausalLM": LLAMA,
-    "MistralForCausalLM": LLAMA,
-    "Qwen2ForCausalLM": LLAMA,
-    "Qwen3ForCausalLM": LLAMA,
-    "MixtralForCausalLM": LLAMA,
-    "Qwen3MoeForCausalLM": LLAMA,
-    "Qwen2MoeForCausalLM": LLAMA,
-    "Phi3ForCausalLM": LLAMA,
-    "GemmaForCausalLM": Profile(
-        layers="model.layers", embed="model.embed_tokens", final_norm="model.norm", embed_scale=True
-    ),
-    "Gemma2ForCausalLM": SANDWICH,
-    "Gemma3ForCausalLM": SANDWICH,
-    "GPT2LMHeadModel": GPT2,
-}
 
 
 @dataclass(frozen=True)
@@ -114,6 +60,7 @@ class AttnGeom:
     scale: float
     softcap: float
     window: int | None
+    alibi: tuple[float, ...] = ()  # per-head ALiBi slopes (BLOOM), added as slope * key position
 
 
 @dataclass
@@ -150,126 +97,7 @@ def get_module(root: nn.Module, path: str) -> nn.Module | None:
     return mod
 
 
-def _first(x: Any) -> torch.Tensor:
-    return x[0] if isinstance(x, tuple | list) else x
-
-
-def _arg(args: Args, kwargs: Kwargs, name: str, index: int) -> torch.Tensor:
-    return kwargs[name] if name in kwargs else args[index]
-
-
-def _set_arg(args: Args, kwargs: Kwargs, name: str, index: int, value: Any) -> tuple[Args, Kwargs]:
-    if name in kwargs:
-        return args, {**kwargs, name: value}
-    return (*args[:index], value, *args[index + 1 :]), kwargs
-
-
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    return t.reshape(t.shape[0], -1)
-
-
-# --- readers / writers ---------------------------------------------------------------------
-
-
-def pre_arg(name: str, index: int) -> tuple[Reader, Writer]:
-    """A module input; multi-dim inputs ([tokens, heads, dim]) are read flat."""
-
-    def read(args: Args, kwargs: Kwargs, _: Any) -> torch.Tensor:
-        return _flat(_arg(args, kwargs, name, index))
-
-    def write(args: Args, kwargs: Kwargs, _: Any, new: torch.Tensor) -> Any:
-        old = _arg(args, kwargs, name, index)
-        return _set_arg(args, kwargs, name, index, new.reshape(old.shape))
-
-    return read, write
-
-
-def post_out() -> tuple[Reader, Writer]:
-    """A module output (a tensor, or the first item of a `(out, bias)` tuple)."""
-
-    def read(_a: Args, _k: Kwargs, out: Any) -> torch.Tensor:
-        return _flat(_first(out))
-
-    def write(_a: Args, _k: Kwargs, out: Any, new: torch.Tensor) -> Any:
-        old = _first(out)
-        new = new.reshape(old.shape)
-        return (new, *out[1:]) if isinstance(out, tuple) else new
-
-    return read, write
-
-
-def scaled_out(scale: torch.Tensor) -> tuple[Reader, Writer]:
-    """An output the model multiplies by `scale` outside the module (Gemma's embedding)."""
-
-    def read(_a: Args, _k: Kwargs, out: Any) -> torch.Tensor:
-        return _first(out) * scale
-
-    def write(_a: Args, _k: Kwargs, out: Any, new: torch.Tensor) -> Any:
-        return new / scale
-
-    return read, write
-
-
-def pre_sum(h_name: str, h_index: int, r_name: str, r_index: int) -> tuple[Reader, Writer]:
-    """A residual passed as (hidden, residual) inputs: the stream is their sum (residual may be None)."""
-
-    def read(args: Args, kwargs: Kwargs, _: Any) -> torch.Tensor:
-        h = _arg(args, kwargs, h_name, h_index)
-        r = _arg(args, kwargs, r_name, r_index) if len(args) > r_index or r_name in kwargs else None
-        return h if r is None else h + r
-
-    def write(args: Args, kwargs: Kwargs, _: Any, new: torch.Tensor) -> Any:
-        has_r = len(args) > r_index or r_name in kwargs
-        r = _arg(args, kwargs, r_name, r_index) if has_r else None
-        args, kwargs = _set_arg(args, kwargs, h_name, h_index, new)
-        if r is not None:
-            args, kwargs = _set_arg(args, kwargs, r_name, r_index, torch.zeros_like(r))
-        return args, kwargs
-
-    return read, write
-
-
-def post_sum() -> tuple[Reader, Writer]:
-    """A decoder layer's `(hidden, residual)` output: the residual stream is their sum."""
-
-    def read(_a: Args, _k: Kwargs, out: Any) -> torch.Tensor:
-        return out[0] + out[1] if isinstance(out, tuple) else out
-
-    def write(_a: Args, _k: Kwargs, out: Any, new: torch.Tensor) -> Any:
-        return (new, torch.zeros_like(out[1])) if isinstance(out, tuple) else new
-
-    return read, write
-
-
-def column_slice(start: int, stop: int) -> tuple[Reader, Writer]:
-    """Columns [start, stop) of a fused projection's output (the value third of qkv)."""
-
-    def read(_a: Args, _k: Kwargs, out: Any) -> torch.Tensor:
-        return _first(out)[..., start:stop]
-
-    def write(_a: Args, _k: Kwargs, out: Any, new: torch.Tensor) -> Any:
-        full = _first(out).clone()
-        full[..., start:stop] = new
-        return (full, *out[1:]) if isinstance(out, tuple) else full
-
-    return read, write
-
-
-def qkv_arg(index: int) -> tuple[Reader, Writer | None]:
-    """Post-RoPE q (0) or k (1) as passed to vLLM's attention layer; read only."""
-
-    def read(args: Args, kwargs: Kwargs, _: Any) -> torch.Tensor:
-        names = ("query", "key")
-        return _flat(kwargs[names[index]] if names[index] in kwargs else args[index])
-
-    return read, None
-
-
 # --- resolution ----------------------------------------------------------------------------
-
-
-def profile_for(architecture: str) -> Profile | None:
-    return PROFILES.get(architecture)
 
 
 def _missing(architecture: str, point: Point, structural: str) -> str:
@@ -308,15 +136,16 @@ def resolve(model: nn.Module, architecture: str, hf_config: Any, tp_size: int = 
         return SiteDef(name, module, hook, rw[0], rw[1], width)
 
     # Trunk points.
+    bt = profile.batched
     embed = get_module(model, profile.embed)
     if embed is not None:
         lm = get_module(model, profile.layers.rsplit(".", 1)[0])
-        normalizer = getattr(lm, "normalizer", None) if profile.embed_scale else None
-        rw = scaled_out(normalizer) if normalizer is not None else post_out()
+        scale = getattr(lm, "normalizer", None) if profile.embed_scale else None
+        rw = scaled_out(scale, bt) if scale is not None else post_out(bt)
         add("embeddings", site("embeddings", embed, "post", rw, d_model))
     norm = get_module(model, profile.final_norm)
     if norm is not None:
-        add("final_norm", site("final_norm", norm, "post", post_out(), d_model))
+        add("final_norm", site("final_norm", norm, "post", post_out(bt), d_model))
 
     for i, layer in enumerate(layers):
         if layer.__class__.__name__ == "PPMissingLayer":
@@ -325,6 +154,15 @@ def resolve(model: nn.Module, architecture: str, hf_config: Any, tp_size: int = 
 
     _refuse_rest(table, architecture, tp_size)
     return table
+
+
+def _residual_rw(profile: Profile) -> tuple[tuple[Reader, Writer], tuple[Reader, Writer]]:
+    """Readers/writers of a decoder layer's residual input and output."""
+    if profile.fused_residual:
+        h = profile.hidden_arg
+        return pre_sum("hidden_states", h, "residual", h + 1), post_sum()
+    pre = pre_arg("hidden_states", profile.hidden_arg, profile.batched)
+    return pre, (post_first() if profile.first_out else post_out(profile.batched))
 
 
 def _resolve_layer(
@@ -338,62 +176,110 @@ def _resolve_layer(
     site: Callable[..., SiteDef],
     d_model: int,
 ) -> None:
-    if profile.fused_residual:
-        rs_pre = pre_sum("hidden_states", profile.hidden_arg, "residual", profile.hidden_arg + 1)
-        rs_post = post_sum()
-    else:
-        rs_pre = pre_arg("hidden_states", profile.hidden_arg)
-        rs_post = post_out()
+    bt = profile.batched
+    rs_pre, rs_post = _residual_rw(profile)
     add(f"resid_pre.{i}", site(f"resid_pre.{i}", layer, "pre", rs_pre, d_model))
     add(f"resid_post.{i}", site(f"resid_post.{i}", layer, "post", rs_post, d_model))
+    m = profile.residual_multiplier
+    mult = float(getattr(hf_config, m, 1.0)) if m else None
 
     attn = getattr(layer, profile.attn, None)
     if attn is not None:
-        add(
-            f"attn_in.{i}",
-            site(
-                f"attn_in.{i}",
-                attn,
-                "pre",
-                pre_arg("hidden_states", 1 if profile.fused_residual else 0),
-                d_model,
-            ),
-        )
-        add(f"attn_out.{i}", site(f"attn_out.{i}", attn, "post", post_out(), d_model))
+        attn_arg = pre_arg("hidden_states", 1 if profile.fused_residual else 0, bt)
+        add(f"attn_in.{i}", site(f"attn_in.{i}", attn, "pre", attn_arg, d_model))
+        add(f"attn_out.{i}", site(f"attn_out.{i}", attn, "post", post_out(bt), d_model))
         _resolve_attention(table, attn, profile, i, add, site)
 
     post_attn = getattr(layer, profile.post_attn_norm, None) if profile.post_attn_norm else None
     if post_attn is not None:
         add(
-            f"attn_out_post.{i}", site(f"attn_out_post.{i}", post_attn, "post", post_out(), d_model)
+            f"attn_out_post.{i}",
+            site(f"attn_out_post.{i}", post_attn, "post", post_out(bt), d_model),
         )
+    elif attn is not None and mult is not None:
+        # Granite adds attn_out * residual_multiplier to the stream, outside any module.
+        rw = scaled_out(mult, bt)
+        add(f"attn_out_post.{i}", site(f"attn_out_post.{i}", attn, "post", rw, d_model))
     elif attn is not None:
         add(f"attn_out_post.{i}", table.sites[f"attn_out.{i}"])
 
-    pre_mlp = getattr(layer, profile.pre_mlp_norm, None)
+    if not _is_parallel(profile, hf_config):
+        _resolve_resid_mid(profile, i, layer, add, site, d_model)
+
+    _resolve_mlp(table, profile, architecture, i, layer, add, site, d_model, mult)
+
+
+def _is_parallel(profile: Profile, hf_config: Any) -> bool:
+    """Parallel blocks per the config when it says (GPT-NeoX, Falcon), else per the profile."""
+    if hasattr(hf_config, "use_parallel_residual") and profile.parallel:
+        return bool(hf_config.use_parallel_residual)
+    if hasattr(hf_config, "parallel_attn") and profile.attn == "self_attention":
+        return bool(hf_config.parallel_attn or getattr(hf_config, "new_decoder_architecture", 0))
+    return profile.parallel
+
+
+def _resolve_resid_mid(
+    profile: Profile,
+    i: int,
+    layer: nn.Module,
+    add: Callable[..., None],
+    site: Callable[..., SiteDef],
+    d_model: int,
+) -> None:
+    bt = profile.batched
+    if profile.resid_mid_at_mlp:
+        # OLMo-2 feeds the stream itself to the MLP; the layer keeps its own copy as the
+        # residual, so a write there would not reach it: read only.
+        mlp = next((m for n in profile.mlps if (m := getattr(layer, n, None)) is not None), None)
+        if mlp is not None:
+            rw = pre_arg("hidden_states", 0, bt)
+            add(f"resid_mid.{i}", site(f"resid_mid.{i}", mlp, "pre", rw, d_model), writable=False)
+        return
+    pre_mlp = getattr(layer, profile.pre_mlp_norm, None) if profile.pre_mlp_norm else None
     if pre_mlp is not None:
-        rw = pre_sum("x", 0, "residual", 1) if profile.fused_residual else pre_arg("x", 0)
+        rw = pre_sum("x", 0, "residual", 1) if profile.fused_residual else pre_arg("x", 0, bt)
         # Unfused layers keep their own copy of the residual: a write to the norm's input
         # would not reach it, so resid_mid is read only there.
         s = site(f"resid_mid.{i}", pre_mlp, "pre", rw, d_model)
         add(f"resid_mid.{i}", s, writable=profile.fused_residual)
 
+
+def _resolve_mlp(
+    table: PointTable,
+    profile: Profile,
+    architecture: str,
+    i: int,
+    layer: nn.Module,
+    add: Callable[..., None],
+    site: Callable[..., SiteDef],
+    d_model: int,
+    mult: float | None,
+) -> None:
+    bt = profile.batched
     mlp = next((m for n in profile.mlps if (m := getattr(layer, n, None)) is not None), None)
-    if mlp is not None:
-        add(f"mlp_in.{i}", site(f"mlp_in.{i}", mlp, "pre", pre_arg("hidden_states", 0), d_model))
-        add(f"mlp_out.{i}", site(f"mlp_out.{i}", mlp, "post", post_out(), d_model))
-        down = getattr(mlp, profile.down, None)
+    first = last = None
+    if profile.block_mlp is not None:
+        # OPT keeps fc1 / fc2 on the decoder layer: mlp_in is fc1's input, mlp_out fc2's output.
+        first, last = (getattr(layer, n, None) for n in profile.block_mlp)
+    if mlp is not None or (first is not None and last is not None):
+        src_in, src_out = (mlp, mlp) if mlp is not None else (first, last)
+        name_in = "hidden_states" if mlp is not None else "input_"
+        rw_in = pre_arg(name_in, 0, bt)
+        add(f"mlp_in.{i}", site(f"mlp_in.{i}", src_in, "pre", rw_in, d_model))
+        add(f"mlp_out.{i}", site(f"mlp_out.{i}", src_out, "post", post_out(bt), d_model))
+        down = getattr(mlp, profile.down, None) if mlp is not None else last
         if down is not None:
             width = int(
                 getattr(down, "input_size_per_partition", 0) or getattr(down, "input_size", 0)
             )
-            add(f"mlp_act.{i}", site(f"mlp_act.{i}", down, "pre", pre_arg("input_", 0), width))
+            rw = pre_arg("input_", 0, bt)
+            add(f"mlp_act.{i}", site(f"mlp_act.{i}", down, "pre", rw, width))
         else:
             table.refused[f"mlp_act.{i}"] = (
                 "unreachable on vLLM: the experts of this sparse layer run in one fused MoE "
                 "kernel, so no down-projection input exists; use backend='eager'"
             )
-        router = getattr(mlp, profile.router, None)
+        router = getattr(mlp, profile.router, None) if mlp is not None else None
         experts = getattr(mlp, "experts", None)
         if router is not None and experts is not None:
             n_exp = int(
@@ -409,8 +295,13 @@ def _resolve_layer(
 
     post_mlp = getattr(layer, profile.post_mlp_norm, None) if profile.post_mlp_norm else None
     if post_mlp is not None:
-        add(f"mlp_out_post.{i}", site(f"mlp_out_post.{i}", post_mlp, "post", post_out(), d_model))
-    elif mlp is not None:
+        rw = post_out(bt)
+        add(f"mlp_out_post.{i}", site(f"mlp_out_post.{i}", post_mlp, "post", rw, d_model))
+    elif f"mlp_out.{i}" in table.widths and mult is not None:
+        src = table.sites[f"mlp_out.{i}"].module
+        rw = scaled_out(mult, bt)
+        add(f"mlp_out_post.{i}", site(f"mlp_out_post.{i}", src, "post", rw, d_model))
+    elif f"mlp_out.{i}" in table.widths:
         add(f"mlp_out_post.{i}", table.sites[f"mlp_out.{i}"])
 
 
@@ -432,32 +323,40 @@ def _resolve_attention(
     kv_heads = int(getattr(inner, "num_kv_heads", 0))
     head_dim = int(getattr(inner, "head_size", 0))
     q_size, kv_size = heads * head_dim, kv_heads * head_dim
+    bt = profile.batched
     qkv = getattr(attn, profile.qkv, None)
     if qkv is not None and inner is not None:
-        add(
-            f"value.{i}",
-            site(
-                f"value.{i}",
-                qkv,
-                "post",
-                column_slice(q_size + kv_size, q_size + 2 * kv_size),
-                kv_size,
-            ),
-        )
+        if profile.value_per_head and heads == kv_heads:
+            # HF GPT-NeoX lays the fused output out as [q, k, v] per head (vLLM's Transformers
+            # backend keeps HF's weights), as eager's value selector does.
+            rw = head_slice(heads, 3, 2, head_dim, bt)
+        else:
+            rw = column_slice(q_size + kv_size, q_size + 2 * kv_size, bt)
+        add(f"value.{i}", site(f"value.{i}", qkv, "post", rw, kv_size))
     o_proj = getattr(attn, profile.o_proj, None)
     if o_proj is not None:
-        add(f"z.{i}", site(f"z.{i}", o_proj, "pre", pre_arg("input_", 0), q_size))
+        add(f"z.{i}", site(f"z.{i}", o_proj, "pre", pre_arg("input_", 0, bt), q_size))
     for norm_name, point, width in (("q_norm", "q", q_size), ("k_norm", "k", kv_size)):
         norm = getattr(attn, norm_name, None)
         if norm is None:
             continue
         add(
             f"{point}_norm_in.{i}",
-            site(f"{point}_norm_in.{i}", norm, "pre", pre_arg("x", 0), width),
+            site(f"{point}_norm_in.{i}", norm, "pre", pre_arg("x", 0, bt), width),
         )
-        add(f"{point}_norm_out.{i}", site(f"{point}_norm_out.{i}", norm, "post", post_out(), width))
-    if inner is not None:
+        rw = post_out(bt)
+        add(f"{point}_norm_out.{i}", site(f"{point}_norm_out.{i}", norm, "post", rw, width))
+    if inner is not None and bt:
+        for p in ("attn_scores", "attn_probs"):
+            table.refused[f"{p}.{i}"] = (
+                f"{p} is not served by hooked vLLM on {type(attn).__name__}: vLLM runs this "
+                "family through its Transformers modeling backend, which calls the attention "
+                "layer's forward directly, so no hook sees the post-RoPE q and k to recompute "
+                "it from; use backend='eager'"
+            )
+    elif inner is not None:
         impl = getattr(inner, "impl", None)
+        slopes = getattr(impl, "alibi_slopes", None)
         table.attn[i] = AttnGeom(
             heads=heads,
             kv_heads=kv_heads,
@@ -465,6 +364,7 @@ def _resolve_attention(
             scale=float(getattr(impl, "scale", head_dim**-0.5)),
             softcap=float(getattr(impl, "logits_soft_cap", 0.0) or 0.0),
             window=getattr(inner, "sliding_window", None),
+            alibi=tuple(float(x) for x in slopes) if slopes is not None else (),
         )
         table.sites[f"attn_q.{i}"] = site(f"attn_q.{i}", inner, "pre", qkv_arg(0), q_size)
         table.sites[f"attn_k.{i}"] = site(f"attn_k.{i}", inner, "pre", qkv_arg(1), kv_size)
@@ -479,10 +379,13 @@ def _refuse_rest(table: PointTable, architecture: str, tp_size: int) -> None:
         if p.vllm.service is Service.NOT_SERVED:
             table.refused[p.name] = f"{p.name} is {p.vllm.reason}"
         elif p.name not in served_names:
-            table.refused.setdefault(
-                p.name,
-                _missing(architecture, p, f"{architecture} on vLLM has no module for {p.name}"),
+            # A reason given on every layer (e.g. attention maps on the Transformers backend)
+            # is the point's reason, unless the family lacks the point altogether.
+            layer_reason = next(
+                (r for a, r in table.refused.items() if a.partition(".")[0] == p.name and r),
+                f"{architecture} on vLLM has no module for {p.name}",
             )
+            table.refused.setdefault(p.name, _missing(architecture, p, layer_reason))
         if tp_size > 1 and p.name in SHARDED_POINTS:
             table.refused[p.name] = (
                 f"{p.name} is split across heads or neurons under tensor parallelism "

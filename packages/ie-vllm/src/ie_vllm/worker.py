@@ -70,6 +70,10 @@ def attention_rows(
         scores = geom.softcap * torch.tanh(scores / geom.softcap)
     qpos = torch.arange(start, start + nq, device=q.device)[:, None]
     kpos = torch.arange(nk, device=q.device)[None, :]
+    if geom.alibi:
+        # BLOOM's scores carry slope * key position (HF's build_alibi_tensor).
+        slopes = torch.tensor(geom.alibi, device=q.device, dtype=scores.dtype)
+        scores = scores + slopes[:, None, None] * kpos.to(scores.dtype)
     visible = kpos <= qpos
     if geom.window:
         visible &= (qpos - kpos) < geom.window

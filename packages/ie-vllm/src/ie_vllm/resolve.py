@@ -102,6 +102,9 @@ class SiteDef:
     read: Reader
     write: Writer | None
     width: int
+    # "residual_pair": the hooked tensor is the sum of a `(hidden, residual)` output, which a
+    # read-only static tap can read without materializing; "tensor" otherwise.
+    kind: str = "tensor"
 
 
 @dataclass(frozen=True)
@@ -303,9 +306,14 @@ def resolve(model: nn.Module, architecture: str, hf_config: Any, tp_size: int = 
             table.writable.add(address)
 
     def site(
-        name: str, module: nn.Module, hook: str, rw: tuple[Reader, Writer | None], width: int
+        name: str,
+        module: nn.Module,
+        hook: str,
+        rw: tuple[Reader, Writer | None],
+        width: int,
+        kind: str = "tensor",
     ) -> SiteDef:
-        return SiteDef(name, module, hook, rw[0], rw[1], width)
+        return SiteDef(name, module, hook, rw[0], rw[1], width, kind)
 
     # Trunk points.
     embed = get_module(model, profile.embed)
@@ -341,11 +349,13 @@ def _resolve_layer(
     if profile.fused_residual:
         rs_pre = pre_sum("hidden_states", profile.hidden_arg, "residual", profile.hidden_arg + 1)
         rs_post = post_sum()
+        post_kind = "residual_pair"
     else:
         rs_pre = pre_arg("hidden_states", profile.hidden_arg)
         rs_post = post_out()
+        post_kind = "tensor"
     add(f"resid_pre.{i}", site(f"resid_pre.{i}", layer, "pre", rs_pre, d_model))
-    add(f"resid_post.{i}", site(f"resid_post.{i}", layer, "post", rs_post, d_model))
+    add(f"resid_post.{i}", site(f"resid_post.{i}", layer, "post", rs_post, d_model, post_kind))
 
     attn = getattr(layer, profile.attn, None)
     if attn is not None:

@@ -104,3 +104,29 @@ def test_budget_fits_rows_or_refuses_with_numbers() -> None:
 def test_enforce_eager_is_refused_before_any_engine_starts() -> None:
     with pytest.raises(UnsupportedOperationError, match="backend='vllm'"):
         load("ie-synthetic/llama", enforce_eager=True)
+
+
+def test_site_plan_shares_sites_and_maps_attention_maps_to_q_and_k() -> None:
+    from ie_static.sites import plan_sites
+    from ie_vllm.resolve import PointTable, SiteDef
+    from torch import nn
+
+    def site(name: str) -> SiteDef:
+        return SiteDef(name, nn.Identity(), "post", lambda a, k, o: o, None, 4)
+
+    table = PointTable(n_layers=1, d_model=4)
+    for name in ("attn_out.0", "attn_q.0", "attn_k.0", "resid_mid.0"):
+        table.sites[name] = site(name)
+    table.addresses = {"attn_out.0": "attn_out.0", "attn_out_post.0": "attn_out.0",
+                       "resid_mid.0": "resid_mid.0"}  # fmt: skip
+    table.widths = {a: 4 for a in (*table.addresses, "attn_probs.0")}
+    table.writable = {"attn_out.0", "attn_out_post.0"}
+    table.refused = {"mlp_act.0": "fused MoE"}
+    reads = ["attn_out.0", "attn_out_post.0", "attn_probs.0", "resid_mid.0", "mlp_act.0"]
+    plan = plan_sites(table, reads, ["attn_out_post.0", "resid_mid.0"], "X")
+    assert plan.reads["attn_out_post.0"] == ("attn_out.0",)  # one site, one buffer
+    assert plan.reads["attn_probs.0"] == ("attn_q.0", "attn_k.0")
+    assert plan.read_site_names() == ("attn_out.0", "attn_q.0", "attn_k.0", "resid_mid.0")
+    assert plan.writes == {"attn_out_post.0": "attn_out.0"}
+    assert plan.refused["mlp_act.0"] == "fused MoE"
+    assert "read only" in plan.refused["resid_mid.0"]

@@ -261,7 +261,8 @@ class StaticModel(VLLMModel):
             layers = [int(a.split(".")[1]) for a in self.reads if a.startswith("attn_probs.")]
             if not layers:
                 raise PointUnavailableError(
-                    "this vllm-static engine declared no attn_probs sites; "
+                    "capture_attention reads attn_probs, and this vllm-static engine declared "
+                    "no attn_probs sites; "
                     f"{self._reload_hint('attn_probs', False)}"
                 )
         return await super().capture_attention(tokens, layers)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 from ie_core.errors import LayerOutOfRangeError, PointUnavailableError, UnsupportedOperationError
-from ie_static.backend import declared_sets, describe, load
+from ie_core.families import get_family
+from ie_core.points import POINTS, Service
+from ie_static.backend import load
+from ie_static.declared import TAPPABLE, declared_sets, describe, unresolved
 from ie_static.memory import MIN_ROWS, BufferBudgetError, plan_buffers
 from ie_static.tables import TableShape, table_bytes
 
@@ -12,27 +15,53 @@ SHAPE = TableShape(slots=16, ops=4, masks=4, positions=2048)
 
 
 def test_auto_reads_every_resid_post_and_writes_the_same() -> None:
-    reads, writes = declared_sets("auto", "auto", 3)
-    assert reads == ("resid_post.0", "resid_post.1", "resid_post.2")
-    assert writes == reads
+    d = declared_sets("auto", "auto", 3)
+    assert d.reads == ("resid_post.0", "resid_post.1", "resid_post.2")
+    assert d.writes == d.reads
 
 
 def test_explicit_lists_bare_names_and_narrowed_writes() -> None:
-    reads, writes = declared_sets(["resid_pre", "attn_out.1"], ["attn_out.1"], 2)
-    assert reads == ("resid_pre.0", "resid_pre.1", "attn_out.1")
-    assert writes == ("attn_out.1",)
-    assert declared_sets("auto", [], 2)[1] == ()
+    d = declared_sets(["resid_pre", "attn_out.1"], ["attn_out.1"], 2)
+    assert d.reads == ("resid_pre.0", "resid_pre.1", "attn_out.1")
+    assert d.writes == ("attn_out.1",)
+    assert d.named_reads == {"attn_out.1"}  # bare names expand and keep what the model has
+    assert declared_sets("auto", [], 2).writes == ()
+
+
+def test_tappable_set_comes_from_the_registry() -> None:
+    hooked = {
+        p.name for p in POINTS if p.vllm.service is Service.HOOK and p.requires != "multi_stream"
+    }
+    assert hooked <= set(TAPPABLE)
+    assert {"attn_scores", "attn_probs"} <= set(TAPPABLE)  # recomputed from tapped q and k
+    assert not {"mlp_pre", "lm_head", "expert_indices", "resid_streams"} & set(TAPPABLE)
+
+
+def test_all_follows_the_family_and_auto_writes_skip_capture_points() -> None:
+    d = declared_sets("all", "auto", 2, get_family("mixtral"))
+    names = {a.split(".")[0] for a in d.reads}
+    assert {"router_logits", "z", "value", "attn_probs", "embeddings", "final_norm"} <= names
+    assert "q_norm_in" not in names  # Mixtral has no QK-norm
+    assert "router_logits.1" in d.reads and "router_logits.1" not in d.writes
+    assert "attn_probs.0" not in d.writes and "z.1" in d.writes
+    assert "mlp_act" not in names  # the family registry: sparse-only MLPs have no dense mlp_act
+    assert not d.named_reads
+    info = {"reads": ["z.1"], "writes": [], "refused": {"z.1": "why"}}
+    named = declared_sets(["z.1", "embeddings"], ["z.1"], 2)
+    assert unresolved(named, info) == {"embeddings": "not tapped", "z.1": "why"}
 
 
 @pytest.mark.parametrize(
     ("points", "writes", "error", "match"),
     [
-        (["mlp_act.0"], "auto", PointUnavailableError, "taps only resid_pre"),
+        (["mlp_pre.0"], "auto", PointUnavailableError, "fuses gate and up"),
+        (["lm_head"], "auto", PointUnavailableError, "does not serve lm_head"),
+        (["router_logits.0"], ["router_logits.0"], PointUnavailableError, "capture-only"),
         (["resid_post.9"], "auto", LayerOutOfRangeError, "out of range"),
         (["resid_post.0"], ["resid_post.1"], ValueError, "not among static_points"),
-        ("resid_post", "auto", ValueError, "'auto' or a list"),
+        ("resid_post", "auto", ValueError, "'auto', 'all' or a list"),
         ([], "auto", ValueError, "empty"),
-        (["embeddings"], "auto", PointUnavailableError, "taps only"),
+        (["path.model.norm"], "auto", PointUnavailableError, "raw module path"),
     ],
 )
 def test_bad_declarations_are_refused(points, writes, error, match) -> None:
@@ -43,30 +72,31 @@ def test_bad_declarations_are_refused(points, writes, error, match) -> None:
 def test_describe_summarizes_ranges() -> None:
     assert describe([f"resid_post.{i}" for i in range(30)]) == "resid_post at layers 0..29"
     assert describe(["attn_out.1", "attn_out.5"]) == "attn_out at layers 1, 5"
+    assert describe(["embeddings", "z.0"]) == "embeddings; z at layers 0"
 
 
 def test_budget_fits_rows_or_refuses_with_numbers() -> None:
     per_row = 30 * 576 * 4
     tables = 30 * table_bytes(SHAPE, 576) + 16 * 4 * 2048
     plan = plan_buffers(
-        n_reads=30, n_writes=30, width=576, dtype_bytes=4, shape=SHAPE,
+        read_widths=[576] * 30, write_widths=[576] * 30, dtype_bytes=4, shape=SHAPE,
         budget_bytes=2**30, requested_rows=None, default_rows=2048,
     )  # fmt: skip
     assert plan.rows == 2048 and plan.read_bytes == 2048 * per_row
     assert plan.table_bytes == tables
     small = plan_buffers(
-        n_reads=30, n_writes=30, width=576, dtype_bytes=4, shape=SHAPE,
+        read_widths=[576] * 30, write_widths=[576] * 30, dtype_bytes=4, shape=SHAPE,
         budget_bytes=tables + 500 * per_row, requested_rows=None, default_rows=2048,
     )  # fmt: skip
     assert small.rows == 500  # the default shrinks to what fits
     with pytest.raises(BufferBudgetError, match=r"lower max_num_batched_tokens to 500"):
         plan_buffers(
-            n_reads=30, n_writes=30, width=576, dtype_bytes=4, shape=SHAPE,
+            read_widths=[576] * 30, write_widths=[576] * 30, dtype_bytes=4, shape=SHAPE,
             budget_bytes=tables + 500 * per_row, requested_rows=1024, default_rows=2048,
         )  # fmt: skip
     with pytest.raises(BufferBudgetError, match=f"fewer than the {MIN_ROWS}"):
         plan_buffers(
-            n_reads=30, n_writes=30, width=576, dtype_bytes=4, shape=SHAPE,
+            read_widths=[576] * 30, write_widths=[576] * 30, dtype_bytes=4, shape=SHAPE,
             budget_bytes=tables + 100 * per_row, requested_rows=None, default_rows=2048,
         )  # fmt: skip
 
@@ -74,3 +104,29 @@ def test_budget_fits_rows_or_refuses_with_numbers() -> None:
 def test_enforce_eager_is_refused_before_any_engine_starts() -> None:
     with pytest.raises(UnsupportedOperationError, match="backend='vllm'"):
         load("ie-synthetic/llama", enforce_eager=True)
+
+
+def test_site_plan_shares_sites_and_maps_attention_maps_to_q_and_k() -> None:
+    from ie_static.sites import plan_sites
+    from ie_vllm.resolve import PointTable, SiteDef
+    from torch import nn
+
+    def site(name: str) -> SiteDef:
+        return SiteDef(name, nn.Identity(), "post", lambda a, k, o: o, None, 4)
+
+    table = PointTable(n_layers=1, d_model=4)
+    for name in ("attn_out.0", "attn_q.0", "attn_k.0", "resid_mid.0"):
+        table.sites[name] = site(name)
+    table.addresses = {"attn_out.0": "attn_out.0", "attn_out_post.0": "attn_out.0",
+                       "resid_mid.0": "resid_mid.0"}  # fmt: skip
+    table.widths = {a: 4 for a in (*table.addresses, "attn_probs.0")}
+    table.writable = {"attn_out.0", "attn_out_post.0"}
+    table.refused = {"mlp_act.0": "fused MoE"}
+    reads = ["attn_out.0", "attn_out_post.0", "attn_probs.0", "resid_mid.0", "mlp_act.0"]
+    plan = plan_sites(table, reads, ["attn_out_post.0", "resid_mid.0"], "X")
+    assert plan.reads["attn_out_post.0"] == ("attn_out.0",)  # one site, one buffer
+    assert plan.reads["attn_probs.0"] == ("attn_q.0", "attn_k.0")
+    assert plan.read_site_names() == ("attn_out.0", "attn_q.0", "attn_k.0", "resid_mid.0")
+    assert plan.writes == {"attn_out_post.0": "attn_out.0"}
+    assert plan.refused["mlp_act.0"] == "fused MoE"
+    assert "read only" in plan.refused["resid_mid.0"]

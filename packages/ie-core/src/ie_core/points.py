@@ -113,11 +113,19 @@ _TAP = Serving(Service.STATIC_TAP)
 _RECOMPUTE_ATTN = Serving(
     Service.RECOMPUTE, "recomputed in the worker from captured post-RoPE q and k"
 )
-_STATIC_NO = Serving(
-    Service.NOT_SERVED,
-    "vllm-static taps only resid_pre, resid_post, attn_out and mlp_out; "
-    "use backend='vllm' for this point",
+_STATIC_RECOMPUTE_ATTN = Serving(
+    Service.RECOMPUTE, "recomputed in the worker from tapped post-RoPE q and k"
 )
+_STATIC_MULTI = Serving(
+    Service.NOT_SERVED, "vllm-static does not tap multi-stream trunks yet; use backend='vllm'"
+)
+
+
+def _static_from(vllm: Serving, requires: str | None) -> Serving:
+    """vllm-static taps the hooked backend's sites, so it serves what hooked vLLM serves."""
+    if requires == "multi_stream":
+        return _STATIC_MULTI
+    return _TAP if vllm.service is Service.HOOK else vllm
 
 
 def _fused(why: str) -> Serving:
@@ -133,11 +141,12 @@ def _p(
     *,
     requires: str | None = None,
     vllm: Serving = _HOOK,
-    static: Serving = _STATIC_NO,
+    static: Serving | None = None,
     tl: str | None = None,
     nnsight: str | None = None,
     nnterp: str | None = None,
 ) -> Point:
+    static = static or _static_from(vllm, requires)
     return Point(
         name, scope, width, role, definition, requires, vllm, static, PeerNames(tl, nnsight, nnterp)
     )
@@ -167,9 +176,10 @@ POINTS: tuple[Point, ...] = (
        tl="blocks.{L}.attn.hook_v", nnsight="model.layers[{L}].self_attn.v_proj.output"),
     _p("attn_scores", L, Width.HQK, CAP,
        "Pre-softmax attention scores per head: q.k scaled, softcapped where the family does, plus the additive mask (masked = dtype min). Sink families (gpt-oss, DeepSeek-V4): without the sink column, restored from the family's max-shifted softmax input by adding back the shift.",
-       vllm=_RECOMPUTE_ATTN, tl="blocks.{L}.attn.hook_attn_scores"),
+       vllm=_RECOMPUTE_ATTN, static=_STATIC_RECOMPUTE_ATTN, tl="blocks.{L}.attn.hook_attn_scores"),
     _p("attn_probs", L, Width.HQK, CAP, "Attention probabilities per head (softmax of attn_scores). Sink families: softmax over [scores | sink] with the sink column dropped, so rows sum to less than 1 (what multiplies the values).",
-       vllm=_RECOMPUTE_ATTN, tl="blocks.{L}.attn.hook_pattern", nnterp="attention_probabilities[{L}]"),
+       vllm=_RECOMPUTE_ATTN, static=_STATIC_RECOMPUTE_ATTN, tl="blocks.{L}.attn.hook_pattern",
+       nnterp="attention_probabilities[{L}]"),
     _p("z", L, Width.H, RW,
        "Input of the attention output projection (o_proj): per-head mixed values, after any output gate.",
        tl="blocks.{L}.attn.hook_z", nnsight="model.layers[{L}].self_attn.o_proj.input"),

@@ -14,13 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ie_core.address import Address, AddressLike, to_address
-from ie_core.errors import (
-    LayerOutOfRangeError,
-    PointUnavailableError,
-    SteeringSpecError,
-    UnsupportedOperationError,
-)
+from ie_core.address import Address, AddressLike
+from ie_core.errors import PointUnavailableError, SteeringSpecError, UnsupportedOperationError
 from ie_core.families import Trait, family_for_architecture
 from ie_core.models import resolve_model_path
 from ie_core.points import get_point
@@ -32,11 +27,10 @@ from ie_vllm.engine import Engine, on_cpu
 from ie_vllm.registry import SteerSpec
 
 from ie_static.config import CONFIG_KEY, StaticConfig
-from ie_static.memory import GIB, plan_buffers
+from ie_static.declared import BACKEND, declared_sets, describe, unresolved
+from ie_static.memory import GIB, estimated_width, plan_buffers
 from ie_static.tables import TableShape
 
-BACKEND = "vllm-static"
-TAPPABLE = ("resid_pre", "resid_post", "attn_out", "mlp_out")
 CPU_WORKER = "ie_static.worker_cpu.StaticCPUWorker"
 GPU_WORKER = "ie_static.worker_gpu.StaticGPUWorker"
 DEFAULT_ROWS_CPU = 2048
@@ -47,84 +41,6 @@ SELF_TEST_PROMPT = "The capital of France is"
 
 class SelfTestError(RuntimeError):
     """The warm-up self-test failed; the engine is shut down rather than serve wrong numbers."""
-
-
-# --- declared sets ---------------------------------------------------------------------------
-
-
-def expand_points(spec: Any, n_layers: int, label: str) -> tuple[str, ...]:
-    """A list of addresses or bare per-layer point names (= every layer) -> address strings."""
-    if isinstance(spec, str):
-        raise ValueError(f"{label} must be 'auto' or a list of addresses, got {spec!r}")
-    out: list[str] = []
-    for item in spec:
-        if isinstance(item, str) and "." not in item:
-            point = get_point(item)
-            if not point.per_layer:
-                raise PointUnavailableError(f"{label}: vllm-static taps only {', '.join(TAPPABLE)}")
-            out.extend(f"{item}.{i}" for i in range(n_layers))
-            continue
-        address = to_address(item, check=True)
-        if address.name not in TAPPABLE:
-            raise PointUnavailableError(
-                f"{label}: vllm-static taps only {', '.join(TAPPABLE)}, not {address.name}; "
-                f"use backend='vllm' for {address}"
-            )
-        if address.stream is not None:
-            raise PointUnavailableError(
-                f"{label}: {address} has a stream; this model has one stream"
-            )
-        if address.layer is not None and address.layer >= n_layers:
-            raise LayerOutOfRangeError(
-                f"{label}: layer {address.layer} in {address} is out of range: the model has "
-                f"{n_layers} layers (0..{n_layers - 1})",
-                str(address),
-            )
-        out.append(str(address))
-    for name in {a.split(".")[0] for a in out}:
-        if name not in TAPPABLE:
-            raise PointUnavailableError(f"{label}: vllm-static taps only {', '.join(TAPPABLE)}")
-    return tuple(dict.fromkeys(out))
-
-
-def declared_sets(
-    static_points: Any, static_writes: Any, n_layers: int
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    reads = (
-        tuple(f"resid_post.{i}" for i in range(n_layers))
-        if static_points == "auto"
-        else expand_points(static_points, n_layers, "static_points")
-    )
-    if not reads:
-        raise ValueError("static_points is empty; declare at least one site (or 'auto')")
-    if static_writes == "auto":
-        return reads, reads
-    writes = expand_points(static_writes, n_layers, "static_writes")
-    outside = [w for w in writes if w not in reads]
-    if outside:
-        raise ValueError(
-            f"static_writes {outside} are not among static_points; a write site must also be "
-            "declared in static_points"
-        )
-    return reads, writes
-
-
-def describe(addresses: Sequence[str]) -> str:
-    """`resid_post at layers 0..29` style summary of a declared set."""
-    if not addresses:
-        return "nothing"
-    by_point: dict[str, list[int]] = {}
-    for a in addresses:
-        name, _, layer = a.partition(".")
-        by_point.setdefault(name, []).append(int(layer))
-    parts = []
-    for name, layers in by_point.items():
-        layers = sorted(layers)
-        if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 2:
-            parts.append(f"{name} at layers {layers[0]}..{layers[-1]}")
-        else:
-            parts.append(f"{name} at layers {', '.join(map(str, layers))}")
-    return "; ".join(parts)
 
 
 # --- the engine adapter ------------------------------------------------------------------------
@@ -202,8 +118,11 @@ class StaticModel(VLLMModel):
         super().__init__(_StaticEngine(engine, config.slots), info, tokenizer, model_id, BACKEND)  # type: ignore[arg-type]
         self.config = config
         self.static_info = static_info
-        self._reads = frozenset(config.reads)
-        self._writable = set(config.writes)
+        # What the worker installed: the declared set less what this model lacks.
+        self.reads: tuple[str, ...] = tuple(static_info["reads"])
+        self.writes: tuple[str, ...] = tuple(static_info["writes"])
+        self._reads = frozenset(self.reads)
+        self._writable = set(self.writes)
 
     @classmethod
     async def create_static(
@@ -238,17 +157,16 @@ class StaticModel(VLLMModel):
                 "resid_streams yet; use backend='vllm'"
             )
         n_layers = int(getattr(text, "num_hidden_layers", 0) or getattr(text, "n_layer", 0))
-        width = int(getattr(text, "hidden_size", 0) or getattr(text, "n_embd", 0))
-        reads, writes = declared_sets(static_points, static_writes, n_layers)
+        declared = declared_sets(static_points, static_writes, n_layers, family)
+        reads, writes = declared.reads, declared.writes
         config = StaticConfig(reads, writes, static_slots, static_max_ops, static_masks)
         cpu = on_cpu()
         dtype_bytes = _dtype_bytes(kw.get("dtype"), hf, cpu)
         max_len = int(kw.get("max_model_len") or getattr(text, "max_position_embeddings", 2048))
         shape = TableShape(static_slots, static_max_ops, static_masks, max_len)
         plan = plan_buffers(
-            n_reads=len(reads),
-            n_writes=len(writes),
-            width=width,
+            read_widths=[estimated_width(a.split(".")[0], text) for a in reads],
+            write_widths=[estimated_width(a.split(".")[0], text) for a in writes],
             dtype_bytes=dtype_bytes,
             shape=shape,
             budget_bytes=int(static_buffer_gib * GIB),
@@ -270,6 +188,7 @@ class StaticModel(VLLMModel):
             info = (await engine.rpc("ie_setup", False))[0]
             static_info = (await engine.rpc("ie_static_setup"))[0]
             static_info["planned_bytes"] = plan.total
+            _refuse_unresolved(declared, static_info, architecture)
             tokenizer = AutoTokenizer.from_pretrained(source)
             model = cls(engine, info, tokenizer, model_id, config, static_info)
             if self_test:
@@ -282,7 +201,7 @@ class StaticModel(VLLMModel):
     # --- declared sets ---------------------------------------------------------------------
 
     def points(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(a.split(".")[0] for a in self.config.reads))
+        return tuple(dict.fromkeys(a.split(".")[0] for a in self.reads))
 
     def _reload_hint(self, address: str, writes: bool) -> str:
         key = "static_writes" if writes else "static_points"
@@ -293,15 +212,10 @@ class StaticModel(VLLMModel):
 
     def _check(self, address: AddressLike) -> str:
         text = super()._check(address)
-        if text.split(".")[0] not in TAPPABLE:
-            raise PointUnavailableError(
-                f"{text} is unavailable on backend {BACKEND!r}: vllm-static taps only "
-                f"{', '.join(TAPPABLE)}; use backend='vllm' for this point"
-            )
         if text not in self._reads:
             raise PointUnavailableError(
                 f"{text} is not a declared site of this vllm-static engine, which taps "
-                f"{describe(self.config.reads)}; {self._reload_hint(text, False)}"
+                f"{describe(self.reads)}; {self._reload_hint(text, False)}"
             )
         return text
 
@@ -310,7 +224,7 @@ class StaticModel(VLLMModel):
         if not point.writable:
             return f"{point.name} is a capture-only point"
         return (
-            f"this engine writes only at {describe(self.config.writes)}; "
+            f"this engine writes only at {describe(self.writes)}; "
             f"{self._reload_hint(address, True)}"
         )
 
@@ -336,17 +250,23 @@ class StaticModel(VLLMModel):
         return specs
 
     async def capture_attention(self, tokens: Any, layers: Sequence[int] | None = None) -> Any:
-        raise PointUnavailableError(
-            "attention probabilities are recomputed from q and k, which vllm-static does not tap; "
-            "use backend='vllm' or backend='eager' for capture_attention"
-        )
+        """Attention probabilities at declared `attn_probs` layers (recomputed from q and k)."""
+        if layers is None:
+            layers = [int(a.split(".")[1]) for a in self.reads if a.startswith("attn_probs.")]
+            if not layers:
+                raise PointUnavailableError(
+                    "capture_attention reads attn_probs, and this vllm-static engine declared "
+                    "no attn_probs sites; "
+                    f"{self._reload_hint('attn_probs', False)}"
+                )
+        return await super().capture_attention(tokens, layers)
 
     # --- self-test -------------------------------------------------------------------------
 
     async def self_test(self) -> dict[str, Any]:
         """A read site is finite and non-zero; a sentinel write changes the greedy output."""
         ids = self.to_tokens(SELF_TEST_PROMPT)
-        first = self.config.reads[0]
+        first = next(a for a in self.reads if not a.startswith(("attn_scores", "attn_probs")))
         cache = await self.capture(ids, [first])
         rows = cache[first].float()
         if not torch.isfinite(rows).all() or not rows.abs().sum() > 0:
@@ -356,8 +276,8 @@ class StaticModel(VLLMModel):
                 "Use backend='vllm' and report the vLLM version"
             )
         result: dict[str, Any] = {"read_site": first, "read_norm": float(rows.norm())}
-        if self.config.writes:
-            site = self.config.writes[len(self.config.writes) // 2]
+        if self.writes:
+            site = self.writes[len(self.writes) // 2]
             sp = SamplingParams(max_new_tokens=4, stop_at_eos=False)
             base = await self.generate(ids, sp)
             scale = 50.0 * float(
@@ -375,6 +295,23 @@ class StaticModel(VLLMModel):
                 )
             result |= {"write_site": site, "base": base.token_ids, "steered": steered.token_ids}
         return result
+
+
+def _refuse_unresolved(declared: Any, info: dict[str, Any], architecture: str) -> None:
+    """Singly named sites the loaded model lacks are refused (before any request runs)."""
+    missing = unresolved(declared, info)
+    if missing:
+        lines = "; ".join(f"{a}: {why}" for a, why in missing.items())
+        raise PointUnavailableError(
+            f"vllm-static cannot tap these declared sites on {architecture}: {lines}; "
+            "declare only sites this model has (bare point names and 'all' keep what it has), "
+            "or use backend='vllm'"
+        )
+    if not info["reads"]:
+        raise PointUnavailableError(
+            f"none of the declared static_points exist on {architecture}; "
+            f"refused: {info.get('refused', {})}"
+        )
 
 
 def _dtype_bytes(dtype: Any, hf: Any, cpu: bool) -> int:

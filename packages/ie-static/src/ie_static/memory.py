@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from ie_core.points import Width, get_point
 
 from ie_static.tables import TableShape, table_bytes
 
@@ -31,11 +35,38 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
+def _cfg(config: Any, *names: str) -> int:
+    for name in names:
+        value = getattr(config, name, None)
+        if value:
+            return int(value)
+    return 0
+
+
+def estimated_width(name: str, config: Any) -> int:
+    """Row width of a point's read buffers on this HF text config, before the model loads.
+
+    Attention maps are recomputed from tapped q and k, so they need both of those buffers.
+    """
+    d = _cfg(config, "hidden_size", "n_embd")
+    heads = _cfg(config, "num_attention_heads", "n_head") or 1
+    head_dim = _cfg(config, "head_dim") or d // heads
+    kv = (_cfg(config, "num_key_value_heads") or heads) * head_dim
+    widths = {
+        Width.D: d,
+        Width.H: heads * head_dim,
+        Width.KV: kv,
+        Width.N: _cfg(config, "intermediate_size", "n_inner") or 4 * d,
+        Width.E: _cfg(config, "num_local_experts", "num_experts", "n_routed_experts"),
+        Width.HQK: heads * head_dim + kv,
+    }
+    return widths.get(get_point(name).width, d)
+
+
 def plan_buffers(
     *,
-    n_reads: int,
-    n_writes: int,
-    width: int,
+    read_widths: Sequence[int],
+    write_widths: Sequence[int],
     dtype_bytes: int,
     shape: TableShape,
     budget_bytes: int,
@@ -46,8 +77,10 @@ def plan_buffers(
 
     A requested row count is kept or refused; otherwise the default shrinks to what fits.
     """
-    per_row = n_reads * width * dtype_bytes
-    tables = n_writes * table_bytes(shape, width) + shape.slots * shape.masks * shape.positions
+    n_reads = len(read_widths)
+    per_row = sum(read_widths) * dtype_bytes
+    tables = sum(table_bytes(shape, w) for w in write_widths)
+    tables += shape.slots * shape.masks * shape.positions
     room = budget_bytes - tables
     fit = room // per_row if per_row else default_rows
     if requested_rows is not None:
@@ -55,7 +88,7 @@ def plan_buffers(
         if need > budget_bytes:
             raise BufferBudgetError(
                 f"vllm-static buffers need {_mib(need)} ({n_reads} read sites x {requested_rows} "
-                f"rows x {width} x {dtype_bytes} B + {_mib(tables)} of steering tables) but the "
+                f"rows, {_mib(per_row)} per row, + {_mib(tables)} of steering tables) but the "
                 f"budget is {_mib(budget_bytes)}; lower max_num_batched_tokens to {max(fit, 0)} "
                 "or less, declare fewer static_points, or raise static_buffer_gib"
             )
@@ -64,7 +97,7 @@ def plan_buffers(
         rows = min(default_rows, fit)
         if rows < MIN_ROWS:
             raise BufferBudgetError(
-                f"vllm-static buffers for {n_reads} read sites of width {width} fit only {max(fit, 0)} "
+                f"vllm-static buffers for {n_reads} read sites fit only {max(fit, 0)} "
                 f"rows in {_mib(budget_bytes)} ({_mib(per_row)} per row, {_mib(tables)} of tables), "
                 f"fewer than the {MIN_ROWS} a step needs; declare fewer static_points or raise "
                 "static_buffer_gib"

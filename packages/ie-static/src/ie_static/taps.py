@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ie_core.address import Address
 from ie_vllm.resolve import SiteDef
 from torch import nn
 
@@ -33,20 +32,19 @@ class StepInputs:
 
 @dataclass
 class Site:
-    """One tapped address: a read buffer, a write table, or both, on one resolved hook site."""
+    """One tapped hook site (ie-vllm's site name): a read buffer, a write table, or both."""
 
-    address: Address
+    name: str
     where: SiteDef
     step: StepInputs
     buf: torch.Tensor | None = None
     table: WriteTable | None = None
     # A read-only `(hidden, residual)` output: the sum is read without materializing it. Decided
-    # here, not in `forward`, so Dynamo only sees a constant.
+    # here from the site's declared kind, not in `forward`, so Dynamo only sees a constant.
     sum_only: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
-        reader = getattr(self.where.read, "__qualname__", "")
-        self.sum_only = self.table is None and reader.startswith("post_sum.")
+        self.sum_only = self.table is None and self.where.kind == "residual_pair"
 
     def tap(self, x: torch.Tensor) -> torch.Tensor:
         """Write then read `x` (captures are post-intervention)."""
@@ -100,15 +98,15 @@ def _swap_class(module: nn.Module) -> None:
 
 @dataclass
 class ModelTaps:
-    """Everything installed on one model: sites by address, and the shared step inputs."""
+    """Everything installed on one model: sites by site name, and the shared step inputs."""
 
     step: StepInputs
-    sites: dict[Address, Site] = field(default_factory=dict)
+    sites: dict[str, Site] = field(default_factory=dict)
 
-    def read_sites(self) -> dict[Address, Site]:
+    def read_sites(self) -> dict[str, Site]:
         return {a: s for a, s in self.sites.items() if s.buf is not None}
 
-    def write_sites(self) -> dict[Address, Site]:
+    def write_sites(self) -> dict[str, Site]:
         return {a: s for a, s in self.sites.items() if s.table is not None}
 
 
@@ -120,7 +118,7 @@ def install(sites: Iterable[Site], step: StepInputs) -> ModelTaps:
         module = site.where.module
         _, taps = per_module.setdefault(id(module), (module, ModuleTaps()))
         (taps.pre if site.where.hook == "pre" else taps.post).append(site)
-        installed.sites[site.address] = site
+        installed.sites[site.name] = site
     for module, taps in per_module.values():
         module._ie_static_taps = taps  # type: ignore[assignment]
         _swap_class(module)

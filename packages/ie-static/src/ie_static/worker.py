@@ -13,28 +13,30 @@ from typing import Any
 
 import numpy as np
 import torch
-from ie_core.address import Address, to_address
 from ie_core.steering import SteeringOp
 from ie_vllm import payload
 from ie_vllm.layout import BatchLayout, record_layout
 from ie_vllm.registry import RequestSpec, Rows
 from ie_vllm.resolve import PointTable, resolve
+from ie_vllm.worker import ATTN_POINTS, attention_rows
 
 from ie_static import ops
 from ie_static.config import CONFIG_KEY, StaticConfig
+from ie_static.sites import SitePlan, plan_sites
 from ie_static.tables import TableShape, WriteTable
 from ie_static.taps import ModelTaps, Site, StepInputs, install
 
 
 @dataclass
 class StaticEntry:
-    """A registered request: its slot (-1 = unsteered), what it captures, its captured rows."""
+    """A registered request: its slot (-1 = unsteered), what it captures, its rows per site."""
 
     spec: RequestSpec
     slot: int
-    captures: tuple[Address, ...]
-    write_sites: tuple[Address, ...]
-    rows: dict[Address, Rows] = field(default_factory=dict)
+    captures: tuple[str, ...]  # addresses
+    sites: frozenset[str]  # the read sites those addresses need
+    write_sites: tuple[str, ...]
+    rows: dict[str, Rows] = field(default_factory=dict)  # site name -> rows
 
 
 @dataclass
@@ -44,6 +46,7 @@ class StaticState:
     shape: TableShape
     rows: int
     table: PointTable
+    plan: SitePlan
     entries: dict[str, StaticEntry] = field(default_factory=dict)
     host_slots: np.ndarray | None = None
     steered_last_step: bool = False
@@ -87,8 +90,10 @@ class StaticWorkerMixin:
         table_bytes = sum(s.table.nbytes() for s in writes.values())  # type: ignore[union-attr]
         step = state.taps.step
         return {
-            "reads": [str(a) for a in reads],
-            "writes": [str(a) for a in writes],
+            "reads": list(state.plan.reads),
+            "writes": list(state.plan.writes),
+            "refused": dict(state.plan.refused),
+            "read_sites": len(reads),
             "rows": state.rows,
             "buffer_bytes": buf_bytes,
             "table_bytes": table_bytes + step.masks.numel() + step.row_slot.numel() * 4,
@@ -106,8 +111,8 @@ class StaticWorkerMixin:
             if spec.key in state.entries:
                 raise ValueError(f"request key {spec.key!r} is already registered")
             writes = _fill_slot(state, spec, slot) if spec.steering else ()
-            captures = tuple(to_address(a) for a in spec.captures)
-            state.entries[spec.key] = StaticEntry(spec, slot, captures, writes)
+            sites = frozenset(s for a in spec.captures for s in state.plan.reads.get(a, ()))
+            state.entries[spec.key] = StaticEntry(spec, slot, spec.captures, sites, writes)
         return len(state.entries)
 
     def ie_static_collect(
@@ -117,10 +122,7 @@ class StaticWorkerMixin:
         entry = state.entries.get(key)
         out: dict[str, torch.Tensor] = {}
         if entry is not None and state.capture_rank:
-            for address in entry.captures:
-                rows = entry.rows.get(address)
-                if rows is not None:
-                    out[str(address)] = rows.gather(start, stop)
+            out = _gather(state, entry, start, stop)
         if release:
             _release(state, key)
         return payload.encode(out)
@@ -160,21 +162,18 @@ def _install(runner: Any, vllm_config: Any, config: StaticConfig) -> StaticState
             shape.slots, shape.masks, shape.positions, dtype=torch.bool, device=device
         ),
     )
+    plan = plan_sites(table, config.reads, config.writes, architecture)
+    read_names, write_names = set(plan.read_site_names()), set(plan.write_site_names())
     sites = []
-    for text_address in dict.fromkeys((*config.reads, *config.writes)):
-        address = to_address(text_address)
-        site_name = table.addresses.get(text_address)
-        if site_name is None:
-            reason = table.refused.get(text_address) or table.refused.get(address.name, "not found")
-            raise RuntimeError(f"vllm-static cannot tap {text_address} on {architecture}: {reason}")
-        where = table.sites[site_name]
+    for name in dict.fromkeys((*plan.read_site_names(), *plan.write_site_names())):
+        where = table.sites[name]
         buf = None
-        if text_address in config.reads:
+        if name in read_names:
             buf = torch.zeros(rows, where.width, dtype=dtype, device=device)
-        wt = WriteTable.empty(shape, where.width, device) if text_address in config.writes else None
-        sites.append(Site(address, where, step, buf, wt))
+        wt = WriteTable.empty(shape, where.width, device) if name in write_names else None
+        sites.append(Site(name, where, step, buf, wt))
     taps = install(sites, step)
-    state = StaticState(config, taps, shape, rows, table, capture_rank=_tp_rank() == 0)
+    state = StaticState(config, taps, shape, rows, table, plan, capture_rank=_tp_rank() == 0)
     _wrap_forward(runner, state)
     return state
 
@@ -182,12 +181,12 @@ def _install(runner: Any, vllm_config: Any, config: StaticConfig) -> StaticState
 # --- registration ------------------------------------------------------------------------------
 
 
-def _fill_slot(state: StaticState, spec: RequestSpec, slot: int) -> tuple[Address, ...]:
+def _fill_slot(state: StaticState, spec: RequestSpec, slot: int) -> tuple[str, ...]:
     """Write the request's ops into its slot at every write site, masks into its mask rows."""
     if not 0 <= slot < state.shape.slots:
         raise ValueError(f"slot {slot} is outside 0..{state.shape.slots - 1}")
     masks: list[frozenset[int]] = []
-    per_site: dict[Address, list[tuple[SteeringOp, int]]] = {}
+    per_site: dict[str, list[tuple[SteeringOp, int]]] = {}
     for s in spec.steering:
         masked = frozenset(p for p in s.masked if p < spec.prompt_len)
         mask_index = -1
@@ -195,7 +194,10 @@ def _fill_slot(state: StaticState, spec: RequestSpec, slot: int) -> tuple[Addres
             if masked not in masks:
                 masks.append(masked)
             mask_index = masks.index(masked)
-        per_site.setdefault(to_address(s.address), []).extend((op, mask_index) for op in s.ops)
+        site = state.plan.writes.get(s.address)
+        if site is None:
+            raise ValueError(f"{s.address} is not a write site of this engine")
+        per_site.setdefault(site, []).extend((op, mask_index) for op in s.ops)
     if len(masks) > state.shape.masks:
         raise ValueError(
             f"{len(masks)} distinct position masks exceed the engine's {state.shape.masks}"
@@ -262,19 +264,39 @@ def _harvest(state: StaticState, layout: BatchLayout) -> None:
     """Copy each needed buffer's rows once, then hand each request its slice."""
     if not state.capture_rank:
         return
-    wanted: dict[Address, list[tuple[Any, StaticEntry]]] = {}
+    wanted: dict[str, list[tuple[Any, StaticEntry]]] = {}
     for r in layout.keyed():
         entry = state.entries.get(r.key)  # type: ignore[arg-type]
         if entry is None:
             continue
-        for address in entry.captures:
-            wanted.setdefault(address, []).append((r, entry))
+        for name in entry.sites:
+            wanted.setdefault(name, []).append((r, entry))
     if not wanted:
         return
     reads = state.taps.read_sites()
     n = layout.num_tokens
-    for address, items in wanted.items():
-        buf = reads[address].buf
+    for name, items in wanted.items():
+        buf = reads[name].buf
         host = buf[:n].to("cpu", copy=True)  # type: ignore[index]
         for r, entry in items:
-            entry.rows.setdefault(address, Rows()).add(r.first_pos, host[r.start : r.end])
+            entry.rows.setdefault(name, Rows()).add(r.first_pos, host[r.start : r.end])
+
+
+def _gather(
+    state: StaticState, entry: StaticEntry, start: int, stop: int | None
+) -> dict[str, torch.Tensor]:
+    """Rows of each captured address; attention maps recomputed from the tapped q and k."""
+    out: dict[str, torch.Tensor] = {}
+    for address in entry.captures:
+        names = state.plan.reads.get(address, ())
+        got = [entry.rows.get(n) for n in names]
+        if not names or any(r is None for r in got):
+            continue
+        name, _, layer = address.partition(".")
+        if name in ATTN_POINTS:
+            q, k = got[0].gather(start, stop), got[1].gather(0, stop)  # type: ignore[union-attr]
+            geom = state.table.attn[int(layer)]
+            out[address] = attention_rows(q, k, geom, start, name == "attn_probs")
+        else:
+            out[address] = got[0].gather(start, stop)  # type: ignore[union-attr]
+    return out

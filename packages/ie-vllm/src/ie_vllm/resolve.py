@@ -48,6 +48,9 @@ class SiteDef:
     read: Reader
     write: Writer | None
     width: int
+    # "residual_pair": the hooked tensor is the sum of a `(hidden, residual)` output, which a
+    # read-only static tap can read without materializing; "tensor" otherwise.
+    kind: str = "tensor"
 
 
 @dataclass(frozen=True)
@@ -131,9 +134,14 @@ def resolve(model: nn.Module, architecture: str, hf_config: Any, tp_size: int = 
             table.writable.add(address)
 
     def site(
-        name: str, module: nn.Module, hook: str, rw: tuple[Reader, Writer | None], width: int
+        name: str,
+        module: nn.Module,
+        hook: str,
+        rw: tuple[Reader, Writer | None],
+        width: int,
+        kind: str = "tensor",
     ) -> SiteDef:
-        return SiteDef(name, module, hook, rw[0], rw[1], width)
+        return SiteDef(name, module, hook, rw[0], rw[1], width, kind)
 
     # Trunk points.
     bt = profile.batched
@@ -178,8 +186,10 @@ def _resolve_layer(
 ) -> None:
     bt = profile.batched
     rs_pre, rs_post = _residual_rw(profile)
+    # A fused layer returns (hidden, residual): a static tap reads their sum without storing it.
+    post_kind = "residual_pair" if profile.fused_residual else "tensor"
     add(f"resid_pre.{i}", site(f"resid_pre.{i}", layer, "pre", rs_pre, d_model))
-    add(f"resid_post.{i}", site(f"resid_post.{i}", layer, "post", rs_post, d_model))
+    add(f"resid_post.{i}", site(f"resid_post.{i}", layer, "post", rs_post, d_model, post_kind))
     m = profile.residual_multiplier
     mult = float(getattr(hf_config, m, 1.0)) if m else None
 

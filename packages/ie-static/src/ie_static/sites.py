@@ -1,0 +1,74 @@
+"""Which hook sites a declared set needs, read from ie-vllm's point table of the loaded model.
+
+An address maps to one resolved site (several addresses may share one, e.g. `attn_out_post` is
+`attn_out` on families without sandwich norms) or, for attention scores and probabilities, to the
+post-RoPE q and k sites they are recomputed from (ie-vllm's `capture_sites`). Addresses the table
+does not serve, or does not let write, are returned with the resolver's reason, not installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ie_vllm.resolve import PointTable
+from ie_vllm.worker import ATTN_POINTS, capture_sites
+
+
+@dataclass
+class SitePlan:
+    """Site names to tap (read buffers, write tables), per-address site names, refusals."""
+
+    reads: dict[str, tuple[str, ...]] = field(default_factory=dict)  # address -> site names
+    writes: dict[str, str] = field(default_factory=dict)  # address -> site name
+    refused: dict[str, str] = field(default_factory=dict)  # address -> reason
+
+    def read_site_names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s for names in self.reads.values() for s in names))
+
+    def write_site_names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.writes.values()))
+
+
+def _reason(table: PointTable, address: str, architecture: str) -> str:
+    name = address.split(".")[0]
+    return (
+        table.refused.get(address)
+        or table.refused.get(name)
+        or f"{name} does not exist at this layer of {architecture} on vLLM"
+    )
+
+
+def plan_sites(
+    table: PointTable, reads: Sequence[str], writes: Sequence[str], architecture: str
+) -> SitePlan:
+    """Resolve declared read and write addresses to the table's hook sites."""
+    plan = SitePlan()
+    for address in reads:
+        if address not in table.widths:
+            plan.refused[address] = _reason(table, address, architecture)
+            continue
+        if address.split(".")[0] in ATTN_POINTS:
+            names = capture_sites(address)
+            if not all(n in table.sites for n in names):
+                plan.refused[address] = f"{address}: vLLM's attention layer has no q/k inputs here"
+                continue
+        else:
+            names = (table.addresses[address],)
+        plan.reads[address] = names
+    for address in writes:
+        if address in plan.refused:
+            continue
+        if address not in table.writable:
+            plan.refused[address] = (
+                f"{address} is read only on {architecture}'s vLLM layers: the residual is kept "
+                "outside the hooked module, so a write would not reach it"
+                if address in table.widths
+                else _reason(table, address, architecture)
+            )
+            continue
+        plan.writes[address] = table.addresses[address]
+    return plan
+
+
+__all__ = ["SitePlan", "plan_sites"]

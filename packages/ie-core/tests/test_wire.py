@@ -31,10 +31,25 @@ def test_steering_round_trips_through_json() -> None:
     [
         ({"point": "resid_post"}, "must be a JSON list"),
         ([{"point": "resid_post", "layers": [1]}], "lacks the field"),
-        ([{"point": "resid_post", "layers": [1], "ops": [{"kind": "nope"}]}], "unknown steering op"),
-        ([{"point": "resid_post", "layers": [1], "ops": [{"kind": "additive", "vector": [float("nan")], "coeff": 1}]}], "NaN"),
+        (
+            [{"point": "resid_post", "layers": [1], "ops": [{"kind": "nope"}]}],
+            "unknown steering op",
+        ),
+        (
+            [
+                {
+                    "point": "resid_post",
+                    "layers": [1],
+                    "ops": [{"kind": "additive", "vector": [float("nan")], "coeff": 1}],
+                }
+            ],
+            "NaN",
+        ),
         ([{"point": "resid_post", "layers": [1], "ops": "additive"}], "list of JSON objects"),
-        ([{"point": "resid_post", "layers": [1], "ops": [], "extra": 1}], "unknown steering spec fields"),
+        (
+            [{"point": "resid_post", "layers": [1], "ops": [], "extra": 1}],
+            "unknown steering spec fields",
+        ),
         (["resid_post.1"], "must be a JSON object"),
     ],
 )

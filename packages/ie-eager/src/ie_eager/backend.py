@@ -414,10 +414,10 @@ class EagerModel:
             torch.cuda.empty_cache()
 
 
-def _load_tokenizer(folder: Any) -> Any:
+def _load_tokenizer(folder: Any, **hub: Any) -> Any:
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder, **hub)
 
 
 def load(
@@ -451,20 +451,34 @@ def load(
     model_name = os.fspath(model_id)
     folder = resolve_model_path(model_name)
     source: Any = folder if folder is not None else model_name
+    hub = _hub_options(kw) if folder is None else {}
     try:
-        config = AutoConfig.from_pretrained(source, local_files_only=folder is None)
+        config = AutoConfig.from_pretrained(source, **hub)
     except OSError as exc:
         raise ModelNotFoundError(
-            f"cannot find {model_name!r} on this machine ({exc}); pass a local folder, "
-            "an ie-synthetic/<family> id, or a model already in the Hugging Face cache"
+            f"cannot find {model_name!r} locally or on the Hugging Face Hub ({exc}); pass a local "
+            "folder, an ie-synthetic/<family> id, or a Hub id (downloads need the network unless "
+            "the model is in the Hugging Face cache; HF_HUB_OFFLINE=1 uses only that cache)"
         ) from None
     torch_dtype = resolve_dtype(dtype, dev, config)
     model = AutoModelForCausalLM.from_pretrained(
         source,
         attn_implementation="eager",
         dtype=torch_dtype,
-        local_files_only=folder is None,
+        **hub,
         **kw,
     ).to(dev)
-    tok = tokenizer if tokenizer is not None else _load_tokenizer(source)
+    tok = tokenizer if tokenizer is not None else _load_tokenizer(source, **hub)
     return EagerModel(model, tok, model_name)
+
+
+HUB_OPTIONS = ("revision", "token", "local_files_only", "cache_dir")
+
+
+def _hub_options(kw: dict[str, Any]) -> dict[str, Any]:
+    """Pop the Hub download options (`revision`, `token`, ...) for config, weights and tokenizer.
+
+    A Hub id downloads into the Hugging Face cache unless `local_files_only=True` or
+    `HF_HUB_OFFLINE=1`, which huggingface_hub honours itself.
+    """
+    return {name: kw.pop(name) for name in HUB_OPTIONS if name in kw}

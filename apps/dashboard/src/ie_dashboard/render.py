@@ -7,7 +7,7 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from sqlmodel import Session
 
-from ie_dashboard import charts, diagram, snippets, validator_runs, views
+from ie_dashboard import charts, diagram, provenance, snippets, validator_runs, views
 from ie_dashboard.links import Links
 from ie_dashboard.notes import point_note
 
@@ -143,6 +143,7 @@ def throughput(session: Session, links: Links) -> str:
         charts=[charts.chart(m) for m in models],
         one_stream=views.ONE_STREAM,
         concurrent=views.CONCURRENT,
+        provenance=provenance.benchmark_provenance(session),
     )
 
 
@@ -152,6 +153,7 @@ def validation(session: Session, links: Links) -> str:
         links,
         page="validation",
         matrix=validator_runs.validation_matrix(session),
+        provenance=provenance.validator_provenance(session),
     )
 
 

@@ -115,7 +115,11 @@ def seed(db: Database, root: Path | None) -> SeedReport:
     with db.write() as session:
         report.architectures = seed_registry(session)
     if root is None:
-        report.skipped.append("result JSON: no workspace root found (pass --root)")
+        report.skipped.append(
+            "result JSON: no folder with benchmarks/ and validator/ found from the working "
+            "directory; the throughput and validation pages stay empty until you run "
+            "`ie dashboard seed --root PATH` on a clone of the repository"
+        )
         return report
     report.cells = _ingest_dir(db, root, BENCH_DIR, BenchmarkCell, BENCH_MARK, report)
     report.results = _ingest_dir(db, root, VALIDATOR_DIR, ValidatorResult, VALIDATOR_MARK, report)

@@ -1,6 +1,8 @@
 """interp-engine core: addresses, the 34 points, families, the backend protocol, steering specs,
 `load_model` and the free functions. Importing this package never imports torch."""
 
+from importlib.metadata import version
+
 from ie_core.address import Address, AddressLike, format_address, parse_address, to_address
 from ie_core.api import (
     capture_attention,
@@ -35,6 +37,8 @@ from ie_core.steering import (
     steer_at,
 )
 
+__version__ = version("ie-core")  # one source: the installed distribution's metadata
+
 __all__ = [
     "FAMILIES",
     "POINTS",
@@ -59,6 +63,7 @@ __all__ = [
     "SyncModel",
     "TopK",
     "Trait",
+    "__version__",
     "available_backends",
     "capture_attention",
     "capture_generation",

@@ -4,17 +4,27 @@ value is a callable `(argv: list[str]) -> int`."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
+
+from ie_core.errors import InterpError
 
 # Subcommands other packages provide, so a partial install can name what to install.
 COMMAND_PACKAGES = {
-    "demo": "ie-eager",
-    "dashboard": "ie-dashboard",
-    "bench": "the workspace's benchmarks/ (uv sync at the repo root)",
-    "validate": "the workspace's validator/ (uv sync at the repo root)",
+    "demo": "ie-eager (pip install 'ie-eager[smollm2]')",
+    "dashboard": "ie-dashboard (pip install ie-dashboard)",
+    "bench": "ie-bench, a repository tool (clone the repository, then `uv sync` and `uv run ie bench`)",
+    "validate": "ie-validator, a repository tool (clone the repository, then `uv sync` and `uv run ie validate`)",
 }
+DEBUG_FLAG = "--debug"
+USAGE = """usage: ie [--version] [--debug] <command> [args]
+
+  --version  print the installed interp-engine packages and their versions
+  --debug    show the full traceback when a command fails (also IE_DEBUG=1)
+  <command> --help  describes each command and its options
+"""
 
 
 def points_command(argv: list[str]) -> int:
@@ -67,26 +77,77 @@ def points_command(argv: list[str]) -> int:
     return 0
 
 
+def installed_versions() -> dict[str, str]:
+    """The interp-engine distributions in this environment, name -> version."""
+    names = {"ie-core", *(COMMAND_PACKAGES[n].split()[0] for n in COMMAND_PACKAGES)}
+    names |= {"ie-vllm", "ie-static"}
+    found: dict[str, str] = {}
+    for name in sorted(names):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def _print_help(commands: dict[str, object]) -> None:
+    print(USAGE + "\ncommands:")
+    for name in sorted(commands):
+        print(f"  {name}")
+    for name in sorted(set(COMMAND_PACKAGES) - set(commands)):
+        print(f"  {name}  (not installed: {COMMAND_PACKAGES[name]})")
+
+
+def _debug_requested(argv: list[str]) -> bool:
+    """`--debug` anywhere on the line (it is removed) or IE_DEBUG=1 in the environment."""
+    found = DEBUG_FLAG in argv
+    while DEBUG_FLAG in argv:
+        argv.remove(DEBUG_FLAG)
+    return found or os.environ.get("IE_DEBUG", "") not in {"", "0"}
+
+
+def describe_failure(name: str, exc: BaseException) -> str:
+    """One line for a failed command: what failed, why (the error's own message), what to do.
+
+    The project's errors already say what to do; anything else is unexpected, so the line asks
+    for the traceback.
+    """
+    why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    line = f"ie {name}: {type(exc).__name__}: {why}"
+    if not isinstance(exc, InterpError):
+        line += f" (unexpected; rerun with {DEBUG_FLAG} for the traceback)"
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = _debug_requested(argv)
     commands = {ep.name: ep for ep in entry_points(group="ie.commands")}
+    if argv[:1] == ["--version"]:
+        for dist, number in installed_versions().items():
+            print(f"{dist} {number}")
+        return 0
     if not argv or argv[0] in {"-h", "--help"}:
-        print("usage: ie <command> [args]\n\ncommands:")
-        for name in sorted(commands):
-            print(f"  {name}")
-        missing = sorted(set(COMMAND_PACKAGES) - set(commands))
-        for name in missing:
-            print(f"  {name}  (not installed: {COMMAND_PACKAGES[name]})")
+        _print_help(commands)
         return 0
     name, rest = argv[0], argv[1:]
     if name not in commands:
         hint = COMMAND_PACKAGES.get(name)
-        msg = f"ie: unknown command {name!r}"
+        msg = f"ie: unknown command {name!r}; `ie --help` lists the commands"
         if hint:
             msg = f"ie: {name!r} is provided by {hint}, which is not installed"
         print(msg, file=sys.stderr)
         return 2
-    return int(commands[name].load()(rest) or 0)
+    try:
+        return int(commands[name].load()(rest) or 0)
+    except KeyboardInterrupt:
+        print(f"ie {name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        print(describe_failure(name, exc), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

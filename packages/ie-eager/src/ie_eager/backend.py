@@ -396,10 +396,10 @@ class EagerModel:
             torch.cuda.empty_cache()
 
 
-def _load_tokenizer(folder: Any) -> Any:
+def _load_tokenizer(folder: Any, **hub: Any) -> Any:
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder, **hub)
 
 
 def load(
@@ -437,12 +437,24 @@ def load(
     model_name = os.fspath(model_id)
     folder = resolve_model_path(model_name)
     source: Any = folder if folder is not None else model_name
-    local_only = folder is None
-    config = checkpoint.read_config(model_name, source, local_only)
+    hub = _hub_options(kw) if folder is None else {}
+    config = checkpoint.read_config(model_name, source, hub)
     torch_dtype = resolve_dtype(dtype, dev, config)
     model = checkpoint.load_weights(
-        model_name, source, local_only, attn_implementation="eager", dtype=torch_dtype, **kw
+        model_name, source, hub, attn_implementation="eager", dtype=torch_dtype, **kw
     ).to(dev)
     checkpoint.check_causal(model_name, model)
-    tok = tokenizer if tokenizer is not None else _load_tokenizer(source)
+    tok = tokenizer if tokenizer is not None else _load_tokenizer(source, **hub)
     return EagerModel(model, tok, model_name)
+
+
+HUB_OPTIONS = ("revision", "token", "local_files_only", "cache_dir")
+
+
+def _hub_options(kw: dict[str, Any]) -> dict[str, Any]:
+    """Pop the Hub download options (`revision`, `token`, ...) for config, weights and tokenizer.
+
+    A Hub id downloads into the Hugging Face cache unless `local_files_only=True` or
+    `HF_HUB_OFFLINE=1`, which huggingface_hub honours itself.
+    """
+    return {name: kw.pop(name) for name in HUB_OPTIONS if name in kw}

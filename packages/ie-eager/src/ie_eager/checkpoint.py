@@ -30,8 +30,9 @@ _NON_CAUSAL_HEAD = re.compile(
 )
 
 
-def read_config(name: str, source: Any, local_only: bool) -> Any:
-    """The HF config of `source`, or a named error saying what the folder or id lacks."""
+def read_config(name: str, source: Any, hub: dict[str, Any]) -> Any:
+    """The HF config of `source`, or a named error saying what the folder or id lacks. `hub`
+    holds the Hub download options (revision, token, cache_dir, local_files_only) for ids."""
     from transformers import AutoConfig
 
     folder = Path(source) if isinstance(source, Path) else None
@@ -41,11 +42,12 @@ def read_config(name: str, source: Any, local_only: bool) -> Any:
             "folder; pass the folder that contains config.json and the weights"
         )
     try:
-        config = AutoConfig.from_pretrained(source, local_files_only=local_only)
+        config = AutoConfig.from_pretrained(source, **hub)
     except OSError as exc:
         raise ModelNotFoundError(
-            f"cannot find {name!r} on this machine ({exc}); pass a local folder, "
-            "an ie-synthetic/<family> id, or a model already in the Hugging Face cache"
+            f"cannot find {name!r} locally or on the Hugging Face Hub ({exc}); pass a local "
+            "folder, an ie-synthetic/<family> id, or a Hub id (downloads need the network unless "
+            "the model is in the Hugging Face cache; HF_HUB_OFFLINE=1 uses only that cache)"
         ) from None
     except ValueError as exc:
         raise UnsupportedModelError(
@@ -69,12 +71,12 @@ def check_config(name: str, config: Any) -> None:
         )
 
 
-def load_weights(name: str, source: Any, local_only: bool, **kw: Any) -> nn.Module:
+def load_weights(name: str, source: Any, hub: dict[str, Any], **kw: Any) -> nn.Module:
     """`AutoModelForCausalLM.from_pretrained` with its errors turned into named ones."""
     from transformers import AutoModelForCausalLM
 
     try:
-        return AutoModelForCausalLM.from_pretrained(source, local_files_only=local_only, **kw)
+        return AutoModelForCausalLM.from_pretrained(source, **hub, **kw)
     except OSError as exc:
         raise ModelNotFoundError(
             f"{name!r} has a config but its weights could not be read ({exc}); the folder needs "

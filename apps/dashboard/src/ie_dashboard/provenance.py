@@ -1,0 +1,60 @@
+"""Where the figures on the throughput and validation pages came from, for the page footer.
+
+Every stored row records its source: a results file's path relative to the folder it was seeded
+from (`ie dashboard seed --root DIR`), or `api` for a POST. The footer counts them by folder, so a
+page never claims results it does not hold.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from sqlmodel import Session, select
+
+from ie_dashboard.tables import BenchmarkCellRow, ValidatorRunRow
+
+LOAD_COMMAND = "ie dashboard seed --root PATH"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Row counts by source folder (`benchmarks/cells`, `api`, ...) for one kind of result."""
+
+    kind: str  # "benchmark cells" | "validator results"
+    by_source: tuple[tuple[str, int], ...]
+
+    @property
+    def total(self) -> int:
+        return sum(n for _, n in self.by_source)
+
+    def sentence(self) -> str:
+        if not self.by_source:
+            return f"no {self.kind} loaded (load a results folder with `{LOAD_COMMAND}`)"
+        parts = ", ".join(
+            f"{n} POSTed to the API" if where == "api" else f"{n} from {where}/"
+            for where, n in self.by_source
+        )
+        return f"{self.total} {self.kind}: {parts}"
+
+
+def _folder(source: str) -> str:
+    """`benchmarks/cells/a.json` -> `benchmarks/cells`; `api` stays `api`."""
+    head, _, _ = source.rpartition("/")
+    return head or source or "unknown"
+
+
+def _count(sources: list[str], kind: str) -> Provenance:
+    counts = Counter(_folder(s) for s in sources)
+    return Provenance(kind, tuple(sorted(counts.items())))
+
+
+def benchmark_provenance(session: Session) -> Provenance:
+    return _count(list(session.exec(select(BenchmarkCellRow.source)).all()), "benchmark cells")
+
+
+def validator_provenance(session: Session) -> Provenance:
+    return _count(list(session.exec(select(ValidatorRunRow.source)).all()), "validator results")
+
+
+__all__ = ["LOAD_COMMAND", "Provenance", "benchmark_provenance", "validator_provenance"]

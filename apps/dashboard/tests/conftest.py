@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,3 +30,10 @@ def db(db_path: Path) -> Iterator[Database]:
 def client(db: Database) -> Iterator[TestClient]:
     with TestClient(create_app(db, token=TOKEN)) as c:
         yield c
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many requests the schema fuzz sent, when it ran in this session."""
+    fuzz = sys.modules.get("test_dashboard_fuzz")
+    if fuzz is not None and fuzz.SENT:
+        terminalreporter.write_line(fuzz.summary())

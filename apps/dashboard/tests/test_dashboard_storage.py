@@ -88,6 +88,28 @@ def test_migration_6_rekeys_rows_stored_with_the_old_join(tmp_path: Path) -> Non
     db.dispose()
 
 
+def test_migration_6_keeps_old_rows_that_meet_on_one_key_apart(tmp_path: Path) -> None:
+    """Two cells from before step 4 whose profile is unrecoverable would share a key: both stay."""
+    url = database_url(tmp_path / "v3.sqlite")
+    old = Database(url)
+    migrate(old.engine, target=3)
+    with old.engine.begin() as conn:
+        for key in ("m|v|cpu|t", "m|v|gpu|t"):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO benchmark_cells (cell_key, model, variant, started, finished, command,"
+                    " device, env_label, env_json, raw_json, source, ingested_at) VALUES (:k, 'm', 'v',"
+                    " 't', NULL, '', 'cpu', '', '{}', '{}', 'test', '')"
+                ),
+                {"k": key},
+            )
+    assert migrate(old.engine) == [4, 5, 6]
+    with old.read() as s:
+        keys = sorted(r.cell_key for r in s.exec(select(BenchmarkCellRow)))
+    assert keys == ['["m","v","","t (row 2)"]', '["m","v","","t"]']
+    old.dispose()
+
+
 # ---------------------------------------------------------------- export file names
 
 
@@ -206,3 +228,48 @@ def test_a_corrupt_database_is_one_clear_line(
     assert len(err) == 1 and err[0].startswith("ie dashboard: cannot read the dashboard database")
     assert "Traceback" not in err[0]
     assert dashboard_command(["seed", "--db", str(path)]) == 2
+
+
+_RO_SCRIPT = """
+import sys
+from fastapi.testclient import TestClient
+from ie_dashboard.app import create_app
+from ie_dashboard.db import Database
+db = Database("sqlite:///" + sys.argv[1])
+assert db.read_only, "not detected"
+with TestClient(create_app(db)) as c:
+    codes = [c.get(p).status_code for p in ("/", "/throughput", "/validation", "/healthz")]
+    post = c.post("/api/benchmarks", json={}, headers={"Authorization": "Bearer x"}).status_code
+print(codes, post)
+"""
+
+
+def test_a_database_on_a_read_only_mount_serves(tmp_path: Path) -> None:
+    """The real thing where the machine allows it: a WAL database on a read-only bind mount (no
+    `-shm` beside it) is detected as unwritable and serves every page."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs util-linux `unshare` to make a read-only bind mount")
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir(), mnt.mkdir()
+    db = Database(_seeded(src / "d.sqlite"))
+    with db.engine.connect() as conn:  # fold the WAL into the file, as a copied database would be
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.dispose()
+    for extra in ("d.sqlite-wal", "d.sqlite-shm"):
+        (src / extra).unlink(missing_ok=True)
+    before = _digest(src / "d.sqlite")
+    (tmp_path / "check.py").write_text(_RO_SCRIPT)
+    mount = f"mount --bind {src} {mnt} && mount -o remount,ro,bind {mnt}"
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", mount], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no permission for a read-only bind mount here ({probe.stderr.strip()})")
+    run = f"{mount} && {sys.executable} {tmp_path / 'check.py'} {mnt / 'd.sqlite'}"
+    out = subprocess.run(["unshare", "-m", "sh", "-c", run], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[200, 200, 200, 200] 403"
+    assert _digest(src / "d.sqlite") == before
+    assert sorted(p.name for p in src.iterdir()) == ["d.sqlite"]

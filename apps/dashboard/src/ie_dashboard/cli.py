@@ -1,9 +1,7 @@
 """`ie dashboard`: serve the dashboard, seed its database, export the static site, take screenshots.
 
-ie dashboard [serve] [--host H] [--port P] [--db PATH] [--read-only]
-                                                          serve (seeds an empty database first;
-                                                          read-only writes nothing, also automatic
-                                                          when the database file is not writable)
+ie dashboard [serve] [--host H] [--port P] [--db PATH]   serve (seeds an empty database first)
+             [--read-only]                                write nothing (automatic on an unwritable file)
 ie dashboard seed [--db PATH] [--root DIR]                refresh from ie-core and committed JSON
 ie dashboard export [--out visualizer-web] [--db PATH]    write the static site
 ie dashboard screenshots [--out docs/img] [--db PATH]     PNGs of the three pages

@@ -12,10 +12,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session
 
 from ie_dashboard.config import database_url
@@ -44,15 +46,28 @@ def writable(path: str) -> bool:
     return os.access(folder, os.W_OK)
 
 
+def _read_only_connect(path: str) -> sqlite3.Connection:
+    """mode=ro: SQLite refuses every write, so a read-only start cannot change the file.
+
+    A WAL database needs its `-shm` file; on a read-only file system where none exists SQLite
+    cannot open it read-only, so it is opened `immutable` (nothing can change it there anyway).
+    """
+    uri = f"file:{quote(os.path.abspath(path))}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=60)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        if "unable to open" not in str(exc):
+            raise
+        conn = sqlite3.connect(f"{uri}&immutable=1", uri=True, check_same_thread=False)
+    return conn
+
+
 def _sqlite_engine(url: str, read_only: bool) -> Engine:
     path = sqlite_file(url)
     if read_only and path is not None:
-        # mode=ro: SQLite refuses every write, so a read-only start cannot change the file.
-        uri = f"file:{path}?mode=ro"
-        engine = sa.create_engine(
-            "sqlite://",
-            creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=60),
-        )
+        engine = sa.create_engine("sqlite://", creator=lambda: _read_only_connect(path))
     else:
         engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 60})
 
@@ -105,7 +120,7 @@ class Database:
         """Connect once: a file that is not a database, or an unmigrated read-only one, says so."""
         try:
             versions = applied_versions(self.engine)
-        except sa.exc.DBAPIError as exc:
+        except DBAPIError as exc:
             reason = str(exc.orig).splitlines()[0] if exc.orig else type(exc).__name__
             raise DatabaseError(
                 f"cannot read the dashboard database {self.url} ({reason}); move the file aside "

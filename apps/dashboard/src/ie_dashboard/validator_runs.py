@@ -72,15 +72,9 @@ def validation_matrix(session: Session) -> Matrix:
     for key, run in latest.items():
         counts: dict[str, int] = {}
         unbacked = False
-        numbers = (
-            ValidatorPointRow.cos,
-            ValidatorPointRow.max_abs_diff,
-            ValidatorPointRow.rel_diff,
-        )
-        for status, *values in session.exec(
-            select(ValidatorPointRow.status, *numbers).where(ValidatorPointRow.run_id == run.id)
-        ):
-            if _unbacked(status, *values):
+        for p in session.exec(select(ValidatorPointRow).where(ValidatorPointRow.run_id == run.id)):
+            status = p.status
+            if _unbacked(status, p.cos, p.max_abs_diff, p.rel_diff):
                 status, unbacked = "error", True
             counts[status] = counts.get(status, 0) + 1
         matrix.cells[key] = MatrixCell(run, counts, _shown_verdict(run.verdict, unbacked))

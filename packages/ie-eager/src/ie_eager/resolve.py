@@ -426,8 +426,9 @@ class Resolver:
         kind = type(b.attn[1]).__name__
         softmax = [x.index for x in self.s.blocks if x.attn is not None and x.mixer is None]
         return (
-            f"layer {b.index} mixes tokens with {kind} ({b.mixer}), a linear-attention / state-space "
-            f"layer with no softmax attention, heads' scores or value projection; its input and "
+            f"layer {b.index} mixes tokens with {kind} ({b.mixer}), a linear-attention / "
+            f"state-space / convolution layer with no softmax attention, heads' scores or value "
+            f"projection; its input and "
             f"output are attn_in and attn_out. Softmax-attention layers: {softmax}"
         )
 

@@ -16,6 +16,7 @@ from ie_core.cache import ActivationCache
 from ie_core.errors import PointUnavailableError
 from ie_core.families import Trait, get_family
 from ie_core.points import get_point
+from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
 from ie_eager.backend import EagerModel
@@ -369,3 +370,24 @@ def test_v4_refusals_name_the_way_out() -> None:
     other = synthetic_model("gpt-oss")
     with pytest.raises(PointUnavailableError, match="no multi stream"):
         other.resolve(("resid_streams", 1))
+
+
+@pytest.mark.parametrize("slug", SPECIAL_SLUGS)
+def test_greedy_generation_with_cache_equals_full_forwards(slug: str) -> None:
+    """Cached decoding (KV, conv and recurrent state, four streams) against a fresh forward of
+    the whole prefix at every step, steered and unsteered."""
+    model = synthetic_model(slug)
+    prompt = model.to_tokens(PROMPT)
+    point = ("resid_pre", 1, 0) if slug == V4 else ("resid_pre", 1)
+    for steering in (None, steer_at(point, Additive([0.3] * model.d_model))):
+        out = run(
+            model.generate(
+                prompt, SamplingParams(max_new_tokens=4, stop_at_eos=False), steering=steering
+            )
+        )
+        assert len(out.token_ids) == 4
+        ids = list(prompt)
+        for token in out.token_ids:
+            logits = model.forward_with_cache([ids], [], steering=steering)[0]
+            assert int(logits[0, -1].argmax()) == token, (slug, steering is not None)
+            ids.append(token)

@@ -13,7 +13,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 # Families whose trunk or attention needs invariants of its own (test_eager_new_families.py):
 # a multi-stream residual, linear-attention layers, latent attention, attention sinks.
-SPECIAL_SLUGS = ("deepseek-v3", "deepseek-v4", "gpt-oss", "qwen3-next")
+SPECIAL_SLUGS = ("deepseek-v3", "deepseek-v4", "gpt-oss", "lfm2", "qwen3-next")
 FAMILY_SLUGS = sorted(set(FAMILIES) - set(SPECIAL_SLUGS))
 PROMPT = "The capital of France is Paris, and the capital of Japan is"
 

@@ -16,6 +16,7 @@ from ie_core.cache import ActivationCache
 from ie_core.errors import PointUnavailableError
 from ie_core.families import Trait, get_family
 from ie_core.points import get_point
+from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
 from ie_eager.backend import EagerModel
@@ -146,13 +147,15 @@ def test_gated_attention_z_is_probs_times_value_times_gate() -> None:
     assert not close(torch.sigmoid(raw[..., : sh.head_dim]).flatten(-2), gate)
 
 
-def test_linear_attention_layers_refuse_attention_points_per_layer() -> None:
-    model = synthetic_model("qwen3-next")
-    (softmax,) = softmax_layers(model)
+@pytest.mark.parametrize("slug", ["qwen3-next", "lfm2"])
+def test_linear_attention_layers_refuse_attention_points_per_layer(slug: str) -> None:
+    model = synthetic_model(slug)
+    softmax = softmax_layers(model)
+    assert 0 < len(softmax) < model.n_layers
     for layer in range(model.n_layers):
-        if layer == softmax:
+        if layer in softmax:
             continue
-        for name in ("attn_probs", "value", "z", "attn_gate", "q_norm_in"):
+        for name in ("attn_probs", "value", "z", "q_norm_in"):
             with pytest.raises(PointUnavailableError, match=f"layer {layer} .*linear-attention"):
                 model.resolve((name, layer))
         assert served(model, "attn_out", layer) and served(model, "resid_mid", layer)
@@ -196,7 +199,7 @@ def test_sink_probs_times_value_is_z() -> None:
         assert not close((renormed @ v).transpose(1, 2).flatten(-2), cache[("z", layer)])
 
 
-@pytest.mark.parametrize("slug", SPECIAL_SLUGS)
+@pytest.mark.parametrize("slug", [s for s in SPECIAL_SLUGS if get_family(s).has(Trait.MOE)])
 def test_router_points_are_the_routers_own(slug: str) -> None:
     model = synthetic_model(slug)
     cache = full(slug)[1]
@@ -208,12 +211,16 @@ def test_router_points_are_the_routers_own(slug: str) -> None:
         with torch.no_grad():
             logits = torch.nn.functional.linear(cache[("mlp_in", i)].float(), weight.float(), bias)
         assert close(cache[("router_logits", i)].float(), logits)
-        # Every family here scores experts by a monotone function of the logit (softmax,
-        # sigmoid, sqrt-softplus; correction biases are zero), so top-k follows the logits.
+        # Top-k by the family's choice score: the logits (softmax routers), or DeepSeek / GLM's
+        # score (sigmoid, sqrt-softplus) plus the correction bias.
+        bias = getattr(router[1], "e_score_correction_bias", None)
+        choice = logits
+        if bias is not None:
+            choice = getattr(router[1], "score_fn", torch.sigmoid)(logits) + bias
         k = cache[("expert_indices", i)].shape[-1]
         chosen = cache[("expert_indices", i)].sort(-1).values
-        assert torch.equal(chosen, logits.topk(k, -1).indices.sort(-1).values)
-        assert not torch.equal(chosen, (-logits).topk(k, -1).indices.sort(-1).values)
+        assert torch.equal(chosen, choice.topk(k, -1).indices.sort(-1).values)
+        assert not torch.equal(chosen, (-choice).topk(k, -1).indices.sort(-1).values)
 
 
 @pytest.mark.parametrize("slug", [s for s in SPECIAL_SLUGS if s != V4])
@@ -363,3 +370,24 @@ def test_v4_refusals_name_the_way_out() -> None:
     other = synthetic_model("gpt-oss")
     with pytest.raises(PointUnavailableError, match="no multi stream"):
         other.resolve(("resid_streams", 1))
+
+
+@pytest.mark.parametrize("slug", SPECIAL_SLUGS)
+def test_greedy_generation_with_cache_equals_full_forwards(slug: str) -> None:
+    """Cached decoding (KV, conv and recurrent state, four streams) against a fresh forward of
+    the whole prefix at every step, steered and unsteered."""
+    model = synthetic_model(slug)
+    prompt = model.to_tokens(PROMPT)
+    point = ("resid_pre", 1, 0) if slug == V4 else ("resid_pre", 1)
+    for steering in (None, steer_at(point, Additive([0.3] * model.d_model))):
+        out = run(
+            model.generate(
+                prompt, SamplingParams(max_new_tokens=4, stop_at_eos=False), steering=steering
+            )
+        )
+        assert len(out.token_ids) == 4
+        ids = list(prompt)
+        for token in out.token_ids:
+            logits = model.forward_with_cache([ids], [], steering=steering)[0]
+            assert int(logits[0, -1].argmax()) == token, (slug, steering is not None)
+            ids.append(token)

@@ -189,6 +189,8 @@ FAMILIES: tuple[Family, ...] = (
        "Multi-head latent attention: keys and values decompressed per head from one shared latent.", "deepseek-ai/DeepSeek-V3 moonshotai/Kimi-K2-Instruct"),
     _f("olmo3", "OLMo-3", "Olmo3ForCausalLM", "gqa gated_mlp qk_norm sandwich_norm sliding_window",
        "OLMo-2's post-norm blocks with 3 sliding-window layers to 1 global.", "allenai/Olmo-3-7B-Instruct"),
+    _f("lfm2", "LFM2", "Lfm2ForCausalLM", "gqa gated_mlp qk_norm hybrid_linear_attention",
+       "Hybrid of gated short convolutions and QK-norm attention; final norm named embedding_norm.", "LiquidAI/LFM2-1.2B"),
     _f("glm4-moe", "GLM-4.5 (MoE)", "Glm4MoeForCausalLM", "gqa gated_mlp qk_norm moe shared_experts",
        "Sigmoid-routed MoE with a shared expert after dense first layers; partial rotary.", "zai-org/GLM-4.5-Air"),
 )  # fmt: skip

@@ -36,7 +36,10 @@ ROUTER_NAMES = ("gate", "router")
 EXPERTS_NAMES = ("experts",)
 POST_MLP_NORM_NAMES = ("post_feedforward_layernorm", "post_mlp_layernorm")
 POST_ATTN_NORM_NAMES = ("post_attention_layernorm",)
-FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_layernorm", "final_norm")
+# LFM2 names its final norm `embedding_norm` (it runs after the last block).
+FINAL_NORM_NAMES = (
+    "norm", "ln_f", "final_layer_norm", "final_layernorm", "final_norm", "embedding_norm"
+)  # fmt: skip
 
 
 def child(module: nn.Module, names: tuple[str, ...]) -> tuple[str, nn.Module] | None:

@@ -79,6 +79,9 @@ class FamilySpec:
     settings: Mapping[str, Any]  # config kwargs beyond vocab, special token ids and dtype
     exercises: str  # the structure this family is here to test
     embedding_scale: float = 1.0  # applied to the input embedding after init (tied: lm_head too)
+    # Saved float buffers HF fills with a constant (DeepSeek's router correction bias): perturbed
+    # after the parameters, from the same generator, so they too change the output.
+    perturb_buffers: tuple[str, ...] = ()
 
     @property
     def seed(self) -> int:
@@ -93,10 +96,17 @@ def _family(
     exercises: str,
     *,
     embedding_scale: float = 1.0,
+    perturb_buffers: tuple[str, ...] = (),
     **settings: Any,
 ) -> FamilySpec:
     return FamilySpec(
-        slug, architecture, config_class, MappingProxyType(settings), exercises, embedding_scale
+        slug,
+        architecture,
+        config_class,
+        MappingProxyType(settings),
+        exercises,
+        embedding_scale,
+        perturb_buffers,
     )
 
 
@@ -150,6 +160,8 @@ _DEEPSEEK_V4_SHAPE: dict[str, Any] = {
     "max_position_embeddings": 512,
     "initializer_range": _INIT_STD,
 }
+
+_ROUTER_BIAS = ("e_score_correction_bias",)
 
 _FAMILY_LIST: tuple[FamilySpec, ...] = (
     _family("gpt2", "GPT2LMHeadModel", "GPT2Config", "Conv1D fused qkv, learned positions",
@@ -249,7 +261,7 @@ _FAMILY_LIST: tuple[FamilySpec, ...] = (
     # --- families added after v1: their own recipes, the ones above are untouched -------------
     _family("deepseek-v4", "DeepseekV4ForCausalLM", "DeepseekV4Config",
             "4 hyper-connection residual streams (mHC), shared-KV MQA with sinks, MoE every layer",
-            **_DEEPSEEK_V4_SHAPE),
+            perturb_buffers=_ROUTER_BIAS, **_DEEPSEEK_V4_SHAPE),
     _family("qwen3-next", "Qwen3NextForCausalLM", "Qwen3NextConfig",
             "3 gated-delta linear-attention layers : 1 gated softmax attention, MoE + shared expert",
             **_LLAMA_SHAPE, head_dim=32, linear_num_value_heads=4, linear_num_key_heads=2,
@@ -258,6 +270,7 @@ _FAMILY_LIST: tuple[FamilySpec, ...] = (
             shared_expert_intermediate_size=128, decoder_sparse_step=1, mlp_only_layers=[0]),
     _family("deepseek-v3", "DeepseekV3ForCausalLM", "DeepseekV3Config",
             "multi-head latent attention (q and kv LoRA), MoE with a shared expert from layer 1",
+            perturb_buffers=_ROUTER_BIAS,
             **{**_LLAMA_SHAPE, "num_key_value_heads": 4}, moe_intermediate_size=128,
             q_lora_rank=64, kv_lora_rank=32, qk_rope_head_dim=32, qk_nope_head_dim=32,
             v_head_dim=32, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
@@ -275,9 +288,14 @@ _FAMILY_LIST: tuple[FamilySpec, ...] = (
             **_LLAMA_SHAPE, sliding_window=_WINDOW),
     _family("glm4-moe", "Glm4MoeForCausalLM", "Glm4MoeConfig",
             "QK-norm, partial rotary, sigmoid-routed MoE with a shared expert from layer 1",
+            perturb_buffers=_ROUTER_BIAS,
             **_LLAMA_SHAPE, head_dim=32, moe_intermediate_size=128, n_routed_experts=4,
             n_shared_experts=1, num_experts_per_tok=2, n_group=1, topk_group=1,
             first_k_dense_replace=1, use_qk_norm=True),
+    _family("lfm2", "Lfm2ForCausalLM", "Lfm2Config",
+            "hybrid: gated short-convolution layers between QK-norm attention layers",
+            **_LLAMA_SHAPE, layer_types=["conv", "full_attention"] * 2,
+            block_auto_adjust_ff_dim=False),
 )  # fmt: skip
 
 FAMILIES: dict[str, FamilySpec] = {spec.slug: spec for spec in _FAMILY_LIST}
@@ -341,8 +359,19 @@ def build_model(spec: FamilySpec) -> PreTrainedModel:
     assert isinstance(embedding, torch.nn.Embedding)
     with torch.no_grad():
         embedding.weight.mul_(spec.embedding_scale)
-    _perturb_constant_parameters(model, torch.Generator().manual_seed(spec.seed))
+    generator = torch.Generator().manual_seed(spec.seed)
+    _perturb_constant_parameters(model, generator)
+    _perturb_buffers(model, spec.perturb_buffers, generator)
     return model
+
+
+def _perturb_buffers(
+    model: torch.nn.Module, suffixes: tuple[str, ...], gen: torch.Generator
+) -> None:
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if suffixes and name.endswith(suffixes):
+                buffer.add_((torch.randn(buffer.shape, generator=gen) * 0.02).to(buffer.dtype))
 
 
 def _perturb_constant_parameters(model: torch.nn.Module, generator: torch.Generator) -> None:

@@ -62,7 +62,7 @@ def dashboard_claims(db: Database, family: str, backend: str) -> dict[str, Point
             for name, p in arch.presence.items()
         }
     return {
-        name: PointCapability(r.served, False, r.layers, r.reason)
+        name: PointCapability(r.served, r.writable, r.layers, r.reason)
         for name, r in rows.items()
         if r.verified
     }
@@ -101,6 +101,12 @@ def test_negative_control_wrong_claims_are_caught(dashboard: Database) -> None:
     # A refusal shown with a reason the backend does not give.
     wrong = check_claims(model, _flip(claims, "resid_streams", reason="not implemented yet"))
     assert {m.address for m in wrong} == {f"resid_streams.{i}" for i in every}
+    # A capture-only point claimed writable, and a writable point claimed capture-only.
+    wrong = check_claims(model, _flip(claims, "lm_head", writable=True))
+    assert [m.address for m in wrong] == ["lm_head"] and "write was refused" in wrong[0].problem
+    wrong = check_claims(model, _flip(claims, "resid_post", writable=False))
+    assert [m.address for m in wrong] == ["resid_post.0"]
+    assert "write was accepted" in wrong[0].problem
     # A point served on some layers only, claimed on every layer.
     moe = eager("qwen3-moe")
     moe_claims = dashboard_claims(dashboard, "qwen3-moe", "eager")

@@ -38,9 +38,9 @@ def _load(model: str, backend: str, point: PointRow, address: str) -> str:
     return f"model = load_model({model!r}, backend={backend!r})"
 
 
-def _code(model: str, backend: str, point: PointRow, address: str) -> str:
+def _code(model: str, backend: str, point: PointRow, address: str, writable: bool) -> str:
     lines = ["from ie_core import load_model, run_with_cache"]
-    if point.role == "read_write":
+    if writable:
         lines[0] = (
             "from ie_core import Additive, generate, load_model, run_with_cache, steer, steer_at"
         )
@@ -49,7 +49,7 @@ def _code(model: str, backend: str, point: PointRow, address: str) -> str:
         f"cache = run_with_cache(model, {PROMPT!r}, [{address!r}])",
         f"acts = cache[{address!r}]  # {point.width} wide",
     ]
-    if point.role == "read_write":
+    if writable:
         lines += [
             "",
             "# steer: add a vector at this point for everything inside the block",
@@ -71,7 +71,8 @@ def snippets(
     out = []
     for s in serving:
         if s.served:
-            out.append(Snippet(s.backend, _code(model, s.backend, point, address), True))
+            code = _code(model, s.backend, point, address, s.writable)
+            out.append(Snippet(s.backend, code, True))
         else:
             what = "refused" if s.verified else "not verified"
             out.append(Snippet(s.backend, f"# {what} on {s.backend}: {s.reason}", False))

@@ -185,6 +185,7 @@ class BackendServing:
     service: str  # how it is served; "refused" or "not verified" otherwise
     reason: str
     layers: tuple[int, ...] = ()  # the layers the answer serves (per-layer points)
+    writable: bool = False  # a steering write reaches it on this backend
 
     @property
     def verified(self) -> bool:
@@ -211,7 +212,8 @@ def _answer(backend: str, arch_slug: str, point: PointRow, how: str, note: str) 
         )
     if not cap.served:
         return BackendServing(backend, False, "refused", cap.reason)
-    return BackendServing(backend, True, how, note + _layers_note(cap, point), cap.layers)
+    note += _layers_note(cap, point)
+    return BackendServing(backend, True, how, note, cap.layers, cap.writable)
 
 
 def serving(presence: PointPresence, arch_slug: str) -> list[BackendServing]:

@@ -22,7 +22,7 @@ from ie_core.capabilities import (
     PointCapability,
     same_reason,
 )
-from ie_core.errors import PointUnavailableError
+from ie_core.errors import InterpError, PointUnavailableError
 from ie_core.points import POINTS, Width, get_point
 from ie_core.runner import run
 
@@ -100,6 +100,20 @@ def _check_served(model: Any, ids: list[int], served: list[Address]) -> list[Mis
     return out
 
 
+def _check_writable(model: Any, ids: list[int], address: Address, writable: bool) -> str:
+    """A small additive write at `address` is accepted exactly when the claim says writable."""
+    from ie_core.steering import Additive, steer_at
+
+    if get_point(address.name).width not in _FIXED_WIDTHS:
+        return ""  # attention maps and stream stacks: no single vector to write
+    row = run(model.capture(ids, [address]))[str(address)][0, -1]
+    try:
+        run(model.capture(ids, [address], steering=steer_at(address, Additive(row * 0 + 1e-3))))
+    except InterpError as exc:
+        return f"claimed writable, but a write was refused: {exc}" if writable else ""
+    return "" if writable else "claimed capture-only, but a write was accepted"
+
+
 def check_claims(model: Any, claims: Mapping[str, PointCapability]) -> list[Mismatch]:
     """Every disagreement between `claims` and what `model` does (empty: the claims hold)."""
     ids = model.to_tokens(PROMPT)
@@ -119,7 +133,17 @@ def check_claims(model: Any, claims: Mapping[str, PointCapability]) -> list[Mism
                 served.append(address)
             elif problem := _check_refused(model, ids, address, cap):
                 out.append(Mismatch(str(address), problem))
-    return out + (_check_served(model, ids, served) if served else [])
+    out += _check_served(model, ids, served) if served else []
+    if out:
+        return out
+    # Writability, once per point on its first served address (a write reaches every layer alike).
+    firsts: dict[str, Address] = {}
+    for address in served:
+        firsts.setdefault(address.name, address)
+    for name, address in firsts.items():
+        if problem := _check_writable(model, ids, address, claims[name].writable):
+            out.append(Mismatch(str(address), problem))
+    return out
 
 
 def _versions(backend: str) -> dict[str, str]:

@@ -246,3 +246,16 @@ def test_bad_input_is_refused_before_the_engine() -> None:
         [0, 5, 6],
     )
     assert masked[0].masked == (0, 1)
+
+
+def test_capture_prompts_go_through_the_shared_strict_normaliser() -> None:
+    import numpy as np
+    from ie_core.errors import BadPromptError
+
+    model = _stub_model("vllm")
+    assert model._prompt_list(list(np.array([1, 2, 3]))) == [(1, 2, 3)]
+    assert model._prompt_list(torch.tensor([[1, 2], [3, 4]])) == [(1, 2), (3, 4)]
+    with pytest.raises(BadPromptError, match="not flattened"):
+        model._prompt_list(torch.tensor([[[1, 2]]]))
+    with pytest.raises(BadPromptError, match="integers"):
+        model._prompt_list(torch.tensor([1.5, 2.0]))

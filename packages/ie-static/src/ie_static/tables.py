@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 from ie_core.errors import SteeringSpecError
+from ie_core.steer_math import unit_vector
 from ie_core.steering import (
     Additive,
     LensAblate,
@@ -31,8 +32,7 @@ def _vec(values: Sequence[float]) -> torch.Tensor:
 
 
 def _unit(values: Sequence[float]) -> torch.Tensor:
-    v = _vec(values)
-    return v / v.norm()
+    return unit_vector(values)  # the shared normalisation, safe for tiny and huge vectors
 
 
 def encode_op(op: SteeringOp) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -34,6 +34,7 @@ from ie_core.protocol import (
     SteeringArg,
     StreamChunk,
     TopK,
+    prompt_batch,
     prompt_ids,
     steering_tuple,
 )
@@ -319,16 +320,8 @@ class VLLMModel:
         return self._batch_cache(captures, results, [len(p) for p in prompts])
 
     def _prompt_list(self, tokens: Prompt | Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
-        if isinstance(tokens, str):
-            return [self._prompt_ids(tokens)]
-        if torch.is_tensor(tokens):
-            tokens = tokens.tolist()
-        seq = list(tokens)  # type: ignore[arg-type]
-        if seq and not isinstance(seq[0], int | str) and hasattr(seq[0], "__iter__"):
-            return [self._prompt_ids(p) for p in seq]
-        if seq and isinstance(seq[0], str):
-            return [self._prompt_ids(p) for p in seq]
-        return [self._prompt_ids(seq)]
+        vocab = max(len(self.tokenizer), self.info.get("vocab_size", 0))
+        return list(prompt_batch(tokens, self.to_tokens, vocab))
 
     def _batch_cache(
         self,

@@ -131,30 +131,31 @@ async def _cancel_when(llm: _FakeLLM, at: str, make: Callable[[], Awaitable[Any]
         await asyncio.wait_for(task, GUARD)
 
 
-@pytest.mark.parametrize("at", ["ie_register", "stream", "ie_collect"])
-def test_a_request_cancelled_at_any_step_leaves_no_registration(at: str) -> None:
-    async def scenario() -> None:
-        model = _model()
-        llm = model.engine.llm
-        makes: list[Callable[[], Awaitable[Any]]] = [
-            lambda: model.capture([[1, 2, 3]], ["resid_post.0"], steering=STEER),
-            lambda: model.capture_generation([1, 2, 3], ["resid_post.0"], LONG),
-            lambda: _drain(model.capture_generation_stream([1, 2], ["resid_post.0"], LONG)),
-        ]
-        if at != "ie_collect":  # a steered generate collects nothing
-            makes += [
-                lambda: model.generate([1, 2, 3], LONG, steering=STEER),
-                lambda: _drain(model.generate_stream([1, 2], LONG, steering=STEER)),
-            ]
-        for make in makes:
-            await _cancel_when(llm, at, make)
-            await asyncio.sleep(10 * STEP)  # calls already sent are served
-            assert llm.registry == {}
-        got = await model.capture_generation([1, 2, 3], ["resid_post.0"], SHORT)
-        assert got.generation.token_ids == (5, 6, 7)
-        await model.shutdown()
+def test_a_request_cancelled_at_any_step_leaves_no_registration() -> None:
+    for at in ("ie_register", "stream", "ie_collect"):
+        asyncio.run(_cancel_each_request_at(at))
 
-    asyncio.run(scenario())
+
+async def _cancel_each_request_at(at: str) -> None:
+    model = _model()
+    llm = model.engine.llm
+    makes: list[Callable[[], Awaitable[Any]]] = [
+        lambda: model.capture([[1, 2, 3]], ["resid_post.0"], steering=STEER),
+        lambda: model.capture_generation([1, 2, 3], ["resid_post.0"], LONG),
+        lambda: _drain(model.capture_generation_stream([1, 2], ["resid_post.0"], LONG)),
+    ]
+    if at != "ie_collect":  # a steered generate collects nothing
+        makes += [
+            lambda: model.generate([1, 2, 3], LONG, steering=STEER),
+            lambda: _drain(model.generate_stream([1, 2], LONG, steering=STEER)),
+        ]
+    for make in makes:
+        await _cancel_when(llm, at, make)
+        await asyncio.sleep(10 * STEP)  # calls already sent are served
+        assert llm.registry == {}
+    got = await model.capture_generation([1, 2, 3], ["resid_post.0"], SHORT)
+    assert got.generation.token_ids == (5, 6, 7)
+    await model.shutdown()
 
 
 def test_shutdown_fails_calls_and_streams_in_flight_with_a_named_error() -> None:

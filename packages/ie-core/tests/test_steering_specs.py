@@ -1,3 +1,5 @@
+# pyright: reportArgumentType=false
+# (these tests hand specs the wrong types on purpose, to see them refused)
 """Steering specs are validated in the dtype their math runs in (float32), with strict types.
 
 A spec that is accepted must give finite activations; everything else is a SteeringSpecError

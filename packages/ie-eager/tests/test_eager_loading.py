@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import PROMPT
@@ -24,7 +25,7 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
-_BERT = {
+_BERT: dict[str, Any] = {
     "vocab_size": 512,
     "hidden_size": 32,
     "num_hidden_layers": 2,

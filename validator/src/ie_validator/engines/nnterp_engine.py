@@ -32,10 +32,17 @@ def build_env(*, quiet: bool = False) -> Path:
     if python.exists():
         return python
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    run = dict(check=True, capture_output=quiet)
     try:
-        subprocess.run(["uv", "venv", "-q", str(ENV_DIR), "--python", version], **run)
-        subprocess.run(["uv", "pip", "install", "-q", "--python", str(python), *PINS], **run)
+        subprocess.run(
+            ["uv", "venv", "-q", str(ENV_DIR), "--python", version],
+            check=True,
+            capture_output=quiet,
+        )
+        subprocess.run(
+            ["uv", "pip", "install", "-q", "--python", str(python), *PINS],
+            check=True,
+            capture_output=quiet,
+        )
     except (OSError, subprocess.CalledProcessError) as exc:
         raise EngineError(
             f"could not build the nnterp environment at {ENV_DIR} with uv ({exc}); "

@@ -68,9 +68,11 @@ def test_card_fragment_explains_absent_and_refused_points(client: TestClient) ->
 
 
 def test_cards_of_families_without_a_synthetic_build_claim_nothing(client: TestClient) -> None:
-    """No sweep loaded DeepSeek-V4: no backend gets a check mark, each says not verified."""
+    """DeepSeek-V4 is swept on eager only: eager shows the check mark, vllm-static (never swept)
+    says not verified, and no vLLM backend claims a point it refuses."""
     card = client.get("/fragments/card", params={"arch": "deepseek-v4", "point": "resid_streams.0"})
-    assert _serving_marks(card.text) == ["·", "·", "·", "✗"]
+    marks = _serving_marks(card.text)
+    assert marks[0] == "✓" and "✓" not in marks[1:]
     assert "not verified" in card.text
 
 

@@ -38,9 +38,10 @@ def test_cell_verdicts() -> None:
     assert cell("eager", "llama", "resid_post") == "served"
     assert cell("eager", "gpt-neox", "resid_mid").startswith("refused: ")
     assert "parallel" in cell("eager", "gpt-neox", "resid_mid")
-    # No synthetic build: nothing claimed either way.
-    assert cell("eager", "deepseek-v4", "resid_streams") == NOT_VERIFIED
-    assert cell("eager", "qwen3-next", "attn_gate") == NOT_VERIFIED
+    # Built and swept on eager; never swept on vllm-static: nothing claimed there.
+    assert cell("eager", "deepseek-v4", "resid_streams") == "served"
+    assert cell("eager", "qwen3-next", "attn_gate") == "served"
+    assert cell("vllm-static", "deepseek-v4", "resid_streams") == NOT_VERIFIED
     with pytest.raises(ValueError, match="unknown backend"):
         cell("vllm-generate", "llama", "resid_post")
 

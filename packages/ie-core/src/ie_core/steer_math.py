@@ -38,6 +38,13 @@ def unit_vector(values: VectorLike, device: torch.device | str = "cpu") -> torch
 _unit = unit_vector
 
 
+def row_norm(h: torch.Tensor) -> torch.Tensor:
+    """|h| per row ([..., 1]), scaled by a power of two per row like `unit_vector`, so a row whose
+    entries are finite but near fp32's top (1.8e19 squared overflows) gets a finite norm."""
+    _, exponent = torch.frexp(h.abs().amax(dim=-1, keepdim=True))
+    return torch.ldexp(torch.ldexp(h, -exponent).norm(dim=-1, keepdim=True), exponent)
+
+
 def op_delta(h: torch.Tensor, op: SteeringOp) -> torch.Tensor:
     """The fp32 delta of one op for rows `h` ([..., width], fp32)."""
     dev = h.device
@@ -56,7 +63,7 @@ def op_delta(h: torch.Tensor, op: SteeringOp) -> torch.Tensor:
         # max_fraction * |h| is a clamp of the strength; clamping first cannot overflow to inf*0.
         d = _unit(op.direction, dev)
         strength = max(-op.max_fraction, min(op.max_fraction, op.strength))
-        return strength * h.norm(dim=-1, keepdim=True) * d
+        return strength * row_norm(h) * d
     if isinstance(op, LensAblate):
         d = _unit(op.direction, dev)
         return -(h @ d).unsqueeze(-1) * d

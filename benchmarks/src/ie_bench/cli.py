@@ -227,8 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, **kwargs: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, formatter_class=DefaultsHelpFormatter, **kwargs)
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, formatter_class=DefaultsHelpFormatter)
 
     command("list", help="models, variants, workloads, profiles").set_defaults(fn=_cmd_list)
 

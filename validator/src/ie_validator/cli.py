@@ -115,8 +115,8 @@ def validate_command(argv: list[str]) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, **kwargs: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, formatter_class=DefaultsHelpFormatter, **kwargs)
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, formatter_class=DefaultsHelpFormatter)
 
     run = command("run", help="validate models against engines, write results, render")
     run.add_argument(

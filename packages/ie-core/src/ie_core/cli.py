@@ -45,6 +45,8 @@ USAGE = """usage: ie [--version] [--debug] <command> [args]
   --version  print the installed interp-engine packages and their versions
   --debug    show the full traceback when a command fails (also IE_DEBUG=1)
   <command> --help  describes each command and its options
+
+  IE_PROGRESS=1 or 0 forces progress bars on or off (default: only when stderr is a terminal)
 """
 
 

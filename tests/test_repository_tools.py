@@ -95,3 +95,23 @@ def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
         bench_cli.bench_command(["sweep", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: 600.0)" in text and "ROOT/cells" in text
+
+
+def test_dashboard_seeds_from_a_folder_the_tools_wrote(tmp_path: Path) -> None:
+    """`ie dashboard seed --root DIR` on a working directory of `ie bench` / `ie validate`."""
+    import shutil
+
+    from ie_dashboard.config import database_url
+    from ie_dashboard.db import Database
+    from ie_dashboard.seed import seed
+
+    cell = next((ROOT / "benchmarks" / "cells").rglob("*.json"))
+    (tmp_path / "cells" / "cpu").mkdir(parents=True)
+    shutil.copy(cell, tmp_path / "cells" / "cpu" / cell.name)
+    result = next((ROOT / "validator" / "results").glob("*/nnsight.json"))
+    (tmp_path / "results" / result.parent.name).mkdir(parents=True)
+    shutil.copy(result, tmp_path / "results" / result.parent.name / result.name)
+    db = Database(database_url(tmp_path / "dash.sqlite"))
+    report = seed(db, tmp_path)
+    db.dispose()
+    assert (report.cells, report.results, report.errors) == (1, 1, [])

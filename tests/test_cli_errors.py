@@ -80,6 +80,7 @@ def test_help_names_missing_commands_and_what_to_install(
     monkeypatch.setattr(cli, "entry_points", lambda group: [])
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
-    assert "bench  (not installed: ie-bench, a repository tool" in out
-    assert "uv sync at the repo root" not in out
+    assert "bench  (not installed: ie-bench (pip install 'ie-bench[eager]'))" in out
+    assert "validate  (not installed: ie-validator (pip install 'ie-validator[peers]'))" in out
+    assert "uv sync" not in out
     assert cli.main(["bench"]) == 2

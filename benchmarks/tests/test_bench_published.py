@@ -3,9 +3,17 @@ cells: a number edited by hand, or cells re-measured without publishing, fails h
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from ie_bench.cells import CELLS_DIR, README, THROUGHPUT_JSON, load_cells
+from ie_bench.cells import load_cells
+from ie_bench.layout import layout
 from ie_bench.publish import END, START, drift
+
+# The committed cells of this checkout, found from the test's own location.
+CHECKOUT = layout(Path(__file__).resolve().parents[2])
+CELLS_DIR, THROUGHPUT_JSON = CHECKOUT.cells_dir, CHECKOUT.throughput_json
+README = CHECKOUT.readme or Path("README.md")
 
 
 def test_committed_cells_are_valid() -> None:

@@ -8,11 +8,15 @@ from pathlib import Path
 import numpy as np
 from ie_core.address import Address
 from ie_validator.engines.base import ModelSpec, plan
+from ie_validator.layout import layout
 from ie_validator.mappings import Gap, lookup
 from ie_validator.render import BEGIN, END, render_all
 from ie_validator.results import EngineResult, PointResult, load_results, result_path, write_result
 from ie_validator.scoring import Tier
 from ie_validator.sweep import compare
+
+# The committed results of this checkout, found from the test's own location.
+CHECKOUT = layout(Path(__file__).resolve().parents[2])
 
 
 def _spec(family: str) -> ModelSpec:
@@ -79,10 +83,12 @@ def test_render_writes_matrix_between_markers_and_pages(tmp_path: Path) -> None:
 
 
 def test_engine_hook_mappings_doc_is_current() -> None:
-    from ie_validator.cli import MAPPINGS_DOC
     from ie_validator.render import render_mappings
 
-    assert MAPPINGS_DOC.read_text() == render_mappings(), "run `ie validate mappings --write`"
+    doc = CHECKOUT.mappings_doc
+    assert doc is not None and doc.read_text() == render_mappings(), (
+        "run `ie validate mappings --write`"
+    )
 
 
 def test_declared_layout_is_transposed_not_reshaped() -> None:
@@ -100,16 +106,15 @@ def test_committed_results_every_non_pass_cell_is_explained() -> None:
 
     unexplained = [
         f"{r['hf_id']} / {r['engine']}: {r['verdict']}"
-        for r in load_results()
+        for r in load_results(CHECKOUT.results)
         if r["verdict"] != "pass" and not explain(r["engine"], r["family"], r)
     ]
     assert not unexplained, "add the reason to ie_validator/explanations.py"
 
 
 def test_committed_readme_matrix_matches_results() -> None:
-    from ie_validator.cli import VALIDATOR_DIR
     from ie_validator.render import render_matrix
 
-    assert render_matrix(load_results()) in (VALIDATOR_DIR / "README.md").read_text(), (
+    assert render_matrix(load_results(CHECKOUT.results)) in CHECKOUT.matrix_md.read_text(), (
         "run `ie validate render`"
     )

@@ -18,13 +18,6 @@ SCHEMA = "ie-bench/cell/1"
 CELL_STATUSES = ("running", "ok", "partial", "error")
 WORKLOAD_STATUSES = ("ok", "unsupported", "error")
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-BENCH_DIR = REPO_ROOT / "benchmarks"
-CELLS_DIR = BENCH_DIR / "cells"
-README = REPO_ROOT / "README.md"
-RESULTS_MD = BENCH_DIR / "results-latest.md"
-THROUGHPUT_JSON = BENCH_DIR / "throughput.json"
-
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "schema": str,
     "cell_id": str,

@@ -2,26 +2,25 @@
 
 ie bench list
 ie bench sweep --profile cpu --models smollm2-135m      # cells -> report -> publish
-ie bench cell --model smollm2-135m --variant eager --profile cpu --out cell.json
+ie bench cell --model ie-synthetic/llama --variant eager --profile tiny   # -> cells/tiny/...
 ie bench report [--no-publish]
 ie bench publish [--check]
+
+Files go under --root (default: $IE_BENCH_ROOT, else the working directory); inside a clone of
+interp-engine, into its benchmarks/ folder and the README's throughput block (ie_bench.layout).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from ie_bench.cells import (
-    BENCH_DIR,
-    CELLS_DIR,
-    README,
-    RESULTS_MD,
-    THROUGHPUT_JSON,
-    load_cells,
-    profiles_present,
-)
+from ie_core.cli import DefaultsHelpFormatter
+
+from ie_bench.cells import cell_path, load_cells, profiles_present
+from ie_bench.layout import ROOT_ENV, Layout, layout
 from ie_bench.spec import (
     MODELS,
     PROFILES,
@@ -32,8 +31,6 @@ from ie_bench.spec import (
     get_variant,
     get_workload,
 )
-
-LOG_DIR = BENCH_DIR / ".logs"
 
 
 def _csv(text: str | None) -> list[str] | None:
@@ -71,10 +68,17 @@ def _cmd_cell(args: argparse.Namespace) -> int:
     workloads = _csv(args.workloads)
     for w in workloads or []:
         get_workload(w)
-    cell = run_cell(
+    model, variant, profile = (
         get_model(args.model),
         get_variant(args.variant),
         get_profile(args.profile),
+    )
+    if args.out is None:
+        args.out = str(cell_path(Path(args.cells_dir), profile.name, model.key, variant.key))
+    cell = run_cell(
+        model,
+        variant,
+        profile,
         Path(args.out),
         workloads,
         command=["ie", "bench", "cell", *sys.argv[1:]] if args.record_argv else None,
@@ -159,11 +163,44 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return _write_report(args)
 
 
+def _cells_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cells-dir",
+        help="where cells are read/written (default: ROOT/cells; in a clone, benchmarks/cells)",
+    )
+
+
 def _output_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cells-dir", default=str(CELLS_DIR), help="where cells are read/written")
-    parser.add_argument("--results", default=str(RESULTS_MD), help="the report to write")
-    parser.add_argument("--readme", default=str(README), help="file with THROUGHPUT markers")
-    parser.add_argument("--json", default=str(THROUGHPUT_JSON), help="dashboard JSON ('' to skip)")
+    _cells_arg(parser)
+    parser.add_argument(
+        "--results",
+        help="the report to write (default: ROOT/results-latest.md; in a clone, "
+        "benchmarks/results-latest.md)",
+    )
+    parser.add_argument(
+        "--readme",
+        help="file with THROUGHPUT markers to publish into (default: none; in a clone, its "
+        "README.md)",
+    )
+    parser.add_argument(
+        "--json",
+        help="dashboard JSON, '' to skip (default: ROOT/throughput.json; in a clone, "
+        "benchmarks/throughput.json)",
+    )
+
+
+def _fill_paths(args: argparse.Namespace, where: Layout) -> None:
+    """Paths the user did not give, from the layout (`--json ''` stays: it means skip)."""
+    defaults = {
+        "cells_dir": where.cells_dir,
+        "results": where.results_md,
+        "readme": where.readme,
+        "json": where.throughput_json,
+        "log_dir": where.log_dir,
+    }
+    for name, value in defaults.items():
+        if hasattr(args, name) and getattr(args, name) is None:
+            setattr(args, name, None if value is None else str(value))
 
 
 def _allow_loaded_arg(parser: argparse.ArgumentParser) -> None:
@@ -176,21 +213,38 @@ def _allow_loaded_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ie bench", description="The speed harness.")
+    parser = argparse.ArgumentParser(
+        prog="ie bench",
+        description="The speed harness.",
+        epilog=__doc__,
+        formatter_class=DefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        help=f"folder to read and write (default: ${ROOT_ENV}, else the working directory; "
+        "inside a clone of interp-engine, its benchmarks/ layout)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("list", help="models, variants, workloads, profiles").set_defaults(fn=_cmd_list)
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, formatter_class=DefaultsHelpFormatter)
 
-    cell = sub.add_parser("cell", help="run one (model, variant) cell in this process")
+    command("list", help="models, variants, workloads, profiles").set_defaults(fn=_cmd_list)
+
+    cell = command("cell", help="run one (model, variant) cell in this process")
     cell.add_argument("--model", required=True, help="spec key or model id")
-    cell.add_argument("--variant", required=True)
+    cell.add_argument("--variant", required=True, help="variant key (`ie bench list`)")
     _profile_arg(cell, required=True)
-    cell.add_argument("--out", required=True, help="cell JSON path")
-    cell.add_argument("--workloads", help="comma-separated subset")
+    cell.add_argument(
+        "--out", help="cell JSON path (default: CELLS_DIR/<profile>/<model>__<variant>.json)"
+    )
+    _cells_arg(cell)
+    cell.add_argument("--workloads", help="comma-separated subset (default: all)")
     cell.add_argument("--record-argv", action="store_true", help=argparse.SUPPRESS)
     cell.set_defaults(fn=_cmd_cell)
 
-    sweep = sub.add_parser("sweep", help="run the grid, one process per cell, then report")
+    sweep = command("sweep", help="run the grid, one process per cell, then report")
     sweep.add_argument("--models", required=True, help="comma-separated spec keys or model ids")
     sweep.add_argument("--variants", help="comma-separated (default: all four)")
     _profile_arg(sweep, required=True)
@@ -201,22 +255,27 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="before each cell, wait until the 1-minute load average is at most this",
     )
-    sweep.add_argument("--quiet-wait", type=float, default=600.0, help="give up waiting after s")
-    sweep.add_argument("--log-dir", default=str(LOG_DIR), help="per-cell process logs")
+    sweep.add_argument(
+        "--quiet-wait", type=float, default=600.0, help="give up waiting after this many seconds"
+    )
+    sweep.add_argument(
+        "--log-dir",
+        help="per-cell process logs (default: ROOT/.logs; in a clone, benchmarks/.logs)",
+    )
     sweep.add_argument("--no-report", action="store_true", help="only write cells")
     sweep.add_argument("--no-publish", action="store_true", help="report, but leave README alone")
     _allow_loaded_arg(sweep)
     _output_args(sweep)
     sweep.set_defaults(fn=_cmd_sweep)
 
-    report = sub.add_parser("report", help="cells -> results-latest.md -> publish")
+    report = command("report", help="cells -> results-latest.md -> publish")
     _profile_arg(report, required=False)
-    report.add_argument("--no-publish", action="store_true")
+    report.add_argument("--no-publish", action="store_true", help="write only the report")
     _allow_loaded_arg(report)
     _output_args(report)
     report.set_defaults(fn=_cmd_report)
 
-    pub = sub.add_parser("publish", help="README throughput block and throughput.json from cells")
+    pub = command("publish", help="README throughput block and throughput.json from cells")
     _profile_arg(pub, required=False)
     pub.add_argument("--check", action="store_true", help="exit 1 if either has drifted")
     _allow_loaded_arg(pub)
@@ -225,26 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def outside_checkout() -> str | None:
-    """Why `ie bench` cannot run here, or None inside a clone of the repository.
-
-    ie-bench is a repository tool (not published): its cells, report and README tables live in
-    the checkout, found from this package's own location in the editable install `uv sync` makes.
-    """
-    if (BENCH_DIR / "pyproject.toml").is_file():
-        return None
-    return (
-        f"ie bench: this ie-bench is not inside a clone of interp-engine ({BENCH_DIR} does "
-        "not exist), and it writes its cells and reports there; clone the repository, run "
-        "`uv sync` at its root, then `uv run ie bench ...`"
-    )
-
-
 def bench_command(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if (problem := outside_checkout()) is not None:
-        print(problem, file=sys.stderr)
-        return 2
+    if args.root is not None:
+        # Child `ie bench cell` processes and the git stamp resolve the same folder.
+        os.environ[ROOT_ENV] = str(args.root.expanduser().resolve())
+    _fill_paths(args, layout(args.root))
     if getattr(args, "json", None) == "":
         args.json = None
     try:

@@ -49,8 +49,13 @@ def versions() -> dict[str, str | None]:
 
 
 def git_revision(root: Path | None = None) -> str | None:
-    """The checkout's commit, suffixed `-dirty` when tracked files differ from it."""
-    cwd = root or Path(__file__).resolve().parent
+    """The interp-engine checkout's commit, suffixed `-dirty` when tracked files differ from it;
+    None outside a clone (a wheel install has no commit to record)."""
+    from ie_bench.layout import layout
+
+    cwd = root or layout().clone
+    if cwd is None:
+        return None
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],

@@ -206,9 +206,13 @@ def throughput_json(cells: list[dict[str, Any]]) -> str:
 
 
 def publish(
-    cells: list[dict[str, Any]], readme: Path, json_path: Path | None, allow_loaded: bool = False
+    cells: list[dict[str, Any]],
+    readme: Path | None,
+    json_path: Path | None,
+    allow_loaded: bool = False,
 ) -> list[Path]:
     """Rewrite the README block (and the dashboard JSON); return the files that changed.
+    `readme=None` (outside a clone, unless one is named) publishes only the JSON.
 
     A sweep that fails the load gate is refused unless `allow_loaded`, and then it is published
     with the gate's warning as the block's first line (and `gate.passed: false` in the JSON)."""
@@ -221,11 +225,12 @@ def publish(
             "--allow-loaded to publish it marked as measured under load"
         )
     changed = []
-    old = readme.read_text()
-    new = splice(old, render_block(cells))
-    if new != old:
-        readme.write_text(new)
-        changed.append(readme)
+    if readme is not None:
+        old = readme.read_text()
+        new = splice(old, render_block(cells))
+        if new != old:
+            readme.write_text(new)
+            changed.append(readme)
     if json_path is not None:
         text = throughput_json(cells)
         if not json_path.exists() or json_path.read_text() != text:
@@ -234,11 +239,11 @@ def publish(
     return changed
 
 
-def drift(cells: list[dict[str, Any]], readme: Path, json_path: Path | None) -> list[str]:
+def drift(cells: list[dict[str, Any]], readme: Path | None, json_path: Path | None) -> list[str]:
     """What differs from a fresh render, as sentences; empty when everything is current."""
     problems = []
-    text = readme.read_text()
-    if splice(text, render_block(cells)) != text:
+    text = readme.read_text() if readme is not None else ""
+    if readme is not None and splice(text, render_block(cells)) != text:
         problems.append(f"{readme} throughput block differs from the cells; run `ie bench publish`")
     if json_path is not None and (
         not json_path.exists() or json_path.read_text() != throughput_json(cells)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from ie_core.progress import progress_enabled
 from tqdm import tqdm
 
 from ie_bench.cell import now, skeleton
@@ -211,7 +212,8 @@ def run_sweep(
 ) -> list[CellRun]:
     grid = [(m, v) for m in models for v in variants]
     runs: list[CellRun] = []
-    bar = tqdm(grid, desc=f"ie bench ({profile.name})", unit="cell")
+    # In a log the bar is off; the one line per finished cell below is printed either way.
+    bar = tqdm(grid, desc=f"ie bench ({profile.name})", unit="cell", disable=not progress_enabled())
     for model, variant in bar:
         bar.set_postfix_str(f"{model.key} / {variant.key}")
         wait_for_memory(profile.min_free_gib)

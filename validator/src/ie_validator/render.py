@@ -158,12 +158,22 @@ def replace_between_markers(text: str, body: str) -> str:
     return f"{head}{BEGIN}\n{body}\n{END}{tail}"
 
 
-def render_all(results_root: Path, validator_dir: Path) -> None:
-    """Rewrite the README matrix block and every model page from the result files."""
+def render_all(
+    results_root: Path,
+    validator_dir: Path,
+    readme: Path | None = None,
+    pages: Path | None = None,
+) -> None:
+    """Rewrite the README matrix block and every model page from the result files.
+
+    `readme` (default `validator_dir/README.md`) is created with the markers when missing, so a
+    results folder outside a clone renders into a fresh `validation.md`."""
     results = load_results(results_root)
-    readme = validator_dir / "README.md"
+    readme = readme or validator_dir / "README.md"
+    if not readme.exists():
+        readme.write_text(f"# Validation\n\n{BEGIN}\n{END}\n")
     readme.write_text(replace_between_markers(readme.read_text(), render_matrix(results)))
-    pages = validator_dir / "models"
+    pages = pages or validator_dir / "models"
     pages.mkdir(exist_ok=True)
     for hf_id, cells in _by_model(results).items():
         (pages / f"{model_slug(hf_id)}.md").write_text(render_model_page(hf_id, cells))

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
-RESULTS_DIR = Path(__file__).resolve().parents[2] / "results"
+
+
+def default_root() -> Path:
+    """The results folder of `ie_validator.layout` (working directory or `$IE_VALIDATOR_ROOT`)."""
+    from ie_validator.layout import layout
+
+    return layout().results
 
 
 @dataclass(frozen=True)
@@ -64,11 +70,11 @@ def model_slug(hf_id: str) -> str:
     return hf_id.strip("/").replace("/", "__")
 
 
-def result_path(hf_id: str, engine: str, root: Path = RESULTS_DIR) -> Path:
-    return root / model_slug(hf_id) / f"{engine}.json"
+def result_path(hf_id: str, engine: str, root: Path | None = None) -> Path:
+    return (root or default_root()) / model_slug(hf_id) / f"{engine}.json"
 
 
-def write_result(result: EngineResult, root: Path = RESULTS_DIR) -> Path:
+def write_result(result: EngineResult, root: Path | None = None) -> Path:
     """Write one (model, engine) file; every other file under `root` is left as it is."""
     path = result_path(result.hf_id, result.engine, root)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,7 +84,8 @@ def write_result(result: EngineResult, root: Path = RESULTS_DIR) -> Path:
     return path
 
 
-def load_results(root: Path = RESULTS_DIR) -> list[dict[str, Any]]:
+def load_results(root: Path | None = None) -> list[dict[str, Any]]:
     """Every result file under `root`, as plain dicts, sorted by model then engine."""
-    out = [json.loads(p.read_text()) for p in sorted(root.glob("*/*.json"))]
+    folder = root or default_root()
+    out = [json.loads(p.read_text()) for p in sorted(folder.glob("*/*.json"))]
     return sorted(out, key=lambda r: (r["hf_id"], r["engine"]))

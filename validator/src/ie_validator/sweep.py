@@ -15,6 +15,7 @@ import numpy as np
 from ie_core.address import Address
 from ie_core.families import get_family
 from ie_core.points import POINTS, get_point
+from ie_core.progress import progress_enabled
 from tqdm import tqdm
 
 from ie_validator.engines.base import (
@@ -28,7 +29,7 @@ from ie_validator.engines.registry import make_engine
 from ie_validator.mappings import Gap
 from ie_validator.models import model_spec
 from ie_validator.prompt import PROMPT, compared_layers
-from ie_validator.results import RESULTS_DIR, EngineResult, PointResult, write_result
+from ie_validator.results import EngineResult, PointResult, write_result
 from ie_validator.scoring import Score, Status, Tier, not_applicable, score, verdict
 
 # Points the sweep never asks for: multi-stream trunks have no synthetic family here.
@@ -178,7 +179,7 @@ def _result(model: ModelSpec, engine: str, reference: str, tier: Tier, ids: list
 
 
 def validate_model(
-    model_id: str, engines: Sequence[str], *, root: Path = RESULTS_DIR, progress: tqdm | None = None
+    model_id: str, engines: Sequence[str], *, root: Path | None = None, progress: tqdm | None = None
 ) -> list[EngineResult]:
     """Validate one model against `engines`; writes (and returns) one result per engine."""
     model = model_spec(model_id)
@@ -225,12 +226,13 @@ def validate_model(
 
 
 def sweep(
-    model_ids: Sequence[str], engines: Sequence[str], *, root: Path = RESULTS_DIR
+    model_ids: Sequence[str], engines: Sequence[str], *, root: Path | None = None
 ) -> list[EngineResult]:
     """Every model against every engine, with a progress bar; one model's failure stops nothing."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out: list[EngineResult] = []
-    with tqdm(total=len(model_ids) * len(engines), desc="validate", unit="cell") as bar:
+    total = len(model_ids) * len(engines)
+    with tqdm(total=total, desc="validate", unit="cell", disable=not progress_enabled()) as bar:
         for model_id in model_ids:
             out.extend(validate_model(model_id, engines, root=root, progress=bar))
     return out

@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ie_core.cli import DefaultsHelpFormatter
+
 from ie_dashboard.config import database_url, default_db_path
 
 COMMANDS = ("serve", "seed", "export", "screenshots")
@@ -24,14 +26,18 @@ def _parser() -> argparse.ArgumentParser:
         prog="ie dashboard",
         description="Points cheat sheet, throughput cards and validation matrix (FastAPI + htmx + SQLite).",
         epilog=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command")
     db_help = f"SQLite file or database URL (default: $DATABASE_URL, else {default_db_path()})"
     root_help = "workspace root holding benchmarks/ and validator/ (default: found from the working directory)"
-    serve = sub.add_parser("serve", help="serve the dashboard (the default command)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve = sub.add_parser(
+        "serve",
+        formatter_class=DefaultsHelpFormatter,
+        help="serve the dashboard (the default command)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port")
     serve.add_argument("--db", help=db_help)
     serve.add_argument("--root", type=Path, help=root_help)
     serve.add_argument(
@@ -41,18 +47,30 @@ def _parser() -> argparse.ArgumentParser:
         "(automatic when the database file is not writable)",
     )
     seed = sub.add_parser(
-        "seed", help="seed or refresh the database from ie-core and the committed JSON"
+        "seed",
+        formatter_class=DefaultsHelpFormatter,
+        help="seed or refresh the database from ie-core and the committed JSON",
     )
     seed.add_argument("--db", help=db_help)
     seed.add_argument("--root", type=Path, help=root_help)
-    export = sub.add_parser("export", help="write the static site")
-    export.add_argument("--out", type=Path, default=Path("visualizer-web"))
+    export = sub.add_parser(
+        "export", formatter_class=DefaultsHelpFormatter, help="write the static site"
+    )
+    export.add_argument(
+        "--out", type=Path, default=Path("visualizer-web"), help="folder for the static site"
+    )
     export.add_argument(
         "--db", help="read this database instead of seeding a fresh one from the committed JSON"
     )
     export.add_argument("--root", type=Path, help=root_help)
-    shots = sub.add_parser("screenshots", help="write PNG screenshots of the three pages")
-    shots.add_argument("--out", type=Path, default=Path("docs/img"))
+    shots = sub.add_parser(
+        "screenshots",
+        formatter_class=DefaultsHelpFormatter,
+        help="write PNG screenshots of the three pages",
+    )
+    shots.add_argument(
+        "--out", type=Path, default=Path("docs/img"), help="folder for the PNG files"
+    )
     shots.add_argument(
         "--db", help="read this database instead of seeding a fresh one from the committed JSON"
     )

@@ -118,12 +118,20 @@ def seed(db: Database, root: Path | None) -> SeedReport:
         report.skipped.append(
             "result JSON: no folder with benchmarks/ and validator/ found from the working "
             "directory; the throughput and validation pages stay empty until you run "
-            "`ie dashboard seed --root PATH` on a clone of the repository"
+            "`ie dashboard seed --root PATH` on a clone of the repository (or on a folder where "
+            "`ie bench` and `ie validate` wrote cells/ and results/)"
         )
         return report
-    report.cells = _ingest_dir(db, root, BENCH_DIR, BenchmarkCell, BENCH_MARK, report)
-    report.results = _ingest_dir(db, root, VALIDATOR_DIR, ValidatorResult, VALIDATOR_MARK, report)
+    cells, results = _folder(root, BENCH_DIR), _folder(root, VALIDATOR_DIR)
+    report.cells = _ingest_dir(db, root, cells, BenchmarkCell, BENCH_MARK, report)
+    report.results = _ingest_dir(db, root, results, ValidatorResult, VALIDATOR_MARK, report)
     return report
+
+
+def _folder(root: Path, committed: Path) -> Path:
+    """The committed folder in a clone; elsewhere its last part (`cells/`, `results/`), where
+    `ie bench` and `ie validate` installed from wheels write in their working directory."""
+    return committed if (root / committed).is_dir() else Path(committed.name)
 
 
 def is_empty(db: Database) -> bool:

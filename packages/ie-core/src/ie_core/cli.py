@@ -16,15 +16,37 @@ from ie_core.errors import InterpError
 COMMAND_PACKAGES = {
     "demo": "ie-eager (pip install 'ie-eager[smollm2]')",
     "dashboard": "ie-dashboard (pip install ie-dashboard)",
-    "bench": "ie-bench, a repository tool (clone the repository, then `uv sync` and `uv run ie bench`)",
-    "validate": "ie-validator, a repository tool (clone the repository, then `uv sync` and `uv run ie validate`)",
+    "bench": "ie-bench (pip install 'ie-bench[eager]')",
+    "validate": "ie-validator (pip install 'ie-validator[peers]')",
 }
 DEBUG_FLAG = "--debug"
+
+
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """`--help` that ends each option's line with its default, when it has one worth naming
+    (not None or False) and the help text does not already say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or not action.option_strings
+            or "default" in text
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 USAGE = """usage: ie [--version] [--debug] <command> [args]
 
   --version  print the installed interp-engine packages and their versions
   --debug    show the full traceback when a command fails (also IE_DEBUG=1)
   <command> --help  describes each command and its options
+
+  IE_PROGRESS=1 or 0 forces progress bars on or off (default: only when stderr is a terminal)
 """
 
 
@@ -121,7 +143,10 @@ def describe_failure(name: str, exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ie_core.progress import quiet_third_party_progress
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    quiet_third_party_progress()  # before any command imports tqdm: logs get no bar redraws
     debug = _debug_requested(argv)
     commands = {ep.name: ep for ep in entry_points(group="ie.commands")}
     if argv[:1] == ["--version"]:

@@ -63,7 +63,11 @@ def load_model(model_id: str = DEFAULT_MODEL, backend: str = "auto", **kwargs: A
     """Load `model_id` (HF id, local folder, `ie-synthetic/<family>`) on `backend`.
 
     Keyword arguments go to the backend (e.g. `dtype`, `device` for eager; `max_model_len` for vLLM).
+    Third-party progress bars are off when stderr is not a terminal (`IE_PROGRESS=1` keeps them).
     """
+    from ie_core.progress import quiet_third_party_progress
+
+    quiet_third_party_progress()
     name = resolve_backend(backend)
     for ep in entry_points(group="ie.backends"):
         if ep.name == name:

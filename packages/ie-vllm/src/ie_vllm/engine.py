@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 from ie_core.errors import EngineDeadError, EngineShutdownError, EngineStoppedError
+from ie_core.progress import progress_enabled
 
 from ie_vllm import payload
 from ie_vllm.layout import KEY_ARG
@@ -47,6 +48,9 @@ def engine_kwargs(model: str, *, hooked: bool, extension: str | None, **kw: Any)
         args["enforce_eager"] = True
     if extension:
         args["worker_extension_cls"] = extension
+    if not progress_enabled():
+        # vLLM's weight-loading bar prints a new line per step: off in logs (IE_PROGRESS=1 keeps it).
+        args["use_tqdm_on_load"] = False
     args.update(kw)
     return args
 

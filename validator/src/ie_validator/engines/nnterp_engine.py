@@ -15,26 +15,32 @@ from ie_validator.engines.base import Capture, EngineError, ModelSpec, Request, 
 from ie_validator.mappings import NNTERP_LOAD_KWARGS, Gap
 from ie_validator.scoring import Tier
 
-VALIDATOR_ROOT = Path(__file__).resolve().parents[3]
-ENV_DIR = Path(os.environ.get("IE_NNTERP_ENV", VALIDATOR_ROOT / ".venv-nnterp"))
 DUMP_SCRIPT = Path(__file__).resolve().parents[1] / "peers" / "nnterp_dump.py"
 # nnterp 1.3 imports only beside nnsight 0.7; torch and transformers match the workspace lock.
 PINS = ("nnterp==1.3.0", "nnsight==0.7.0", "torch==2.13.0", "transformers==5.19.0", "safetensors")
 
 
+def env_dir() -> Path:
+    """`validator/.venv-nnterp` in a clone, else the user cache; `$IE_NNTERP_ENV` overrides."""
+    from ie_validator.layout import layout
+
+    return layout().nnterp_env
+
+
 def env_python() -> Path:
-    return ENV_DIR / "bin" / "python"
+    return env_dir() / "bin" / "python"
 
 
 def build_env(*, quiet: bool = False) -> Path:
     """Create (or reuse) the nnterp environment with uv; returns its python."""
     python = env_python()
+    env_folder = python.parents[1]
     if python.exists():
         return python
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     try:
         subprocess.run(
-            ["uv", "venv", "-q", str(ENV_DIR), "--python", version],
+            ["uv", "venv", "-q", str(env_folder), "--python", version],
             check=True,
             capture_output=quiet,
         )
@@ -45,7 +51,7 @@ def build_env(*, quiet: bool = False) -> Path:
         )
     except (OSError, subprocess.CalledProcessError) as exc:
         raise EngineError(
-            f"could not build the nnterp environment at {ENV_DIR} with uv ({exc}); "
+            f"could not build the nnterp environment at {env_folder} with uv ({exc}); "
             "run `ie validate nnterp-env` with network access to PyPI"
         ) from exc
     return python

@@ -46,7 +46,7 @@ EXTRA_ARCHITECTURES: dict[str, str] = {
     "FalconForCausalLM": "falcon",
 }
 
-SANDWICH = frozenset({"gemma2", "gemma3", "olmo2"})
+SANDWICH = frozenset({"gemma2", "gemma3", "olmo2", "olmo3"})
 PARALLEL = frozenset({"gpt-neox", "gpt-j", "phi", "cohere", "falcon"})
 MOE = frozenset({"mixtral", "qwen3-moe", "qwen2-moe"})
 
@@ -139,6 +139,13 @@ TRANSFORMER_LENS: Mapping[str, Table] = MappingProxyType(
         "gemma2": _table(_TL_BASE, **_TL_SANDWICH),
         "gemma3": _table(_TL_BASE, **_TL_SANDWICH),
         "olmo2": _table(
+            _TL_BASE,
+            **_TL_SANDWICH,
+            attn_in=Hook("blocks.{L}.attn.hook_in"),
+            mlp_in=Hook("blocks.{L}.mlp.hook_in"),
+        ),
+        # OLMo-3 keeps OLMo-2's post-norm block (it adds sliding-window layers only).
+        "olmo3": _table(
             _TL_BASE,
             **_TL_SANDWICH,
             attn_in=Hook("blocks.{L}.attn.hook_in"),
@@ -284,6 +291,9 @@ NNSIGHT: Mapping[str, Table] = MappingProxyType(
                 # No pre-MLP norm: the MLP reads resid_mid itself.
                 "resid_mid": Hook(f"{_L}.mlp.input"),
             },
+        ),
+        "olmo3": _table(
+            _LLAMA, **{**_SANDWICH_NN, "resid_mid": Hook(f"{_L}.mlp.input")}
         ),
         "mixtral": _table(_LLAMA, **_MOE_NN),
         "qwen3-moe": _table(_LLAMA, **_MOE_NN),

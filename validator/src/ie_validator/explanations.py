@@ -22,6 +22,11 @@ EXPLANATIONS: dict[tuple[str, str], str] = {
         "as [d_model, kv, kv], which is wrong for the new decoder architecture (grouped per KV "
         "head), so `boot_transformers` raises before any forward"
     ),
+    ("nnterp", "gpt-oss"): (
+        "by design, nnterp 1.3: StandardizedTransformer checks at load that attention "
+        "probabilities sum to 1, and gpt-oss's learned sinks take a share of every softmax row "
+        "(rows sum to less than 1), so nnterp refuses the model with RenamingError"
+    ),
 }
 
 

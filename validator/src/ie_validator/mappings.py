@@ -151,6 +151,8 @@ TRANSFORMER_LENS: Mapping[str, Table] = MappingProxyType(
             attn_in=Hook("blocks.{L}.attn.hook_in"),
             mlp_in=Hook("blocks.{L}.mlp.hook_in"),
         ),
+        # The MLA bridge's hook_v is the decompressed per-head value, [batch, heads, seq, head_dim].
+        "deepseek-v3": _table(_TL_BASE, value=Hook("blocks.{L}.attn.hook_v", layout="bhsd")),
         "bloom": _table(_TL_BASE, **_TL_BLOOM),
         "granite": _table(
             _TL_BASE,
@@ -292,8 +294,10 @@ NNSIGHT: Mapping[str, Table] = MappingProxyType(
                 "resid_mid": Hook(f"{_L}.mlp.input"),
             },
         ),
-        "olmo3": _table(
-            _LLAMA, **{**_SANDWICH_NN, "resid_mid": Hook(f"{_L}.mlp.input")}
+        "olmo3": _table(_LLAMA, **{**_SANDWICH_NN, "resid_mid": Hook(f"{_L}.mlp.input")}),
+        # HF GptOssMLP returns (routed output, router scores).
+        "gpt-oss": _table(
+            _LLAMA, mlp_out=Hook(f"{_L}.mlp.output[0]"), mlp_out_post=Hook(f"{_L}.mlp.output[0]")
         ),
         "mixtral": _table(_LLAMA, **_MOE_NN),
         "qwen3-moe": _table(_LLAMA, **_MOE_NN),

@@ -153,6 +153,14 @@ TRANSFORMER_LENS: Mapping[str, Table] = MappingProxyType(
         ),
         # The MLA bridge's hook_v is the decompressed per-head value, [batch, heads, seq, head_dim].
         "deepseek-v3": _table(_TL_BASE, value=Hook("blocks.{L}.attn.hook_v", layout="bhsd")),
+        "qwen3-next": _table(
+            _TL_BASE,
+            q_norm_in=Gap(
+                "TransformerLens' hook_q on Qwen3-Next is q_proj's output, which holds the query "
+                "and the attention gate together (twice the width); the query alone before its "
+                "norm is no hook"
+            ),
+        ),
         "bloom": _table(_TL_BASE, **_TL_BLOOM),
         "granite": _table(
             _TL_BASE,

@@ -26,14 +26,22 @@ def test_deepseek_v3_without_noaux_tc_is_refused_with_vllms_error(tmp_path: Path
     with pytest.raises(UnsupportedModelError, match=r"e_score_correction_bias.*backend=.eager."):
         cpu_support.check_cpu_support(folder, "float32")
     # Negative control: a config that carries topk_method noaux_tc (real DeepSeek-V3) passes.
-    ok = _folder(tmp_path, architectures=["DeepseekV3ForCausalLM"], topk_method="noaux_tc")
+    arch = ["DeepseekV3ForCausalLM"]
+    ok = _folder(tmp_path, architectures=arch, topk_method="noaux_tc")
     cpu_support.check_cpu_support(ok, "float32")
+    # The synthetic latent (32 + 32) is a head size vLLM's MLA backends do not take.
+    small = _folder(
+        tmp_path, architectures=arch, topk_method="noaux_tc", kv_lora_rank=32, qk_rope_head_dim=32
+    )
+    with pytest.raises(UnsupportedModelError, match="not supported by MLA"):
+        cpu_support.check_cpu_support(small, "float32")
 
 
 def test_each_known_failure_applies_only_where_vllm_fails(tmp_path: Path) -> None:
     cases = [
         ({"architectures": ["DeepseekV4ForCausalLM"], "mlp_layer_types": ["moe"]}, "float32"),
         ({"architectures": ["Lfm2ForCausalLM"]}, "float32"),
+        ({"architectures": ["Lfm2ForCausalLM"], "conv_dim": 128}, "float32"),
         ({"architectures": ["Qwen3NextForCausalLM"]}, "float32"),
     ]
     for config, dtype in cases:
@@ -41,7 +49,7 @@ def test_each_known_failure_applies_only_where_vllm_fails(tmp_path: Path) -> Non
             cpu_support.check_cpu_support(_folder(tmp_path, **config), dtype)
     passing = [
         ({"architectures": ["DeepseekV4ForCausalLM"], "mlp_layer_types": ["sparse"]}, "float32"),
-        ({"architectures": ["Lfm2ForCausalLM"], "conv_dim": 128}, "float32"),
+        ({"architectures": ["Lfm2ForCausalLM"], "conv_dim": 128, "block_dim": 128}, "float32"),
         ({"architectures": ["Qwen3NextForCausalLM"]}, "bfloat16"),
         ({"architectures": ["LlamaForCausalLM"]}, "float32"),
     ]

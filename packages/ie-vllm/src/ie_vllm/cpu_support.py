@@ -55,11 +55,24 @@ CPU_FAILURES: tuple[CpuFailure, ...] = (
         "exists only when config.topk_method == 'noaux_tc', which transformers 5.19's "
         "DeepseekV3Config does not write",
     ),
+    # With topk_method set, the synthetic DeepSeek-V3 loads its weights and then fails here:
+    # vLLM's MLA backends take kv_lora_rank + qk_rope_head_dim in (320, 512, 576) only.
+    CpuFailure(
+        "DeepseekV3ForCausalLM",
+        lambda c, _d: (
+            c.get("kv_lora_rank", 512) + c.get("qk_rope_head_dim", 64) not in (320, 512, 576)
+        ),
+        "ValueError: Head dimension 64 is not supported by MLA.",
+        "vllm/model_executor/layers/attention/mla_attention.py (MLACommonBackend supports "
+        "kv_lora_rank + qk_rope_head_dim of 320, 512 or 576)",
+    ),
     CpuFailure(
         "Lfm2ForCausalLM",
-        lambda c, _d: "conv_dim" not in c,
-        "AttributeError: 'Lfm2Config' object has no attribute 'conv_dim'",
-        "vllm/model_executor/models/lfm2.py (dim=config.conv_dim)",
+        lambda c, _d: "conv_dim" not in c or "block_dim" not in c,
+        "AttributeError: 'Lfm2Config' object has no attribute 'conv_dim' (and, with conv_dim "
+        "added, 'block_dim')",
+        "vllm/model_executor/models/lfm2.py (vLLM reads conv_dim and block_dim, fields "
+        "transformers 5.19's Lfm2Config does not have)",
     ),
     CpuFailure(
         "Qwen3NextForCausalLM",

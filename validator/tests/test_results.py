@@ -41,6 +41,19 @@ def test_reference_refusal_yields_na_naming_the_reference() -> None:
     assert row.status == "n/a" and "reference cannot produce it" in row.reason
 
 
+def test_engine_capture_failure_is_a_failed_cell_not_a_crash() -> None:
+    from ie_validator.engines.base import CaptureFailure
+
+    address = Address("attn_probs", 0)
+    ref = {"attn_probs.0": np.ones((1, 2, 3, 3))}
+    failed = {"attn_probs.0": CaptureFailure("nnsight: RuntimeError: no such module")}
+    (row,) = compare([address], ref, failed, Tier.RAW_HF, {})
+    assert row.status == "fail" and "no such module" in row.reason and row.cos is None
+    # Negative control: the same tensor captured passes.
+    (row,) = compare([address], ref, {"attn_probs.0": np.ones((1, 2, 3, 3))}, Tier.RAW_HF, {})
+    assert row.status == "pass"
+
+
 def test_transformer_lens_sandwich_gap_is_data() -> None:
     # On sandwich-norm families TransformerLens' hook_attn_out is this project's attn_out_post.
     assert lookup("transformer-lens", "gemma2", "attn_out_post").name == "blocks.{L}.hook_attn_out"

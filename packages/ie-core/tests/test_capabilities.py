@@ -70,8 +70,9 @@ def test_points_committed_prints_the_answer_without_loading(
     assert main(["points", "--backend", "eager", "--family", "gpt-neox", "--committed"]) == 0
     out = capsys.readouterr().out
     assert "resid_mid" in out and "runs attention and MLP in parallel" in out
+    # DeepSeek-V4 does not run on vLLM 0.32 CPU: the answer quotes vLLM's own error.
     assert main(["points", "--backend", "vllm", "--family", "deepseek-v4", "--committed"]) == 0
-    assert "not verified" in capsys.readouterr().out
+    assert "mlp_layer_types entries must be in" in capsys.readouterr().out
     assert "not verified" in format_capabilities("eager", "gpt-oss", None)
 
 
@@ -105,3 +106,22 @@ def test_wheel_ships_the_answers_and_reads_them_without_torch(tmp_path: Path) ->
         check=True,
     )
     assert "resid_post" in out.stdout and "served (layers 0, 1, 2, 3; writable)" in out.stdout
+
+
+def test_sweep_records_a_refused_checkpoint_as_every_point_refused() -> None:
+    from ie_core.capability_sweep import sweep
+    from ie_core.errors import UnsupportedModelError
+
+    why = "vLLM 0.32.0 (CPU) cannot run X from this checkpoint: its engine fails with KeyError"
+
+    def refuse(model_id: str, **_kw: object) -> object:
+        raise UnsupportedModelError(why)
+
+    def broken(model_id: str, **_kw: object) -> object:
+        raise RuntimeError("engine core initialization failed")
+
+    caps = sweep("vllm", ["x"], refuse, "cmd").models["ie-synthetic/x"][1]
+    assert set(caps) == {p.name for p in POINTS}
+    assert all(not c.served and not c.writable and c.reason == why for c in caps.values())
+    # Negative control: any other load failure is left out (rendered "not verified").
+    assert sweep("vllm", ["x"], broken, "cmd").models == {}

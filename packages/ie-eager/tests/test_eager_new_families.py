@@ -345,7 +345,7 @@ def test_v4_steering_one_stream_moves_only_that_stream() -> None:
         delta = cache[("resid_post", 1, s)] - base[("resid_post", 1, s)]
         assert close(delta, vec.expand_as(delta) if s == 2 else torch.zeros_like(delta)), s
     # The whole stack takes an n_streams * d_model vector, stream-major; read where the next
-    # block receives it (resid_post at the same site is read before a resid_streams write).
+    # block receives it, and at the same site (resid_post slices the stack).
     stack_vec = torch.zeros(n * d)
     stack_vec[d : 2 * d] = vec
     nxt = [("resid_pre", 2, s) for s in range(n)]
@@ -355,6 +355,34 @@ def test_v4_steering_one_stream_moves_only_that_stream() -> None:
     assert close(cache[("resid_pre", 2, 1)] - base[("resid_pre", 2, 1)], vec.expand(1, seq, d))
     assert close(cache[("resid_pre", 2, 0)], base[("resid_pre", 2, 0)])
     assert not close(cache[("resid_pre", 2, 2)], base[("resid_pre", 2, 1)])
+
+
+def test_v4_stream_reads_see_writes_at_the_same_site() -> None:
+    """resid_post.L.stream-N and resid_streams.L are one tensor: a read of either sees a write
+    to the other at block L's output, not the pre-write value."""
+    model = synthetic_model(V4)
+    n, d = model.structure.n_streams, model.d_model
+    ids = [model.to_tokens(PROMPT)]
+    base = full(V4)[1]
+    vec = torch.linspace(-1, 1, d)
+    stack_vec = torch.zeros(n * d)
+    stack_vec[d : 2 * d] = vec
+    here = [("resid_post", 1, s) for s in range(n)]
+    _, cache = model.forward_with_cache(
+        ids, here, steering=steer_at(("resid_streams", 1), Additive(stack_vec.tolist()))
+    )
+    delta = cache[("resid_post", 1, 1)] - base[("resid_post", 1, 1)]
+    assert close(delta, vec.expand_as(delta))
+    assert close(cache[("resid_post", 1, 0)], base[("resid_post", 1, 0)])
+    # The reverse: the stack read sees a one-stream write; negative control, the unsteered stack.
+    _, cache = model.forward_with_cache(
+        ids, [("resid_streams", 1)], steering=steer_at(("resid_post", 1, 2), Additive(vec.tolist()))
+    )
+    stack = cache[("resid_streams", 1)].unflatten(-1, (n, d))
+    want = base[("resid_streams", 1)].unflatten(-1, (n, d)).clone()
+    want[..., 2, :] += vec
+    assert close(stack, want)
+    assert not close(stack, base[("resid_streams", 1)].unflatten(-1, (n, d)))
 
 
 def test_v4_refusals_name_the_way_out() -> None:

@@ -22,6 +22,24 @@ EXPLANATIONS: dict[tuple[str, str], str] = {
         "as [d_model, kv, kv], which is wrong for the new decoder architecture (grouped per KV "
         "head), so `boot_transformers` raises before any forward"
     ),
+    ("nnterp", "deepseek-v4"): (
+        "nnterp 1.3 cannot standardize a hyper-connection trunk: its IO check of the decoder "
+        "layers fails (RenamingError: Could not check the IO), since a layer takes and returns "
+        "a stack of residual streams, not one hidden state"
+    ),
+    ("nnterp", "lfm2"): (
+        "nnterp 1.3 finds no attention module on every layer of this hybrid (short-convolution "
+        "layers have none) and asks for attn_rename, so it cannot load the model"
+    ),
+    ("nnterp", "qwen3-next"): (
+        "nnterp 1.3 finds no attention module on every layer of this hybrid (gated-delta "
+        "layers have linear_attn instead) and asks for attn_rename, so it cannot load the model"
+    ),
+    ("nnterp", "gpt-oss"): (
+        "by design, nnterp 1.3: StandardizedTransformer checks at load that attention "
+        "probabilities sum to 1, and gpt-oss's learned sinks take a share of every softmax row "
+        "(rows sum to less than 1), so nnterp refuses the model with RenamingError"
+    ),
 }
 
 

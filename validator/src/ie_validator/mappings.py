@@ -46,7 +46,7 @@ EXTRA_ARCHITECTURES: dict[str, str] = {
     "FalconForCausalLM": "falcon",
 }
 
-SANDWICH = frozenset({"gemma2", "gemma3", "olmo2"})
+SANDWICH = frozenset({"gemma2", "gemma3", "olmo2", "olmo3"})
 PARALLEL = frozenset({"gpt-neox", "gpt-j", "phi", "cohere", "falcon"})
 MOE = frozenset({"mixtral", "qwen3-moe", "qwen2-moe"})
 
@@ -143,6 +143,23 @@ TRANSFORMER_LENS: Mapping[str, Table] = MappingProxyType(
             **_TL_SANDWICH,
             attn_in=Hook("blocks.{L}.attn.hook_in"),
             mlp_in=Hook("blocks.{L}.mlp.hook_in"),
+        ),
+        # OLMo-3 keeps OLMo-2's post-norm block (it adds sliding-window layers only).
+        "olmo3": _table(
+            _TL_BASE,
+            **_TL_SANDWICH,
+            attn_in=Hook("blocks.{L}.attn.hook_in"),
+            mlp_in=Hook("blocks.{L}.mlp.hook_in"),
+        ),
+        # The MLA bridge's hook_v is the decompressed per-head value, [batch, heads, seq, head_dim].
+        "deepseek-v3": _table(_TL_BASE, value=Hook("blocks.{L}.attn.hook_v", layout="bhsd")),
+        "qwen3-next": _table(
+            _TL_BASE,
+            q_norm_in=Gap(
+                "TransformerLens' hook_q on Qwen3-Next is q_proj's output, which holds the query "
+                "and the attention gate together (twice the width); the query alone before its "
+                "norm is no hook"
+            ),
         ),
         "bloom": _table(_TL_BASE, **_TL_BLOOM),
         "granite": _table(
@@ -284,6 +301,11 @@ NNSIGHT: Mapping[str, Table] = MappingProxyType(
                 # No pre-MLP norm: the MLP reads resid_mid itself.
                 "resid_mid": Hook(f"{_L}.mlp.input"),
             },
+        ),
+        "olmo3": _table(_LLAMA, **{**_SANDWICH_NN, "resid_mid": Hook(f"{_L}.mlp.input")}),
+        # HF GptOssMLP returns (routed output, router scores).
+        "gpt-oss": _table(
+            _LLAMA, mlp_out=Hook(f"{_L}.mlp.output[0]"), mlp_out_post=Hook(f"{_L}.mlp.output[0]")
         ),
         "mixtral": _table(_LLAMA, **_MOE_NN),
         "qwen3-moe": _table(_LLAMA, **_MOE_NN),

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from ie_validator.engines.base import (
     Capture,
+    CaptureFailure,
     EngineError,
     ModelSpec,
     is_attention_map,
@@ -140,6 +141,10 @@ def compare(
             )
         elif isinstance(other, Gap) or other is None:
             s = not_applicable(other.reason if other else "engine returned nothing")
+        elif isinstance(other, CaptureFailure):
+            # The engine names this point but raised or returned no tensor: a FAIL of that cell
+            # with the engine's error, not a crash of the whole model's row.
+            s = Score(Status.FAIL, reason=other.reason)
         else:
             s = score(ref, other, tier, attention_map=is_attention_map(address.name))
             shape = list(np.shape(ref))

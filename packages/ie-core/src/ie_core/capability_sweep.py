@@ -22,7 +22,7 @@ from ie_core.capabilities import (
     PointCapability,
     same_reason,
 )
-from ie_core.errors import InterpError, PointUnavailableError
+from ie_core.errors import InterpError, PointUnavailableError, UnsupportedModelError
 from ie_core.points import POINTS, Width, get_point
 from ie_core.runner import run
 
@@ -197,6 +197,11 @@ def sweep(
             caps = sweep_family(backend, family, load)
         except SweepError:
             raise
+        except UnsupportedModelError as exc:
+            # The backend refuses this checkpoint by design: every point is refused, and the
+            # answers say why (vLLM's own error, on the CPU build), never a check mark.
+            print(f"  refused: {exc}", file=sys.stderr)
+            caps = {p.name: PointCapability(False, False, (), str(exc)) for p in POINTS}
         except Exception as exc:  # a load failure is reported, not fatal
             print(f"  left out: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue

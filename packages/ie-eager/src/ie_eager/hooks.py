@@ -30,6 +30,10 @@ from ie_eager import attention
 from ie_eager.resolve import Resolved, Tap
 
 _ORDER = {name: i for i, name in enumerate(POINTS_BY_NAME)}
+# resid_streams.L is the stack that resid_post.L.stream-N slices (one tensor at one site): it
+# takes resid_post's place in the order, so every write to either lands before every read of
+# either (a resid_post read after a resid_streams write sees the write, and the reverse).
+_ORDER["resid_streams"] = _ORDER["resid_post"]
 # resid_mid needs the block input as the block sees it: after resid_pre's writes and read.
 _REMEMBER = (_ORDER["resid_pre"], 2, 0)
 # The session whose forward is running in this context; hooks of any other session pass.

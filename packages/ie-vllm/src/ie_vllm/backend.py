@@ -76,6 +76,9 @@ class VLLMModel:
         path = resolve_model_path(model_id)
         source = str(path) if path is not None else model_id
         hooked = backend == HOOKED
+        from ie_vllm.cpu_support import check_cpu_support
+
+        check_cpu_support(path, str(kw.get("dtype", "float32")))  # before minutes of engine start
         engine = await Engine.start(source, hooked=hooked, **kw)
         try:
             info = (await engine.rpc("ie_setup", hooked))[0]

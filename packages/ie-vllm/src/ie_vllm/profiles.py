@@ -31,6 +31,11 @@ class Profile:
     post_mlp_norm: str | None = None
     fused_residual: bool = True  # decoder layers take and return (hidden, residual)
     hidden_arg: int = 1  # position of hidden_states in the decoder layer's call
+    # Position of the residual in the decoder layer's call (None: right after hidden_states) and
+    # of hidden_states in the attention module's call (None: 1 on fused layers, else 0); gpt-oss
+    # calls layer(hidden, positions, residual) and attn(hidden, positions).
+    residual_arg: int | None = None
+    attn_hidden_arg: int | None = None
     embed_scale: bool = False  # vLLM multiplies the embedding output outside the module
     # A layer returns (stream, something else): resid_post is the first item (Cohere, StableLM).
     first_out: bool = False
@@ -136,6 +141,19 @@ PROFILES: dict[str, Profile] = {
     "GraniteForCausalLM": replace(_UNFUSED, residual_multiplier="residual_multiplier"),
     "CohereForCausalLM": replace(_UNFUSED, first_out=True, parallel=True),
     "StableLmForCausalLM": replace(_UNFUSED, first_out=True),
+    # vLLM-native gpt-oss: fused (hidden, residual) pair, but positions sit between them, the
+    # attention takes hidden first, and the MoE's router is named `router`.
+    "GptOssForCausalLM": replace(
+        LLAMA,
+        embed="model.embedding",
+        attn="attn",
+        mlps=("mlp",),
+        router="router",
+        hidden_arg=0,
+        residual_arg=2,
+        attn_hidden_arg=0,
+    ),
+    "Glm4MoeForCausalLM": LLAMA,
     # Transformers-backend families (HF module names).
     "GPTNeoXForCausalLM": replace(
         _HF,
@@ -150,6 +168,13 @@ PROFILES: dict[str, Profile] = {
     ),
     "OlmoForCausalLM": _HF,
     "Olmo2ForCausalLM": replace(
+        _HF,
+        pre_mlp_norm="",
+        post_attn_norm="post_attention_layernorm",
+        post_mlp_norm="post_feedforward_layernorm",
+        resid_mid_at_mlp=True,
+    ),
+    "Olmo3ForCausalLM": replace(
         _HF,
         pre_mlp_norm="",
         post_attn_norm="post_attention_layernorm",

@@ -64,6 +64,8 @@ class AttnGeom:
     softcap: float
     window: int | None
     alibi: tuple[float, ...] = ()  # per-head ALiBi slopes (BLOOM), added as slope * key position
+    # Per-head learned sink logits (gpt-oss): a column each softmax row includes and drops.
+    sinks: tuple[float, ...] = ()
 
 
 @dataclass
@@ -168,7 +170,8 @@ def _residual_rw(profile: Profile) -> tuple[tuple[Reader, Writer], tuple[Reader,
     """Readers/writers of a decoder layer's residual input and output."""
     if profile.fused_residual:
         h = profile.hidden_arg
-        return pre_sum("hidden_states", h, "residual", h + 1), post_sum()
+        r = profile.residual_arg if profile.residual_arg is not None else h + 1
+        return pre_sum("hidden_states", h, "residual", r), post_sum()
     pre = pre_arg("hidden_states", profile.hidden_arg, profile.batched)
     return pre, (post_first() if profile.first_out else post_out(profile.batched))
 
@@ -195,7 +198,9 @@ def _resolve_layer(
 
     attn = getattr(layer, profile.attn, None)
     if attn is not None:
-        attn_arg = pre_arg("hidden_states", 1 if profile.fused_residual else 0, bt)
+        a = profile.attn_hidden_arg
+        a = a if a is not None else (1 if profile.fused_residual else 0)
+        attn_arg = pre_arg("hidden_states", a, bt)
         add(f"attn_in.{i}", site(f"attn_in.{i}", attn, "pre", attn_arg, d_model))
         add(f"attn_out.{i}", site(f"attn_out.{i}", attn, "post", post_out(bt), d_model))
         _resolve_attention(table, attn, profile, i, add, site)
@@ -375,11 +380,18 @@ def _resolve_attention(
             softcap=float(getattr(impl, "logits_soft_cap", 0.0) or 0.0),
             window=getattr(inner, "sliding_window", None),
             alibi=tuple(float(x) for x in slopes) if slopes is not None else (),
+            sinks=_sinks(attn),
         )
         table.sites[f"attn_q.{i}"] = site(f"attn_q.{i}", inner, "pre", qkv_arg(0), q_size)
         table.sites[f"attn_k.{i}"] = site(f"attn_k.{i}", inner, "pre", qkv_arg(1), kv_size)
         for p in ("attn_scores", "attn_probs"):
             table.widths[f"{p}.{i}"] = heads
+
+
+def _sinks(attn: nn.Module) -> tuple[float, ...]:
+    """gpt-oss's per-head sink logits (an `nn.Parameter` on vLLM's attention module), if any."""
+    sinks = getattr(attn, "sinks", None)
+    return tuple(float(x) for x in sinks.detach().float().cpu()) if sinks is not None else ()
 
 
 def _refuse_rest(table: PointTable, architecture: str, tp_size: int) -> None:

@@ -78,6 +78,12 @@ def attention_rows(
     if geom.window:
         visible &= (qpos - kpos) < geom.window
     scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)
+    if probs and geom.sinks:
+        # gpt-oss: each row's softmax includes the head's sink logit, which is then dropped
+        # (rows need not sum to 1), as HF's eager_attention_forward does.
+        sink = torch.tensor(geom.sinks, device=q.device, dtype=scores.dtype)
+        sink = sink[:, None, None].expand(-1, nq, 1)
+        return torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1].to(q.dtype)
     out = torch.softmax(scores, dim=-1) if probs else scores
     return out.to(q.dtype)
 

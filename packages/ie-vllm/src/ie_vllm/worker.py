@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from ie_core.steer_math import apply_ops
+from ie_core.steer_scope import scoped
 from ie_core.steering import SteeringOp
 
 from ie_vllm import payload
@@ -130,7 +131,7 @@ class IEWorkerExtension:
                 site = state.table.addresses.get(s.address)
                 if site is None:
                     continue  # another pipeline stage owns it
-                steer[site] = (*steer.get(site, ()), (s.ops, frozenset(s.masked)))
+                steer[site] = (*steer.get(site, ()), (s.ops, scoped(s.masked, s.until)))
             state.registry.add(Entry(spec, captured, steer))
             _acquire(state, set(captured) | set(steer))
         return len(state.registry.entries)

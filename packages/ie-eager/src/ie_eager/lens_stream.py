@@ -21,9 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["lens_generation_stream"]
 
 
-def read_out(
-    model: EagerModel, rows: torch.Tensor, k: int, transport: torch.Tensor | None
-) -> TopK:
+def read_out(model: EagerModel, rows: torch.Tensor, k: int, transport: torch.Tensor | None) -> TopK:
     if transport is not None:
         rows = rows.float() @ transport.to(rows.device).T
     return lens.topk(model, rows, k)
@@ -56,8 +54,9 @@ async def lens_generation_stream(
             token = sampling.next_token(step.logits[0, -1], params, gen)
         past, position = step.past_key_values, position + inputs.shape[1]
         tops = {
-            str(r.address): read_out(model, session.captured[r.address][0], k,
-                                     transports.get(str(r.address)))
+            str(r.address): read_out(
+                model, session.captured[r.address][0], k, transports.get(str(r.address))
+            )
             for r in reads
         }
         out.append(token)

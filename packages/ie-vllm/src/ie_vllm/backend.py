@@ -478,6 +478,12 @@ class VLLMModel:
 
     # --- lens ----------------------------------------------------------------------------------
 
+    def lens_generation_stream(self, tokens: Prompt, addresses: Any, params: Any, **kw: Any) -> Any:
+        """Streaming lens read-out, top-k in the worker (ie_vllm.lens_stream)."""
+        from ie_vllm.lens_stream import lens_generation_stream
+
+        return lens_generation_stream(self, tokens, addresses, params, **kw)
+
     def _lens_rows(self, rows: Any) -> tuple[torch.Tensor, tuple[int, ...]]:
         t = torch.as_tensor(rows)
         if t.ndim == 0 or t.shape[-1] != self.d_model:

@@ -18,6 +18,7 @@ from ie_core.steering import SteeringOp
 
 from ie_vllm import payload
 from ie_vllm.layout import BatchLayout, RequestRows, record_layout
+from ie_vllm.lens_worker import LensWorkerMixin
 from ie_vllm.registry import Entry, Registry, RequestSpec, Rows
 from ie_vllm.resolve import AttnGeom, PointTable, SiteDef, resolve
 
@@ -83,7 +84,7 @@ def attention_rows(
     return out.to(q.dtype)
 
 
-class IEWorkerExtension:
+class IEWorkerExtension(LensWorkerMixin):
     """Methods vLLM mixes into its worker class; `self` is the worker (`self.model_runner`)."""
 
     _ie: WorkerState

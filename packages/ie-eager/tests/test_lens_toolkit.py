@@ -40,6 +40,11 @@ def _final(m: EagerModel, steering: Any = None) -> torch.Tensor:
     return m.forward_with_cache([IDS], [last], steering=steering)[1][last][0]
 
 
+def _trunk(m: EagerModel) -> Any:
+    trunk: Any = m.hf_model.model  # LlamaModel: .layers is its decoder layer list
+    return trunk
+
+
 def _layer_hook(m: EagerModel, layer: int, fn: Any) -> Any:
     """A plain torch hook on decoder layer `layer`'s output hidden states (resid_post.layer)."""
 
@@ -47,7 +52,7 @@ def _layer_hook(m: EagerModel, layer: int, fn: Any) -> Any:
         h = fn(out[0] if isinstance(out, tuple) else out)
         return (h, *out[1:]) if isinstance(out, tuple) else h
 
-    return m.hf_model.model.layers[layer].register_forward_hook(hook)
+    return _trunk(m).layers[layer].register_forward_hook(hook)
 
 
 def _nudged_final(m: EagerModel, t: int, j: int, eps: float) -> torch.Tensor:
@@ -75,12 +80,12 @@ def test_jacobian_matches_single_sequence_autograd() -> None:
     )
     try:
         with torch.enable_grad():
-            final = m.hf_model.model.layers[m.n_layers - 1]
+            final = _trunk(m).layers[m.n_layers - 1]
             outs: list[torch.Tensor] = []
             h2 = final.register_forward_hook(
                 lambda _m, _a, o: outs.append(o[0] if isinstance(o, tuple) else o)
             )
-            m.hf_model.model(input_ids=torch.tensor([IDS]), use_cache=False)
+            _trunk(m)(input_ids=torch.tensor([IDS]), use_cache=False)
             h2.remove()
             for t in range(len(IDS)):
                 for i in (0, 31, 100):

@@ -19,7 +19,7 @@ from ie_core.errors import LayerOutOfRangeError, UnsupportedModelError
 from ie_core.protocol import TopK
 from ie_core.runner import run
 
-__all__ = ["JacobianLens", "jacobian_lens_topk", "transport_rows"]
+__all__ = ["JacobianLens", "ajacobian_lens_topk", "jacobian_lens_topk"]
 
 _FORMAT = "ie-jacobian-lens/1"
 
@@ -108,15 +108,6 @@ class JacobianLens:
                 f"d_model {self.d_model}); the model has {model.n_layers} layers, d_model "
                 f"{model.d_model}"
             )
-
-
-def transport_rows(lens: JacobianLens | None, rows: Any, layer: int | None) -> Any:
-    """Rows as the lens reads them: transported when a Jacobian lens is given, else unchanged."""
-    if lens is None:
-        return rows
-    if layer is None:
-        raise ValueError("a Jacobian lens needs the layer the rows come from")
-    return lens.transport(rows, layer)
 
 
 async def ajacobian_lens_topk(

@@ -13,7 +13,7 @@ from typing import Any
 
 from ie_core.steering import PositionMask, Steering
 
-__all__ = ["ScopedPositions", "pin_prompt", "scoped"]
+__all__ = ["ScopedPositions", "mask_positions", "pin_prompt", "scoped"]
 
 
 class ScopedPositions(frozenset[int]):

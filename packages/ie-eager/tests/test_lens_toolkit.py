@@ -153,6 +153,7 @@ def test_streamed_read_out_equals_captured_rows(with_lens: bool) -> None:
     steps = list(stream_lens(m, PROMPT, ["resid_post.1"], k=4, lens=lens, max_new_tokens=4))
     gc = run(m.capture_generation(PROMPT, ["resid_post.1"], GREEDY))
     assert tuple(s.chunk.token_id for s in steps) == gc.generation.token_ids
+    assert "".join(s.chunk.text for s in steps) == gc.generation.text
     rows = gc.cache["resid_post.1"][0]
     after = (
         jacobian_lens_topk(m, lens, rows, 1, k=4) if lens else run(m.decode_residuals_topk(rows, 4))

@@ -45,7 +45,7 @@ async def lens_generation_stream(
     gen = sampling.make_generator(params, model.device)
     eos = model._eos_ids() if params.stop_at_eos else set()
     inputs = torch.tensor([ids], dtype=torch.long, device=model.device)
-    past, position, out = None, 0, []
+    past, position, out, emitted = None, 0, [], ""
     for _ in range(params.max_new_tokens):
         session.offset = position
         session.batch_shape = (1, inputs.shape[1])
@@ -60,7 +60,13 @@ async def lens_generation_stream(
             for r in reads
         }
         out.append(token)
-        yield LensStep(StreamChunk(token, model.tokenizer.decode([token])), tops)
+        text = model.tokenizer.decode(out, skip_special_tokens=True)
+        # As generate_stream: emit only text that is complete so far (multi-byte characters).
+        chunk = (
+            text[len(emitted) :] if text.startswith(emitted) and "\ufffd" not in text[-1:] else ""
+        )
+        emitted += chunk
+        yield LensStep(StreamChunk(token, chunk), tops)
         if token in eos:
             return
         inputs = torch.tensor([[token]], dtype=torch.long, device=model.device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from ie_core.errors import UnsupportedOperationError
 from ie_core.steer_scope import ScopedPositions, scoped
@@ -25,7 +26,8 @@ def test_prefill_scope_survives_the_wire() -> None:
 def test_worker_mask_keeps_generated_rows_out_only_when_scoped() -> None:
     masked = scoped((0,), 7)
     assert isinstance(masked, ScopedPositions)
-    keep = [p not in masked for p in range(10)]
+    # The worker's positions are numpy ints (RequestRows.positions).
+    keep = [p not in masked for p in np.arange(10, dtype=np.int64)]
     assert keep == [False] + [True] * 6 + [False] * 3
     plain = scoped((0,), None)
     assert type(plain) is frozenset and 8 not in plain

@@ -7,6 +7,7 @@ set that also contains every position >= `limit` is all a prefill-only scope nee
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -27,8 +28,10 @@ class ScopedPositions(frozenset[int]):
         return out
 
     def __contains__(self, position: object) -> bool:
-        if self.limit is not None and isinstance(position, int) and position >= self.limit:
-            return True
+        # Any integer, numpy's too: vLLM's batch layout hands positions as np.int64.
+        if self.limit is not None and isinstance(position, numbers.Integral):
+            if int(position) >= self.limit:
+                return True
         return super().__contains__(position)
 
     def __bool__(self) -> bool:

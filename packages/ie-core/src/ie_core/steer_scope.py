@@ -29,9 +29,9 @@ class ScopedPositions(frozenset[int]):
 
     def __contains__(self, position: object) -> bool:
         # Any integer, numpy's too: vLLM's batch layout hands positions as np.int64.
-        if self.limit is not None and isinstance(position, numbers.Integral):
-            if int(position) >= self.limit:
-                return True
+        limit = self.limit
+        if limit is not None and isinstance(position, numbers.Integral) and position >= limit:
+            return True
         return super().__contains__(position)
 
     def __bool__(self) -> bool:

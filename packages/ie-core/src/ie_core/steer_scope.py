@@ -30,7 +30,7 @@ class ScopedPositions(frozenset[int]):
     def __contains__(self, position: object) -> bool:
         # Any integer, numpy's too: vLLM's batch layout hands positions as np.int64.
         limit = self.limit
-        if limit is not None and isinstance(position, numbers.Integral) and position >= limit:
+        if limit is not None and isinstance(position, numbers.Integral) and int(position) >= limit:
             return True
         return super().__contains__(position)
 

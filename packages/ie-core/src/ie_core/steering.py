@@ -254,17 +254,21 @@ def op_width(op: SteeringOp) -> int:
 
 @dataclass(frozen=True)
 class PositionMask:
-    """Prompt positions *not* to steer. Generated positions are always steered."""
+    """Prompt positions *not* to steer. Generated positions are steered unless `prefill_only`;
+    `skip_bos` leaves position 0 alone when the prompt opens with a special token (its BOS)."""
 
     positions: tuple[int, ...] = ()
     special_tokens: bool = False
+    prefill_only: bool = False
+    skip_bos: bool = False
 
     def __post_init__(self) -> None:
         pos = tuple(integer(p, "mask position") for p in _items(self.positions, "positions"))
-        if not isinstance(self.special_tokens, bool):
-            raise SteeringSpecError(
-                f"special_tokens must be True or False, got {self.special_tokens!r}"
-            )
+        for name in ("special_tokens", "prefill_only", "skip_bos"):
+            if not isinstance(getattr(self, name), bool):
+                raise SteeringSpecError(
+                    f"{name} must be True or False, got {getattr(self, name)!r}"
+                )
         object.__setattr__(self, "positions", tuple(sorted(set(pos))))
 
     def masked(self, prompt_ids: Sequence[int], special_ids: Iterable[int] = ()) -> frozenset[int]:

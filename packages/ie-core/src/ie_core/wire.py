@@ -38,7 +38,12 @@ def steering_to_wire(steering: SteeringArg) -> list[dict[str, Any]]:
             "layers": list(s.layers),
             "stream": s.stream,
             "ops": [op_to_wire(op) for op in s.ops],
-            "mask": {"positions": list(s.mask.positions), "special_tokens": s.mask.special_tokens},
+            "mask": {
+                "positions": list(s.mask.positions),
+                "special_tokens": s.mask.special_tokens,
+                "prefill_only": s.mask.prefill_only,
+                "skip_bos": s.mask.skip_bos,
+            },
         }
         for s in steering_tuple(steering)
     ]
@@ -66,7 +71,10 @@ def steering_from_wire(data: Any) -> tuple[Steering, ...]:
                     tuple(item.get("layers") or ()),
                     tuple(op_from_dict(op) for op in ops),
                     PositionMask(
-                        tuple(mask.get("positions", ())), bool(mask.get("special_tokens", False))
+                        tuple(mask.get("positions", ())),
+                        bool(mask.get("special_tokens", False)),
+                        bool(mask.get("prefill_only", False)),
+                        bool(mask.get("skip_bos", False)),
                     ),
                     item.get("stream"),
                 )

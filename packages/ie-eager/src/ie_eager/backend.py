@@ -35,6 +35,7 @@ from ie_core.protocol import (
     steering_tuple,
 )
 from ie_core.steer_math import check_ops_fit
+from ie_core.steer_scope import mask_positions, pin_prompt
 from torch import nn
 
 from ie_eager import capability, checkpoint, lens, sampling
@@ -225,7 +226,7 @@ class EagerModel:
                 if r.width is not None:
                     spec.check_width(r.width)
                 check_ops_fit(spec.ops, self.dtype, str(address))
-                masked = tuple(spec.mask.masked(p, special) for p in prompts)
+                masked = tuple(mask_positions(spec.mask, p, special) for p in prompts)
                 writes.append(Write(r, spec.ops, masked, spec.width))
         return writes
 
@@ -368,10 +369,18 @@ class EagerModel:
     ) -> GenerationCapture:
         generation = await self.generate(tokens, sampling_params, steering=steering)
         full = list(generation.prompt_ids) + list(generation.token_ids[:-1])
-        cache = self.forward_with_cache([full], addresses, steering=steering)[1]
+        pinned = pin_prompt(steering, len(generation.prompt_ids), len(full))
+        cache = self.forward_with_cache([full], addresses, steering=pinned)[1]
         return GenerationCapture(generation, cache)
 
     # -- lens --
+
+    def lens_generation_stream(self, tokens: Prompt, addresses: Any, params: Any, **kw: Any) -> Any:
+        """Streaming lens read-out (ie_core.lens_stream.stream_lens); see ie_eager.lens_stream."""
+        from ie_eager.lens_stream import lens_generation_stream
+
+        self._check_open()
+        return lens_generation_stream(self, tokens, addresses, params, **kw)
 
     async def decode_residuals(self, rows: Any) -> torch.Tensor:
         self._check_open()

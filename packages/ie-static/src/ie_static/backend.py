@@ -232,6 +232,12 @@ class StaticModel(VLLMModel):
         self, steering: SteeringArg, prompt_ids: Sequence[int]
     ) -> tuple[SteerSpec, ...]:
         specs = super()._steer_specs(steering, prompt_ids)
+        if any(s.until is not None for s in specs):
+            raise UnsupportedOperationError(
+                "a prefill-only steering scope is not available on backend 'vllm-static': its "
+                "compiled steering tables select rows by prompt mask only; use backend='vllm' or "
+                "'eager', or mask the prompt positions you want left alone"
+            )
         ops_at: dict[str, int] = {}
         masks = {frozenset(s.masked) for s in specs if s.masked}
         for s in specs:

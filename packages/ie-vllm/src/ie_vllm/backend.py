@@ -39,6 +39,7 @@ from ie_core.protocol import (
     steering_tuple,
 )
 from ie_core.runner import run
+from ie_core.steer_scope import mask_positions
 
 from ie_vllm import payload
 from ie_vllm.engine import Engine, Submission, new_key
@@ -205,8 +206,11 @@ class VLLMModel:
                         f"{self._write_reason(text)}"
                     )
                 s.check_width(self._widths[text])
-            masked = s.mask.masked(prompt_ids, self.tokenizer.all_special_ids)
-            specs.extend(SteerSpec(str(a), s.ops, tuple(sorted(masked))) for a in s.addresses())
+            masked = mask_positions(s.mask, prompt_ids, self.tokenizer.all_special_ids)
+            until = len(prompt_ids) if s.mask.prefill_only else None
+            specs.extend(
+                SteerSpec(str(a), s.ops, tuple(sorted(masked)), until) for a in s.addresses()
+            )
         return tuple(specs)
 
     def _write_reason(self, address: str) -> str:
@@ -476,6 +480,12 @@ class VLLMModel:
         return Generation(prompt_ids, token_ids, self._text(token_ids))
 
     # --- lens ----------------------------------------------------------------------------------
+
+    def lens_generation_stream(self, tokens: Prompt, addresses: Any, params: Any, **kw: Any) -> Any:
+        """Streaming lens read-out, top-k in the worker (ie_vllm.lens_stream)."""
+        from ie_vllm.lens_stream import lens_generation_stream
+
+        return lens_generation_stream(self, tokens, addresses, params, **kw)
 
     def _lens_rows(self, rows: Any) -> tuple[torch.Tensor, tuple[int, ...]]:
         t = torch.as_tensor(rows)

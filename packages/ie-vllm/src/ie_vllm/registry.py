@@ -18,11 +18,13 @@ from ie_core.steering import SteeringOp, op_from_dict
 
 @dataclass(frozen=True)
 class SteerSpec:
-    """Ops at one address; prompt positions in `masked` are left alone."""
+    """Ops at one address; prompt positions in `masked` are left alone, and with `until` (a
+    prefill-only scope) every position from `until` on."""
 
     address: str
     ops: tuple[SteeringOp, ...]
     masked: tuple[int, ...] = ()
+    until: int | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class RequestSpec:
                 {
                     "address": s.address,
                     "masked": list(s.masked),
+                    "until": s.until,
                     "ops": [_op_to_dict(op) for op in s.ops],
                 }
                 for s in self.steering
@@ -50,7 +53,12 @@ class RequestSpec:
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> RequestSpec:
         steering = tuple(
-            SteerSpec(s["address"], tuple(op_from_dict(op) for op in s["ops"]), tuple(s["masked"]))
+            SteerSpec(
+                s["address"],
+                tuple(op_from_dict(op) for op in s["ops"]),
+                tuple(s["masked"]),
+                s.get("until"),
+            )
             for s in data.get("steering", ())
         )
         return cls(data["key"], tuple(data.get("captures", ())), steering, int(data["prompt_len"]))

@@ -13,10 +13,12 @@ from typing import Any
 
 import torch
 from ie_core.steer_math import apply_ops
+from ie_core.steer_scope import scoped
 from ie_core.steering import SteeringOp
 
 from ie_vllm import payload
 from ie_vllm.layout import BatchLayout, RequestRows, record_layout
+from ie_vllm.lens_worker import LensWorkerMixin
 from ie_vllm.registry import Entry, Registry, RequestSpec, Rows
 from ie_vllm.resolve import AttnGeom, PointTable, SiteDef, resolve
 
@@ -88,7 +90,7 @@ def attention_rows(
     return out.to(q.dtype)
 
 
-class IEWorkerExtension:
+class IEWorkerExtension(LensWorkerMixin):
     """Methods vLLM mixes into its worker class; `self` is the worker (`self.model_runner`)."""
 
     _ie: WorkerState
@@ -136,7 +138,7 @@ class IEWorkerExtension:
                 site = state.table.addresses.get(s.address)
                 if site is None:
                     continue  # another pipeline stage owns it
-                steer[site] = (*steer.get(site, ()), (s.ops, frozenset(s.masked)))
+                steer[site] = (*steer.get(site, ()), (s.ops, scoped(s.masked, s.until)))
             state.registry.add(Entry(spec, captured, steer))
             _acquire(state, set(captured) | set(steer))
         return len(state.registry.entries)

@@ -1,0 +1,94 @@
+"""vLLM's streaming lens read-out: `_stream_capture` with the top-k taken in the worker
+(`LensWorkerMixin.ie_lens_collect_topk`) instead of shipping rows back. Served on backend 'vllm'
+with one tensor-parallel rank: the worker keeps rows on rank 0 and compute_logits would gather
+across ranks, so TP > 1 is refused, as are vllm-static (rows live in its static taps) and
+vllm-generate (no hooks)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from ie_core.address import AddressLike
+from ie_core.errors import UnsupportedOperationError
+from ie_core.lens_stream import LensStep
+from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK
+
+from ie_vllm import payload
+from ie_vllm.engine import Submission, new_key
+from ie_vllm.registry import RequestSpec, SteerSpec
+
+if TYPE_CHECKING:
+    from ie_vllm.backend import VLLMModel
+
+__all__ = ["lens_generation_stream"]
+
+
+def check_served(model: VLLMModel) -> None:
+    if model.backend != "vllm":
+        raise UnsupportedOperationError(
+            f"the streaming lens read-out is not available on backend {model.backend!r}: it "
+            "reads the hooked worker's captured rows; load the model with backend='vllm' or "
+            "'eager'"
+        )
+    if int(model.info.get("tp_size", 1)) > 1 or int(model.info.get("pp_size", 1)) > 1:
+        raise UnsupportedOperationError(
+            "the streaming lens read-out runs on one worker rank; load with "
+            "tensor_parallel_size=1 and pipeline_parallel_size=1, or use capture_generation_stream "
+            "with decode_residuals_topk"
+        )
+
+
+async def lens_generation_stream(
+    model: VLLMModel,
+    tokens: Any,
+    addresses: Sequence[AddressLike],
+    params: SamplingParams,
+    *,
+    k: int,
+    transports: Mapping[str, torch.Tensor],
+    steering: SteeringArg = None,
+) -> AsyncIterator[LensStep]:
+    from ie_vllm.backend import _bridge
+
+    check_served(model)
+    ids = model._prompt_ids(tokens)
+    model._check_length(ids, params.max_new_tokens)
+    captures = model._captures(addresses)
+    steer = model._steer_specs(steering, ids)
+    wire = payload.encode(dict(transports)) if transports else {}
+    agen = _stream(model, ids, params, captures, steer, k, wire)
+    async for item in _bridge(agen, model.engine.loop, model._on_engine):
+        yield item
+
+
+async def _stream(
+    model: VLLMModel,
+    ids: tuple[int, ...],
+    params: SamplingParams,
+    captures: tuple[str, ...],
+    steer: tuple[SteerSpec, ...],
+    k: int,
+    wire: dict[str, Any],
+) -> AsyncIterator[LensStep]:
+    from ie_vllm.backend import _TextStream
+
+    key = new_key()
+    sub = Submission(ids, model._params(key, params), key, key)
+    have = seen = 0
+    text = _TextStream(model._text)
+    try:
+        await model._register(RequestSpec(key, captures, steer, len(ids)))
+        async for out in model.engine.stream(sub):
+            for tok in list(out.outputs[0].token_ids)[seen:]:
+                seen += 1
+                stop = len(ids) + seen - 1
+                got = await model.engine.rpc_payload(
+                    "ie_lens_collect_topk", key, have, stop, k, wire
+                )
+                have = stop
+                tops = {a: TopK(got[f"{a}|ids"], got[f"{a}|probs"]) for a in captures}
+                yield LensStep(StreamChunk(tok, text.push(tok)), tops)
+    finally:
+        await model._release(key)

@@ -1,0 +1,46 @@
+"""#18 lens toolkit pieces of ie-vllm that need no engine: the prefill-only scope on the wire and
+in the worker's masks, and the streaming read-out's refusals."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from ie_core.errors import UnsupportedOperationError
+from ie_core.steer_scope import ScopedPositions, scoped
+from ie_core.steering import Additive
+from ie_vllm.lens_stream import check_served
+from ie_vllm.registry import RequestSpec, SteerSpec
+
+
+def test_prefill_scope_survives_the_wire() -> None:
+    spec = RequestSpec("k", (), (SteerSpec("resid_post.1", (Additive([1.0]),), (0,), 7),), 7)
+    back = RequestSpec.from_wire(spec.to_wire())
+    assert back == spec and back.steering[0].until == 7
+    old = spec.to_wire()
+    del old["steering"][0]["until"]  # a spec from before the field reads as unscoped
+    assert RequestSpec.from_wire(old).steering[0].until is None
+
+
+def test_worker_mask_keeps_generated_rows_out_only_when_scoped() -> None:
+    masked = scoped((0,), 7)
+    assert isinstance(masked, ScopedPositions)
+    # The worker's positions are numpy ints (RequestRows.positions).
+    keep = [p not in masked for p in np.arange(10, dtype=np.int64)]
+    assert keep == [False] + [True] * 6 + [False] * 3
+    plain = scoped((0,), None)
+    assert type(plain) is frozenset and 8 not in plain
+
+
+@pytest.mark.parametrize(
+    ("backend", "info", "match"),
+    [
+        ("vllm-static", {}, "vllm-static"),
+        ("vllm-generate", {}, "vllm-generate"),
+        ("vllm", {"tp_size": 2}, "tensor_parallel_size=1"),
+    ],
+)
+def test_streaming_read_out_refusals(backend: str, info: dict, match: str) -> None:
+    with pytest.raises(UnsupportedOperationError, match=match):
+        check_served(SimpleNamespace(backend=backend, info=info))  # type: ignore[arg-type]

@@ -39,6 +39,7 @@ from ie_core.protocol import (
     steering_tuple,
 )
 from ie_core.runner import run
+from ie_core.text_stream import TextStream as _TextStream
 
 from ie_vllm import payload
 from ie_vllm.channel import Channel, HookedChannel
@@ -544,23 +545,6 @@ class VLLMModel:
     async def stats(self) -> dict[str, Any]:
         """Worker registry and hook counts (tests check that everything was released)."""
         return (await self._on_engine(self.engine.rpc("ie_stats")))[0]
-
-
-class _TextStream:
-    """Incremental text: emit only characters that are complete (multi-byte tokens can split)."""
-
-    def __init__(self, decode: Any) -> None:
-        self.decode = decode
-        self.ids: list[int] = []
-        self.emitted = ""
-
-    def push(self, token: int) -> str:
-        self.ids.append(token)
-        text = self.decode(self.ids)
-        ok = text.startswith(self.emitted) and not text.endswith("\ufffd")
-        chunk = text[len(self.emitted) :] if ok else ""
-        self.emitted += chunk
-        return chunk
 
 
 async def _gather(*coros: Awaitable[T]) -> list[T]:

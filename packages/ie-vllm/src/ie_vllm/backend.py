@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from ie_core.address import AddressLike, to_address
+from ie_core.address import AddressLike, check_layer, to_address
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import PointCapability
 from ie_core.errors import (
     EngineStoppedError,
-    LayerOutOfRangeError,
     PointUnavailableError,
     PromptTooLongError,
     SteeringSpecError,
@@ -176,12 +175,7 @@ class VLLMModel:
             )
         if addr.stream is not None:
             raise PointUnavailableError(f"{addr}: {self.architecture} has a single residual stream")
-        if addr.layer is not None and addr.layer >= self.n_layers:
-            raise LayerOutOfRangeError(
-                f"layer {addr.layer} in {addr} is out of range: the model has {self.n_layers} "
-                f"layers (0..{self.n_layers - 1})",
-                str(addr),
-            )
+        check_layer(addr, self.n_layers)
         text = str(addr)
         if text in self._widths:
             self.policy.check_read(text)

@@ -45,3 +45,75 @@ def test_runner_runs_coroutines_and_async_iterators() -> None:
 def test_unknown_backend_is_refused_with_the_known_names() -> None:
     with pytest.raises(BackendNotInstalledError, match=r"unknown backend .tpu.*eager"):
         load_model("ie-synthetic/llama", backend="tpu")
+
+
+class _Recorder:
+    """A tiny in-test backend: records the steering and sampling each call receives."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, object]] = []
+
+    async def capture(self, tokens, addresses, *, steering=None):  # type: ignore[no-untyped-def]
+        self.seen.append(("capture", steering))
+        return ActivationCache({})
+
+    async def generate(self, tokens, sampling=None, *, steering=None):  # type: ignore[no-untyped-def]
+        self.seen.append(("generate", steering))
+        from ie_core.protocol import Generation
+
+        return Generation(tuple(tokens), (), "")
+
+    async def generate_stream(self, tokens, sampling=None, *, steering=None):  # type: ignore[no-untyped-def]
+        self.seen.append(("generate_stream", steering))
+        yield from_stream()
+
+
+def from_stream():  # type: ignore[no-untyped-def]
+    from ie_core.protocol import StreamChunk
+
+    return StreamChunk(1, "a")
+
+
+def test_sync_mirror_honours_steer_like_the_free_functions() -> None:
+    from ie_core import generate, run_with_cache
+    from ie_core.protocol import SyncModel
+
+    model = _Recorder()
+    sync = SyncModel(model)  # type: ignore[arg-type]
+    a = steer_at("resid_post.1", Additive([1.0]))
+    b = steer_at("resid_post.2", Additive([2.0]))
+    with steer(model, a):  # type: ignore[arg-type]
+        run_with_cache(model, [1, 2], ["resid_post.1"])  # type: ignore[arg-type]
+        generate(model, [1, 2])  # type: ignore[arg-type]
+        sync.capture([1, 2], ["resid_post.1"])
+        sync.generate([1, 2])
+        list(sync.generate_stream([1, 2]))
+        with steer(sync, b):  # steering the mirror steers the model it wraps
+            sync.capture([1, 2], ["resid_post.1"])
+    assert [s for _, s in model.seen[:5]] == [(a,)] * 5
+    assert model.seen[5] == ("capture", (a, b))
+    # Negative control: outside the block nothing is steered, on either path.
+    model.seen.clear()
+    sync.generate([1, 2])
+    run_with_cache(model, [1, 2], ["resid_post.1"])  # type: ignore[arg-type]
+    assert [s for _, s in model.seen] == [(), ()]
+
+
+def test_sampling_params_keyword_is_the_old_name_of_sampling() -> None:
+    from ie_core.protocol import SamplingParams, renamed_sampling
+
+    default, mine = SamplingParams(), SamplingParams(max_new_tokens=3)
+    assert renamed_sampling(mine, None, default) is mine
+    with pytest.warns(DeprecationWarning, match="sampling="):
+        assert renamed_sampling(default, mine, default) is mine
+    with pytest.raises(TypeError, match="once"):
+        renamed_sampling(SamplingParams(max_new_tokens=2), mine, default)
+
+
+def test_text_stream_holds_back_a_split_character() -> None:
+    from ie_core.text_stream import TextStream
+
+    # Token 1 is the first byte of "é", token 2 completes it.
+    pieces = {(1,): "\ufffd", (1, 2): "é", (1, 2, 3): "é!"}
+    stream = TextStream(lambda ids: pieces[tuple(ids)])
+    assert [stream.push(t) for t in (1, 2, 3)] == ["", "é", "!"]

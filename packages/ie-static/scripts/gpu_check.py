@@ -148,7 +148,7 @@ async def rates(model: Any, new_tokens: int, capture: list[str] | None = None) -
 
 async def run_check(args: argparse.Namespace) -> dict[str, Any]:
     from ie_static.backend import StaticModel
-    from ie_vllm.backend import VLLMModel
+    from ie_vllm import VLLMModel
 
     common = {"gpu_memory_utilization": args.mem, "max_model_len": 1024}
     summary: dict[str, Any] = {"model": MODEL, "new_tokens": args.new_tokens}

@@ -108,7 +108,7 @@ def test_enforce_eager_is_refused_before_any_engine_starts() -> None:
 
 def test_site_plan_shares_sites_and_maps_attention_maps_to_q_and_k() -> None:
     from ie_static.sites import plan_sites
-    from ie_vllm.resolve import PointTable, SiteDef
+    from ie_vllm import PointTable, SiteDef
     from torch import nn
 
     def site(name: str) -> SiteDef:

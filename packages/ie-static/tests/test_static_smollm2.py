@@ -52,7 +52,7 @@ def _close(got: torch.Tensor, want: torch.Tensor) -> float:
 @pytest.fixture(scope="module")
 def engines():
     from ie_static.backend import load
-    from ie_vllm.backend import load_hooked
+    from ie_vllm import load_hooked
 
     common = {"max_model_len": 512}
     static = load(MODEL, static_points=READS, static_writes=WRITES, **common)

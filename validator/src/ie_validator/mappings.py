@@ -46,10 +46,6 @@ EXTRA_ARCHITECTURES: dict[str, str] = {
     "FalconForCausalLM": "falcon",
 }
 
-SANDWICH = frozenset({"gemma2", "gemma3", "olmo2", "olmo3"})
-PARALLEL = frozenset({"gpt-neox", "gpt-j", "phi", "cohere", "falcon"})
-MOE = frozenset({"mixtral", "qwen3-moe", "qwen2-moe"})
-
 
 def family_key(architecture: str) -> str:
     """The table key of an HF architecture class (`config.architectures[0]`)."""

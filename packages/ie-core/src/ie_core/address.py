@@ -14,6 +14,7 @@ from ie_core.errors import (
     AddressError,
     EmptyNameError,
     InvalidNameError,
+    LayerOutOfRangeError,
     LegacySyntaxError,
     NegativeLayerError,
     UnknownCoordinateError,
@@ -148,3 +149,13 @@ def to_address(value: AddressLike, *, check: bool = False) -> Address:
 
         check_address(address)
     return address
+
+
+def check_layer(address: Address, n_layers: int, label: str = "") -> None:
+    """Refuse a layer at or beyond the model's `n_layers` (every backend, one message)."""
+    if address.layer is not None and address.layer >= n_layers:
+        raise LayerOutOfRangeError(
+            f"{label}{': ' if label else ''}layer {address.layer} in {address} is out of range: "
+            f"the model has {n_layers} layers (0..{n_layers - 1})",
+            str(address),
+        )

@@ -16,6 +16,7 @@ from ie_core.protocol import (
     Prompt,
     SamplingParams,
     SteeringArg,
+    SyncModel,
     TopK,
     steering_tuple,
 )
@@ -28,15 +29,22 @@ _ACTIVE: contextvars.ContextVar[tuple[tuple[int, tuple[Steering, ...]], ...]] = 
 )
 
 
-def _with_active(model: InterpModel, steering: SteeringArg) -> tuple[Steering, ...]:
-    active = tuple(s for key, specs in _ACTIVE.get() if key == id(model) for s in specs)
+def _key(model: Any) -> int:
+    """A `SyncModel` and the model it wraps share one steering context."""
+    return id(model.model) if isinstance(model, SyncModel) else id(model)
+
+
+def _with_active(model: Any, steering: SteeringArg) -> tuple[Steering, ...]:
+    """The steering active for `model` in this context (outer blocks first), then `steering`."""
+    active = tuple(s for key, specs in _ACTIVE.get() if key == _key(model) for s in specs)
     return active + steering_tuple(steering)
 
 
 @contextlib.contextmanager
-def steer(model: InterpModel, *specs: Steering) -> Iterator[None]:
-    """Apply `specs` to every free-function call on `model` inside the block (outer specs first)."""
-    token = _ACTIVE.set((*_ACTIVE.get(), (id(model), steering_tuple(specs))))
+def steer(model: InterpModel | SyncModel, *specs: Steering) -> Iterator[None]:
+    """Apply `specs` to every free-function and `SyncModel` call on `model` inside the block
+    (outer specs first)."""
+    token = _ACTIVE.set((*_ACTIVE.get(), (_key(model), steering_tuple(specs))))
     try:
         yield
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -88,6 +89,23 @@ def sampling_params(value: Any) -> SamplingParams:
             f"{value!r}; pass SamplingParams(max_new_tokens=..., temperature=...)"
         )
     return value
+
+
+def renamed_sampling(
+    sampling: SamplingParams, old: SamplingParams | None, default: SamplingParams
+) -> SamplingParams:
+    """`sampling=` is every backend's name; `sampling_params=` (eager's old name) still works,
+    with a DeprecationWarning, so a keyword call means the same on every backend."""
+    if old is None:
+        return sampling
+    if sampling is not default:
+        raise TypeError("pass the sampling parameters once, as sampling= (not sampling_params=)")
+    warnings.warn(
+        "sampling_params= is deprecated; pass sampling= (the protocol's name on every backend)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return old
 
 
 @dataclass(frozen=True)
@@ -201,7 +219,8 @@ class SyncModel:
     """Synchronous mirror of an InterpModel: the same methods, blocking, for scripts and notebooks.
 
     Coroutines run on ie-core's background event loop (see `runner`), so this also works inside
-    Jupyter, whose own loop is already running.
+    Jupyter, whose own loop is already running. Steering active through `ie_core.steer` (on this
+    mirror or on the model it wraps) applies here as it does to the free functions.
     """
 
     def __init__(self, model: InterpModel) -> None:
@@ -210,13 +229,18 @@ class SyncModel:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.model, name)
 
+    def _steering(self, kw: dict[str, Any]) -> dict[str, Any]:
+        from ie_core.api import _with_active  # api builds on this module
+
+        return {**kw, "steering": _with_active(self.model, kw.get("steering"))}
+
     def capture(self, tokens: Any, addresses: Sequence[AddressLike], **kw: Any) -> ActivationCache:
-        return run(self.model.capture(tokens, addresses, **kw))
+        return run(self.model.capture(tokens, addresses, **self._steering(kw)))
 
     def capture_generation(
         self, tokens: Prompt, addresses: Sequence[AddressLike], *args: Any, **kw: Any
     ) -> GenerationCapture:
-        return run(self.model.capture_generation(tokens, addresses, *args, **kw))
+        return run(self.model.capture_generation(tokens, addresses, *args, **self._steering(kw)))
 
     def capture_attention(
         self, tokens: Prompt, layers: Sequence[int] | None = None
@@ -224,10 +248,10 @@ class SyncModel:
         return run(self.model.capture_attention(tokens, layers))
 
     def generate(self, tokens: Prompt, *args: Any, **kw: Any) -> Generation:
-        return run(self.model.generate(tokens, *args, **kw))
+        return run(self.model.generate(tokens, *args, **self._steering(kw)))
 
     def generate_stream(self, tokens: Prompt, *args: Any, **kw: Any) -> Iterator[StreamChunk]:
-        return iterate(self.model.generate_stream(tokens, *args, **kw))
+        return iterate(self.model.generate_stream(tokens, *args, **self._steering(kw)))
 
     def decode_residuals(self, rows: Any) -> Any:
         return run(self.model.decode_residuals(rows))

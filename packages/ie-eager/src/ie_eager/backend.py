@@ -31,11 +31,13 @@ from ie_core.protocol import (
     TopK,
     prompt_batch,
     prompt_ids,
+    renamed_sampling,
     sampling_params,
     steering_tuple,
 )
 from ie_core.steer_math import check_ops_fit
 from ie_core.steer_scope import mask_positions, pin_prompt
+from ie_core.text_stream import TextStream
 from torch import nn
 
 from ie_eager import capability, checkpoint, lens, sampling
@@ -327,12 +329,14 @@ class EagerModel:
     async def generate(
         self,
         tokens: Prompt,
-        sampling_params: SamplingParams = _GREEDY,
+        sampling: SamplingParams = _GREEDY,
         *,
         steering: SteeringArg = None,
+        sampling_params: SamplingParams | None = None,
     ) -> Generation:
+        sampling = renamed_sampling(sampling, sampling_params, _GREEDY)
         ids = self._prompt_ids(tokens)
-        out = list(self._decode_loop(ids, sampling_params, steering))
+        out = list(self._decode_loop(ids, sampling, steering))
         return Generation(
             tuple(ids), tuple(out), self.tokenizer.decode(out, skip_special_tokens=True)
         )
@@ -340,34 +344,28 @@ class EagerModel:
     async def generate_stream(
         self,
         tokens: Prompt,
-        sampling_params: SamplingParams = _GREEDY,
+        sampling: SamplingParams = _GREEDY,
         *,
         steering: SteeringArg = None,
+        sampling_params: SamplingParams | None = None,
     ) -> AsyncIterator[StreamChunk]:
+        sampling = renamed_sampling(sampling, sampling_params, _GREEDY)
         ids = self._prompt_ids(tokens)
-        out: list[int] = []
-        emitted = ""
-        for token in self._decode_loop(ids, sampling_params, steering):
-            out.append(token)
-            text = self.tokenizer.decode(out, skip_special_tokens=True)
-            # Multi-byte characters can span tokens: emit only text that is complete so far.
-            chunk = (
-                text[len(emitted) :]
-                if text.startswith(emitted) and not text.endswith("\ufffd")
-                else ""
-            )
-            emitted += chunk
-            yield StreamChunk(token, chunk)
+        text = TextStream(lambda out: self.tokenizer.decode(out, skip_special_tokens=True))
+        for token in self._decode_loop(ids, sampling, steering):
+            yield StreamChunk(token, text.push(token))
 
     async def capture_generation(
         self,
         tokens: Prompt,
         addresses: Sequence[AddressLike],
-        sampling_params: SamplingParams = _GREEDY,
+        sampling: SamplingParams = _GREEDY,
         *,
         steering: SteeringArg = None,
+        sampling_params: SamplingParams | None = None,
     ) -> GenerationCapture:
-        generation = await self.generate(tokens, sampling_params, steering=steering)
+        sampling = renamed_sampling(sampling, sampling_params, _GREEDY)
+        generation = await self.generate(tokens, sampling, steering=steering)
         full = list(generation.prompt_ids) + list(generation.token_ids[:-1])
         pinned = pin_prompt(steering, len(generation.prompt_ids), len(full))
         cache = self.forward_with_cache([full], addresses, steering=pinned)[1]

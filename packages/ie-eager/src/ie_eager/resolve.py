@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from ie_core.address import Address, AddressLike, to_address
-from ie_core.errors import LayerOutOfRangeError, PointUnavailableError
+from ie_core.address import Address, AddressLike, check_layer, to_address
+from ie_core.errors import PointUnavailableError
 from ie_core.families import Family
 from ie_core.points import POINTS, Point
 from torch import nn
@@ -160,12 +160,7 @@ class Resolver:
                 raise self._refuse(point, "only resid_pre, resid_mid and resid_post take a stream")
             return self._trunk(point, address)
         assert address.layer is not None
-        if address.layer >= self.n_layers:
-            raise LayerOutOfRangeError(
-                f"{address} asks for layer {address.layer}, but the model has {self.n_layers} "
-                f"layers (0..{self.n_layers - 1})",
-                str(address),
-            )
+        check_layer(address, self.n_layers)
         block = self.s.blocks[address.layer]
         if self.s.multi_stream:
             found = self._multi_stream(point, address, block)

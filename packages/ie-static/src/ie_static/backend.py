@@ -1,34 +1,32 @@
 """Backend `vllm-static`: vLLM compiled (and on a GPU, graph-captured) with taps declared at load.
 
-The host side is ie-vllm's `VLLMModel` with two changes: the engine runs compiled with the static
-worker class, and a request may only read and write the sites the engine declared. Worker calls
-go through `_StaticEngine`, which maps ie-vllm's register / collect / release calls onto the static
-worker's and hands each steered request one of the engine's parameter slots.
+The host side is ie-vllm's `VLLMModel` with two changes, both through ie-vllm's declared seam:
+the engine runs compiled with the static worker class, reached through `StaticChannel` (which
+hands each steered request one of the engine's parameter slots), and `StaticPolicy` lets a request
+read and write only the sites the engine declared.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from ie_core.address import Address, AddressLike
-from ie_core.errors import PointUnavailableError, SteeringSpecError, UnsupportedOperationError
+from ie_core.address import Address
+from ie_core.errors import PointUnavailableError, UnsupportedOperationError
 from ie_core.families import Trait, family_for_architecture
 from ie_core.models import resolve_model_path
-from ie_core.points import get_point
-from ie_core.protocol import SamplingParams, SteeringArg
+from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
-from ie_vllm.backend import VLLMModel
-from ie_vllm.engine import Engine, on_cpu
-from ie_vllm.registry import SteerSpec
+from ie_vllm import Engine, VLLMModel, on_cpu
 
+from ie_static.channel import StaticChannel
 from ie_static.config import CONFIG_KEY, StaticConfig
-from ie_static.declared import BACKEND, declared_sets, describe, unresolved
+from ie_static.declared import BACKEND, declared_sets, unresolved
 from ie_static.memory import GIB, estimated_width, plan_buffers
+from ie_static.policy import StaticPolicy, reload_hint
 from ie_static.tables import TableShape
 
 CPU_WORKER = "ie_static.worker_cpu.StaticCPUWorker"
@@ -41,63 +39,6 @@ SELF_TEST_PROMPT = "The capital of France is"
 
 class SelfTestError(RuntimeError):
     """The warm-up self-test failed; the engine is shut down rather than serve wrong numbers."""
-
-
-# --- the engine adapter ------------------------------------------------------------------------
-
-
-class _StaticEngine:
-    """ie-vllm's `Engine`, with its registry calls routed to the static worker and slots assigned."""
-
-    def __init__(self, engine: Engine, slots: int) -> None:
-        self._engine = engine
-        self._n_slots = slots
-        self._free = list(range(slots))
-        self._held: dict[str, int] = {}
-        self._available: asyncio.Semaphore | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    async def _acquire(self, key: str) -> int:
-        if self._available is None:
-            self._available = asyncio.Semaphore(self._n_slots)
-        await self._available.acquire()  # more steered requests than slots wait their turn
-        slot = self._free.pop()
-        self._held[key] = slot
-        return slot
-
-    def _free_slot(self, key: str) -> None:
-        slot = self._held.pop(key, None)
-        if slot is not None and self._available is not None:
-            self._free.append(slot)
-            self._available.release()
-
-    async def rpc(self, method: str, *args: Any) -> list[Any]:
-        if method == "ie_register":
-            specs = list(args[0])
-            slots = []
-            for wire in specs:
-                slots.append(await self._acquire(wire["key"]) if wire.get("steering") else -1)
-            # On failure or cancel the slots stay held: the worker may still register them, and
-            # the caller's `ie_release` (always sent after a register) frees them after it.
-            return await self._engine.rpc("ie_static_register", specs, slots)
-        if method == "ie_release":
-            try:
-                return await self._engine.rpc("ie_static_release", list(args[0]))
-            finally:
-                for key in args[0]:
-                    self._free_slot(key)
-        return await self._engine.rpc(method, *args)
-
-    async def rpc_payload(self, method: str, *args: Any) -> dict[str, Any]:
-        if method == "ie_collect":
-            key, start, stop, release = args
-            rows = await self._engine.rpc_payload("ie_static_collect", key, start, stop, release)
-            if release:  # on failure the caller's `ie_release` frees the slot
-                self._free_slot(key)
-            return rows
-        return await self._engine.rpc_payload(method, *args)
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -115,14 +56,20 @@ class StaticModel(VLLMModel):
         config: StaticConfig,
         static_info: dict[str, Any],
     ) -> None:
-        super().__init__(_StaticEngine(engine, config.slots), info, tokenizer, model_id, BACKEND)  # type: ignore[arg-type]
-        self.config = config
-        self.static_info = static_info
         # What the worker installed: the declared set less what this model lacks.
         self.reads: tuple[str, ...] = tuple(static_info["reads"])
         self.writes: tuple[str, ...] = tuple(static_info["writes"])
-        self._reads = frozenset(self.reads)
-        self._writable = set(self.writes)
+        super().__init__(
+            engine,
+            info,
+            tokenizer,
+            model_id,
+            BACKEND,
+            channel=StaticChannel(engine, config.slots),
+            policy=StaticPolicy(self.reads, self.writes, config),
+        )
+        self.config = config
+        self.static_info = static_info
 
     @classmethod
     async def create_static(
@@ -203,58 +150,6 @@ class StaticModel(VLLMModel):
     def points(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(a.split(".")[0] for a in self.reads))
 
-    def _reload_hint(self, address: str, writes: bool) -> str:
-        key = "static_writes" if writes else "static_points"
-        return (
-            f"reload with load_model(..., backend='vllm-static', {key}=[..., '{address}']) to "
-            "declare it, or use backend='vllm' for any point chosen per request"
-        )
-
-    def _check(self, address: AddressLike) -> str:
-        text = super()._check(address)
-        if text not in self._reads:
-            raise PointUnavailableError(
-                f"{text} is not a declared site of this vllm-static engine, which taps "
-                f"{describe(self.reads)}; {self._reload_hint(text, False)}"
-            )
-        return text
-
-    def _write_reason(self, address: str) -> str:
-        point = get_point(address.split(".")[0])
-        if not point.writable:
-            return f"{point.name} is a capture-only point"
-        return (
-            f"this engine writes only at {describe(self.writes)}; "
-            f"{self._reload_hint(address, True)}"
-        )
-
-    def _steer_specs(
-        self, steering: SteeringArg, prompt_ids: Sequence[int]
-    ) -> tuple[SteerSpec, ...]:
-        specs = super()._steer_specs(steering, prompt_ids)
-        if any(s.until is not None for s in specs):
-            raise UnsupportedOperationError(
-                "a prefill-only steering scope is not available on backend 'vllm-static': its "
-                "compiled steering tables select rows by prompt mask only; use backend='vllm' or "
-                "'eager', or mask the prompt positions you want left alone"
-            )
-        ops_at: dict[str, int] = {}
-        masks = {frozenset(s.masked) for s in specs if s.masked}
-        for s in specs:
-            ops_at[s.address] = ops_at.get(s.address, 0) + len(s.ops)
-        for address, n in ops_at.items():
-            if n > self.config.ops:
-                raise SteeringSpecError(
-                    f"{n} steering ops at {address} exceed this engine's {self.config.ops} per "
-                    f"site; reload with static_max_ops={n}"
-                )
-        if len(masks) > self.config.masks:
-            raise SteeringSpecError(
-                f"{len(masks)} distinct position masks in one request exceed this engine's "
-                f"{self.config.masks}; reload with static_masks={len(masks)}"
-            )
-        return specs
-
     async def capture_attention(self, tokens: Any, layers: Sequence[int] | None = None) -> Any:
         """Attention probabilities at declared `attn_probs` layers (recomputed from q and k)."""
         if layers is None:
@@ -263,7 +158,7 @@ class StaticModel(VLLMModel):
                 raise PointUnavailableError(
                     "capture_attention reads attn_probs, and this vllm-static engine declared "
                     "no attn_probs sites; "
-                    f"{self._reload_hint('attn_probs', False)}"
+                    f"{reload_hint('attn_probs', False)}"
                 )
         return await super().capture_attention(tokens, layers)
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ie_core.address import to_address
-from ie_core.errors import LayerOutOfRangeError, PointUnavailableError
+from ie_core.address import check_layer, to_address
+from ie_core.errors import PointUnavailableError
 from ie_core.families import Family
 from ie_core.points import POINTS, Point, get_point
 
@@ -77,12 +77,7 @@ def expand_points(
             raise PointUnavailableError(
                 f"{label}: {address} has a stream; this model has one stream"
             )
-        if address.layer is not None and address.layer >= n_layers:
-            raise LayerOutOfRangeError(
-                f"{label}: layer {address.layer} in {address} is out of range: the model has "
-                f"{n_layers} layers (0..{n_layers - 1})",
-                str(address),
-            )
+        check_layer(address, n_layers, label)
         out.append(str(address))
         named.add(str(address))
     return tuple(dict.fromkeys(out)), frozenset(named)

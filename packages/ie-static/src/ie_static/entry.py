@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ie_vllm.entry import require_engine
+from ie_vllm import require_engine
 
 
 def load(model_id: Any, **kw: Any) -> Any:

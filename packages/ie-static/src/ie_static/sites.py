@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ie_vllm.resolve import PointTable
-from ie_vllm.worker import ATTN_POINTS, capture_sites
+from ie_vllm import ATTN_POINTS, PointTable, capture_sites
 
 
 @dataclass

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ie_vllm.resolve import SiteDef
+from ie_vllm import SiteDef
 from torch import nn
 
 from ie_static import ops  # noqa: F401  (registers torch.ops.ie_static.*)

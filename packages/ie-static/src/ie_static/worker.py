@@ -14,11 +14,19 @@ from typing import Any
 import numpy as np
 import torch
 from ie_core.steering import SteeringOp
-from ie_vllm import payload
-from ie_vllm.layout import BatchLayout, record_layout
-from ie_vllm.registry import RequestSpec, Rows
-from ie_vllm.resolve import PointTable, resolve
-from ie_vllm.worker import ATTN_POINTS, attention_rows
+from ie_vllm import (
+    ATTN_POINTS,
+    BatchLayout,
+    PointTable,
+    RequestSpec,
+    Rows,
+    attention_rows,
+    loaded_model,
+    payload,
+    record_layout,
+    tp_rank,
+    wrap_model_forward,
+)
 
 from ie_static import ops
 from ie_static.config import CONFIG_KEY, StaticConfig
@@ -52,15 +60,6 @@ class StaticState:
     steered_last_step: bool = False
     forwards: int = 0
     capture_rank: bool = True
-
-
-def _tp_rank() -> int:
-    try:
-        from vllm.distributed import get_tensor_model_parallel_rank
-
-        return int(get_tensor_model_parallel_rank())
-    except Exception:
-        return 0
 
 
 def buffer_rows(vllm_config: Any) -> int:
@@ -141,12 +140,9 @@ class StaticWorkerMixin:
 
 
 def _install(runner: Any, vllm_config: Any, config: StaticConfig) -> StaticState:
-    model = runner.get_model()
-    hf = vllm_config.model_config.hf_config
-    text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
-    architecture = (getattr(hf, "architectures", None) or [type(model).__name__])[0]
-    table = resolve(model, architecture, text, vllm_config.parallel_config.tensor_parallel_size)
-    param = next(model.parameters())
+    loaded = loaded_model(runner)  # resolved once: the extension's `ie_setup` reuses it
+    table, architecture = loaded.table, loaded.architecture
+    param = next(loaded.model.parameters())
     device, dtype = param.device, param.dtype
     rows = buffer_rows(vllm_config)
     shape = TableShape(
@@ -173,8 +169,8 @@ def _install(runner: Any, vllm_config: Any, config: StaticConfig) -> StaticState
         wt = WriteTable.empty(shape, where.width, device) if name in write_names else None
         sites.append(Site(name, where, step, buf, wt))
     taps = install(sites, step)
-    state = StaticState(config, taps, shape, rows, table, plan, capture_rank=_tp_rank() == 0)
-    _wrap_forward(runner, state)
+    state = StaticState(config, taps, shape, rows, table, plan, capture_rank=tp_rank() == 0)
+    wrap_model_forward(runner, lambda original: _forward_with_taps(runner, state, original))
     return state
 
 
@@ -226,9 +222,7 @@ def _release(state: StaticState, key: str) -> None:
 # --- per step ----------------------------------------------------------------------------------
 
 
-def _wrap_forward(runner: Any, state: StaticState) -> None:
-    original = runner._model_forward
-
+def _forward_with_taps(runner: Any, state: StaticState, original: Any) -> Any:
     def forward_with_taps(*args: Any, **kwargs: Any) -> Any:
         layout = record_layout(runner) if state.entries else None
         _set_rows(state, layout)
@@ -238,7 +232,7 @@ def _wrap_forward(runner: Any, state: StaticState) -> None:
             _harvest(state, layout)
         return out
 
-    runner._model_forward = forward_with_taps
+    return forward_with_taps
 
 
 def _set_rows(state: StaticState, layout: BatchLayout | None) -> None:

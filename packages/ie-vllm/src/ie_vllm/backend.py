@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from ie_core.address import AddressLike, to_address
+from ie_core.address import AddressLike, check_layer, to_address
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import PointCapability
 from ie_core.errors import (
     EngineStoppedError,
-    LayerOutOfRangeError,
     PointUnavailableError,
     PromptTooLongError,
     SteeringSpecError,
@@ -40,9 +39,12 @@ from ie_core.protocol import (
 )
 from ie_core.runner import run
 from ie_core.steer_scope import mask_positions
+from ie_core.text_stream import TextStream as _TextStream
 
 from ie_vllm import payload
+from ie_vllm.channel import Channel, HookedChannel
 from ie_vllm.engine import Engine, Submission, new_key
+from ie_vllm.policy import SitePolicy
 from ie_vllm.registry import RequestSpec, SteerSpec
 
 T = TypeVar("T")
@@ -56,18 +58,31 @@ _RELEASING: set[asyncio.Task[None]] = set()
 
 
 class VLLMModel:
-    """One vLLM engine behind the InterpModel protocol. Build with `load_hooked` / `load_generate`."""
+    """One vLLM engine behind the InterpModel protocol. Build with `load_hooked` / `load_generate`.
+
+    `channel` carries requests to the workers and `policy` narrows what is served (see
+    `ie_vllm.channel` and `ie_vllm.policy`); the defaults are the hooked worker extension's.
+    """
 
     def __init__(
-        self, engine: Engine, info: dict[str, Any], tokenizer: Any, model_id: str, backend: str
+        self,
+        engine: Engine,
+        info: dict[str, Any],
+        tokenizer: Any,
+        model_id: str,
+        backend: str,
+        *,
+        channel: Channel | None = None,
+        policy: SitePolicy | None = None,
     ) -> None:
         self.engine = engine
         self.info = info
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.backend = backend
+        self.channel: Channel = channel if channel is not None else HookedChannel(engine)
+        self.policy = policy if policy is not None else SitePolicy(info.get("writable", ()))
         self._widths: dict[str, int] = dict(info.get("widths", {}))
-        self._writable: set[str] = set(info.get("writable", ()))
         self._refused: dict[str, str] = dict(info.get("refused", {}))
 
     # --- construction --------------------------------------------------------------------------
@@ -164,14 +179,10 @@ class VLLMModel:
             )
         if addr.stream is not None:
             raise PointUnavailableError(f"{addr}: {self.architecture} has a single residual stream")
-        if addr.layer is not None and addr.layer >= self.n_layers:
-            raise LayerOutOfRangeError(
-                f"layer {addr.layer} in {addr} is out of range: the model has {self.n_layers} "
-                f"layers (0..{self.n_layers - 1})",
-                str(addr),
-            )
+        check_layer(addr, self.n_layers)
         text = str(addr)
         if text in self._widths:
+            self.policy.check_read(text)
             return text
         reason = self._refused.get(text) or self._refused.get(addr.name)
         if reason is None:
@@ -200,7 +211,7 @@ class VLLMModel:
         for s in steering_tuple(steering):
             for addr in s.addresses():
                 text = self._check(addr)
-                if text not in self._writable:
+                if not self.policy.can_write(text):
                     raise SteeringSpecError(
                         f"{text} cannot be written on backend {self.backend!r}: "
                         f"{self._write_reason(text)}"
@@ -211,16 +222,14 @@ class VLLMModel:
             specs.extend(
                 SteerSpec(str(a), s.ops, tuple(sorted(masked)), until) for a in s.addresses()
             )
+        self.policy.check_steering(tuple(specs))
         return tuple(specs)
 
     def _write_reason(self, address: str) -> str:
         point = get_point(address.split(".")[0])
         if not point.writable:
             return f"{point.name} is a capture-only point"
-        return (
-            "on this family's vLLM layer the residual is kept outside the hooked module, so a "
-            "write would not reach it; steer resid_pre or resid_post, or use backend='eager'"
-        )
+        return self.policy.write_reason(address)
 
     def _captures(self, addresses: Sequence[AddressLike]) -> tuple[str, ...]:
         if isinstance(addresses, str):
@@ -274,7 +283,7 @@ class VLLMModel:
             rows: dict[str, torch.Tensor] = {}
             if tracked:
                 n_rows = len(prompt_ids) + len(token_ids) - 1
-                rows = await self.engine.rpc_payload("ie_collect", key, 0, n_rows, True)
+                rows = await self.channel.collect(key, 0, n_rows, True)
                 tracked = False
             return token_ids, rows
         finally:
@@ -283,7 +292,7 @@ class VLLMModel:
 
     async def _register(self, spec: RequestSpec) -> None:
         """Register in every worker; call inside the try whose finally runs `_release`."""
-        await self.engine.rpc("ie_register", [spec.to_wire()])
+        await self.channel.register([spec])
 
     async def _release(self, key: str) -> None:
         """Release a key in every worker, even while the caller is being cancelled.
@@ -299,7 +308,7 @@ class VLLMModel:
 
     async def _release_now(self, key: str) -> None:
         with contextlib.suppress(EngineStoppedError):
-            await self.engine.rpc("ie_release", [key])
+            await self.channel.release([key])
 
     # --- protocol ------------------------------------------------------------------------------
 
@@ -409,7 +418,7 @@ class VLLMModel:
                 for tok in new_tokens:
                     seen += 1
                     stop = len(ids) + seen - 1
-                    rows = await self.engine.rpc_payload("ie_collect", key, have, stop, False)
+                    rows = await self.channel.collect(key, have, stop, False)
                     have = stop
                     cache = ActivationCache({a: rows[a].unsqueeze(0) for a in captures})
                     yield StreamChunk(tok, text.push(tok)), cache
@@ -543,23 +552,6 @@ class VLLMModel:
     async def stats(self) -> dict[str, Any]:
         """Worker registry and hook counts (tests check that everything was released)."""
         return (await self._on_engine(self.engine.rpc("ie_stats")))[0]
-
-
-class _TextStream:
-    """Incremental text: emit only characters that are complete (multi-byte tokens can split)."""
-
-    def __init__(self, decode: Any) -> None:
-        self.decode = decode
-        self.ids: list[int] = []
-        self.emitted = ""
-
-    def push(self, token: int) -> str:
-        self.ids.append(token)
-        text = self.decode(self.ids)
-        ok = text.startswith(self.emitted) and not text.endswith("\ufffd")
-        chunk = text[len(self.emitted) :] if ok else ""
-        self.emitted += chunk
-        return chunk
 
 
 async def _gather(*coros: Awaitable[T]) -> list[T]:

@@ -1,5 +1,6 @@
 """The vLLM backends' capability answer, from the same check a capture or a steer goes through
-(the worker's PointTable info: widths, writable, refused; vllm-static narrows it to its taps)."""
+(the worker's PointTable info: widths, writable, refused; vllm-static's `SitePolicy` narrows it
+to its taps)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,6 @@ def capabilities(model: Any) -> Capabilities:
         return message.removeprefix(f"{address} is unavailable on backend {model.backend!r}: ")
 
     def writable(_address: Address, text: str) -> bool:
-        return text in model._writable
+        return bool(model.policy.can_write(text))
 
     return probe(model.n_layers, model._check, writable, reason)

@@ -127,7 +127,7 @@ class SteeringMiddleware:
             if key is not None:
                 model = scope["app"].state.ie_model
                 with contextlib.suppress(Exception):
-                    await model.engine.rpc("ie_release", [key])
+                    await model.channel.release([key])
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -179,7 +179,7 @@ async def _register_steering(scope: dict[str, Any], body: bytes) -> tuple[bytes,
         model._refuse_on_generate("steering")
     steer = model._steer_specs(specs, ())
     key = new_key()
-    await model.engine.rpc("ie_register", [RequestSpec(key, (), steer, 0).to_wire()])
+    await model.channel.register([RequestSpec(key, (), steer, 0)])
     xargs[KEY_ARG] = key
     data["vllm_xargs"] = xargs
     data["cache_salt"] = key

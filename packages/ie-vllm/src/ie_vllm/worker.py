@@ -2,7 +2,8 @@
 
 The host calls these methods by name with `collective_rpc("ie_...", args=...)`; they run in the
 worker process between forwards. `ie_setup` wraps the model runner's `_model_forward` so the batch
-layout is recorded just before each forward; hooks read the layout to slice rows per request.
+layout is recorded just before each forward (through `runner_adapter`, shared with ie-static's
+worker); hooks read the layout to slice rows per request.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from ie_vllm import payload
 from ie_vllm.layout import BatchLayout, RequestRows, record_layout
 from ie_vllm.lens_worker import LensWorkerMixin
 from ie_vllm.registry import Entry, Registry, RequestSpec, Rows
-from ie_vllm.resolve import AttnGeom, PointTable, SiteDef, resolve
+from ie_vllm.resolve import AttnGeom, PointTable, SiteDef
+from ie_vllm.runner_adapter import loaded_model, tp_rank, wrap_model_forward
 
 ATTN_POINTS = ("attn_scores", "attn_probs")
 
@@ -102,20 +104,18 @@ class IEWorkerExtension(LensWorkerMixin):
         runner = self.model_runner  # type: ignore[attr-defined]
         if getattr(self, "_ie", None) is not None:  # a second front-end (API server) asks again
             return dict(self._ie_info)  # type: ignore[attr-defined]
-        model = runner.get_model()
-        config = runner.model_config.hf_config
-        architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
-        tp_size = runner.parallel_config.tensor_parallel_size
-        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-        table = resolve(model, architecture, text_config, tp_size)
-        state = WorkerState(table=table, capture_rank=_tp_rank() == 0)
+        loaded = loaded_model(runner)  # ie-static's worker resolved it at load: the same table
+        table, text_config = loaded.table, loaded.text_config
+        state = WorkerState(table=table, capture_rank=tp_rank() == 0)
         self._ie = state
         if hooked:
-            _wrap_forward(runner, state)
+            wrap_model_forward(
+                runner, lambda original: _forward_with_layout(runner, state, original)
+            )
         info = table.info()
         info["vocab_size"] = int(getattr(text_config, "vocab_size", 0) or 0)
-        info["architecture"] = architecture
-        info["tp_size"] = tp_size
+        info["architecture"] = loaded.architecture
+        info["tp_size"] = runner.parallel_config.tensor_parallel_size
         info["pp_size"] = runner.parallel_config.pipeline_parallel_size
         self._ie_info = info
         return info
@@ -203,21 +203,10 @@ class IEWorkerExtension(LensWorkerMixin):
         return logits
 
 
-def _tp_rank() -> int:
-    try:
-        from vllm.distributed import get_tensor_model_parallel_rank
-
-        return int(get_tensor_model_parallel_rank())
-    except Exception:
-        return 0
-
-
 # --- forward wrapper and plan ----------------------------------------------------------------
 
 
-def _wrap_forward(runner: Any, state: WorkerState) -> None:
-    original = runner._model_forward
-
+def _forward_with_layout(runner: Any, state: WorkerState, original: Any) -> Any:
     def forward_with_layout(*args: Any, **kwargs: Any) -> Any:
         if state.registry.entries:
             state.layout = record_layout(runner)
@@ -229,7 +218,7 @@ def _wrap_forward(runner: Any, state: WorkerState) -> None:
             state.plan = None
             state.forwards += 1
 
-    runner._model_forward = forward_with_layout
+    return forward_with_layout
 
 
 def _plan(state: WorkerState, layout: BatchLayout) -> dict[str, list[PlanItem]]:

@@ -1,0 +1,69 @@
+"""`StaticPolicy`: ie-vllm's `SitePolicy` narrowed to a vllm-static engine's declared taps.
+
+The worker resolves every point as the hooked backend does; this engine reads only the sites it
+tapped at load, writes only its declared write sites, and holds a bounded number of steering ops
+per site and of position masks per request (the sizes of its parameter tables).
+"""
+
+from __future__ import annotations
+
+from ie_core.errors import PointUnavailableError, SteeringSpecError, UnsupportedOperationError
+from ie_vllm import SitePolicy, SteerSpec
+
+from ie_static.config import StaticConfig
+from ie_static.declared import describe
+
+
+def reload_hint(address: str, writes: bool) -> str:
+    key = "static_writes" if writes else "static_points"
+    return (
+        f"reload with load_model(..., backend='vllm-static', {key}=[..., '{address}']) to "
+        "declare it, or use backend='vllm' for any point chosen per request"
+    )
+
+
+class StaticPolicy(SitePolicy):
+    """Read `reads`, write `writes`, at most `config.ops` ops per site and `config.masks` masks."""
+
+    def __init__(self, reads: tuple[str, ...], writes: tuple[str, ...], config: StaticConfig):
+        super().__init__(writes)
+        self.reads = reads
+        self.writes = writes
+        self.config = config
+        self._reads = frozenset(reads)
+
+    def check_read(self, address: str) -> None:
+        if address not in self._reads:
+            raise PointUnavailableError(
+                f"{address} is not a declared site of this vllm-static engine, which taps "
+                f"{describe(self.reads)}; {reload_hint(address, False)}"
+            )
+
+    def write_reason(self, address: str) -> str:
+        return f"this engine writes only at {describe(self.writes)}; {reload_hint(address, True)}"
+
+    def check_steering(self, specs: tuple[SteerSpec, ...]) -> None:
+        if any(s.until is not None for s in specs):
+            raise UnsupportedOperationError(
+                "a prefill-only steering scope is not available on backend 'vllm-static': its "
+                "compiled steering tables select rows by prompt mask only; use backend='vllm' or "
+                "'eager', or mask the prompt positions you want left alone"
+            )
+        ops_at: dict[str, int] = {}
+        masks = {frozenset(s.masked) for s in specs if s.masked}
+        for s in specs:
+            ops_at[s.address] = ops_at.get(s.address, 0) + len(s.ops)
+        for address, n in ops_at.items():
+            if n > self.config.ops:
+                raise SteeringSpecError(
+                    f"{n} steering ops at {address} exceed this engine's {self.config.ops} per "
+                    f"site; reload with static_max_ops={n}"
+                )
+        if len(masks) > self.config.masks:
+            raise SteeringSpecError(
+                f"{len(masks)} distinct position masks in one request exceed this engine's "
+                f"{self.config.masks}; reload with static_masks={len(masks)}"
+            )
+
+
+__all__ = ["StaticPolicy", "reload_hint"]

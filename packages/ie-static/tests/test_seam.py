@@ -1,0 +1,109 @@
+"""ie-static builds on ie-vllm's declared surface only, and its channel and policy keep the
+behaviour the backend had (RPC names, slots per steered request, declared-set refusals)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import ie_static
+import ie_vllm
+import pytest
+from ie_core.errors import PointUnavailableError, SteeringSpecError
+from ie_core.steering import Additive
+from ie_static.channel import StaticChannel
+from ie_static.config import StaticConfig
+from ie_static.policy import StaticPolicy
+from ie_vllm import RequestSpec, SteerSpec
+
+PACKAGE = Path(ie_static.__file__).parent
+SCRIPTS = PACKAGE.parents[1] / "scripts"
+
+
+def _ie_vllm_imports(path: Path) -> list[str]:
+    """Every module path ie-vllm is imported under in `path`, and every name taken from it."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ie_vllm"):
+            found += [f"{node.module}:{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("ie_vllm")]
+    return found
+
+
+def test_ie_static_imports_only_ie_vllms_public_names() -> None:
+    files = sorted(PACKAGE.glob("*.py")) + sorted(SCRIPTS.glob("*.py"))
+    bad = []
+    for path in files:
+        for imp in _ie_vllm_imports(path):
+            module, _, name = imp.partition(":")
+            if module != "ie_vllm" or name not in ie_vllm.__all__:
+                bad.append(f"{path.name}: {imp}")
+    assert bad == []
+
+
+def test_the_import_check_catches_a_private_module(tmp_path: Path) -> None:
+    # Negative control: a private-module import is reported.
+    path = tmp_path / "x.py"
+    path.write_text("from ie_vllm.backend import VLLMModel\n")
+    assert _ie_vllm_imports(path) == ["ie_vllm.backend:VLLMModel"]
+
+
+class _Engine:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def rpc(self, method: str, *args: Any) -> list[Any]:
+        self.calls.append((method, *args))
+        return [0]
+
+    async def rpc_payload(self, method: str, *args: Any) -> dict[str, Any]:
+        self.calls.append((method, *args))
+        return {}
+
+
+def _steered(key: str) -> RequestSpec:
+    return RequestSpec(key, (), (SteerSpec("resid_post.0", (Additive((1.0,)),)),), 2)
+
+
+def test_channel_gives_steered_requests_slots_and_frees_them() -> None:
+    engine = _Engine()
+    channel = StaticChannel(engine, slots=2)  # type: ignore[arg-type]
+
+    async def flow() -> None:
+        await channel.register([_steered("a"), RequestSpec("b", ("resid_post.0",), (), 2)])
+        method, wires, slots = engine.calls[-1]
+        assert method == "ie_static_register" and [w["key"] for w in wires] == ["a", "b"]
+        assert slots[0] in (0, 1) and slots[1] == -1  # unsteered: no slot
+        await channel.collect("a", 0, 2, True)
+        assert engine.calls[-1] == ("ie_static_collect", "a", 0, 2, True)
+        await channel.release(["a", "b"])
+        assert engine.calls[-1] == ("ie_static_release", ["a", "b"])
+        # Both slots are free again: two more steered requests register without waiting.
+        await asyncio.wait_for(channel.register([_steered("c"), _steered("d")]), 1.0)
+        assert sorted(engine.calls[-1][2]) == [0, 1]
+        # A third waits for a slot (negative control: the semaphore really bounds).
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(channel.register([_steered("e")]), 0.2)
+
+    asyncio.run(flow())
+
+
+def test_policy_narrows_reads_writes_and_bounds_steering() -> None:
+    config = StaticConfig(("resid_post.0", "resid_post.1"), ("resid_post.1",), 4, 1, 1)
+    policy = StaticPolicy(("resid_post.0", "resid_post.1"), ("resid_post.1",), config)
+    policy.check_read("resid_post.0")
+    with pytest.raises(PointUnavailableError, match=r"not a declared site.*static_points"):
+        policy.check_read("resid_post.2")
+    assert policy.can_write("resid_post.1") and not policy.can_write("resid_post.0")
+    assert "static_writes" in policy.write_reason("resid_post.0")
+    op = Additive((1.0,))
+    policy.check_steering((SteerSpec("resid_post.1", (op,), (0,)),))
+    with pytest.raises(SteeringSpecError, match="static_max_ops=2"):
+        policy.check_steering((SteerSpec("resid_post.1", (op, op)),))
+    with pytest.raises(SteeringSpecError, match="static_masks=2"):
+        policy.check_steering(
+            (SteerSpec("resid_post.1", (op,), (0,)), SteerSpec("resid_post.1", (), (1,)))
+        )

@@ -1,0 +1,63 @@
+"""Where ie-vllm meets vLLM's model runner inside a worker: the loaded model's point table, the
+forward wrapper, and the tensor-parallel rank.
+
+Both worker classes (the hooked extension and ie-static's compiled worker) go through these three
+functions, so the one private vLLM attribute patched (`runner._model_forward`) and the one table
+resolution per loaded model live in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ie_vllm.resolve import PointTable, resolve
+
+Forward = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """The runner's model with its architecture name, text config and resolved point table."""
+
+    model: Any
+    architecture: str
+    text_config: Any
+    table: PointTable
+
+
+def loaded_model(runner: Any) -> LoadedModel:
+    """Resolve the runner's model once; a later call for the same model returns the same table."""
+    model = runner.get_model()
+    cached: LoadedModel | None = getattr(runner, "_ie_loaded", None)
+    if cached is not None and cached.model is model:
+        return cached
+    config = runner.model_config.hf_config
+    architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    tp_size = runner.parallel_config.tensor_parallel_size
+    loaded = LoadedModel(
+        model, architecture, text_config, resolve(model, architecture, text_config, tp_size)
+    )
+    runner._ie_loaded = loaded
+    return loaded
+
+
+def wrap_model_forward(runner: Any, wrap: Callable[[Forward], Forward]) -> None:
+    """Replace the runner's `_model_forward` with `wrap(original)`: runs just before each forward,
+    after `_prepare_inputs` has laid out the batch (see `ie_vllm.layout.record_layout`)."""
+    runner._model_forward = wrap(runner._model_forward)
+
+
+def tp_rank() -> int:
+    """This worker's tensor-parallel rank (0 outside a distributed setup)."""
+    try:
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        return int(get_tensor_model_parallel_rank())
+    except Exception:
+        return 0
+
+
+__all__ = ["LoadedModel", "loaded_model", "tp_rank", "wrap_model_forward"]

@@ -8,6 +8,7 @@ or captures graphs. ie-vllm's worker extension is mixed in as usual for `ie_setu
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,10 @@ class StaticState:
     steered_last_step: bool = False
     forwards: int = 0
     capture_rank: bool = True
+    # Cumulative host seconds per part of a step (see `ie_static_stats`): the profile's source.
+    seconds: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("set_rows", "forward", "harvest", "collect"), 0.0)
+    )
 
 
 def _tp_rank() -> int:
@@ -119,13 +124,16 @@ class StaticWorkerMixin:
         self, key: str, start: int = 0, stop: int | None = None, release: bool = True
     ) -> dict[str, Any]:
         state = self._ie_static
+        t0 = time.perf_counter()
         entry = state.entries.get(key)
         out: dict[str, torch.Tensor] = {}
         if entry is not None and state.capture_rank:
             out = _gather(state, entry, start, stop)
         if release:
             _release(state, key)
-        return payload.encode(out)
+        encoded = payload.encode(out)
+        state.seconds["collect"] += time.perf_counter() - t0
+        return encoded
 
     def ie_static_release(self, keys: list[str]) -> int:
         for key in keys:
@@ -134,7 +142,7 @@ class StaticWorkerMixin:
 
     def ie_static_stats(self) -> dict[str, Any]:
         state = self._ie_static
-        return {"registered": len(state.entries), "forwards": state.forwards}
+        return {"registered": len(state.entries), "forwards": state.forwards, **state.seconds}
 
 
 # --- install -----------------------------------------------------------------------------------
@@ -230,12 +238,19 @@ def _wrap_forward(runner: Any, state: StaticState) -> None:
     original = runner._model_forward
 
     def forward_with_taps(*args: Any, **kwargs: Any) -> Any:
+        seconds = state.seconds
+        t0 = time.perf_counter()
         layout = record_layout(runner) if state.entries else None
         _set_rows(state, layout)
+        t1 = time.perf_counter()
         out = original(*args, **kwargs)
+        t2 = time.perf_counter()
         state.forwards += 1
         if layout is not None:
             _harvest(state, layout)
+        seconds["set_rows"] += t1 - t0
+        seconds["forward"] += t2 - t1
+        seconds["harvest"] += time.perf_counter() - t2
         return out
 
     runner._model_forward = forward_with_taps

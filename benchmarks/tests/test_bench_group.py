@@ -110,7 +110,9 @@ def test_an_engine_that_fails_to_load_leaves_the_others_measured(
 
     monkeypatch.setattr(ie_core.loading, "load_model", fake_load)
     variants = [get_variant(v) for v in VARIANTS]
-    cells = run_group(get_model("fake/model"), variants, get_profile("tiny"), tmp_path, ["generate"])
+    cells = run_group(
+        get_model("fake/model"), variants, get_profile("tiny"), tmp_path, ["generate"]
+    )
     status = {c["variant"]["key"]: c["status"] for c in cells}
     assert status == {"eager": "ok", "vllm": "error", "vllm-eager": "ok"}
     failed = next(c for c in cells if c["variant"]["key"] == "vllm")

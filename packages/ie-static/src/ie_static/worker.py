@@ -257,14 +257,20 @@ def _wrap_forward(runner: Any, state: StaticState) -> None:
 
 
 def _set_rows(state: StaticState, layout: BatchLayout | None) -> None:
-    """Fill the row -> slot table for this step (left alone while nothing is steered)."""
+    """Fill the row -> slot table for this step (left alone while nothing is steered), and tell
+    the read taps whether any row of this step is captured (they skip their copy when none is)."""
     steered = []
+    captured = False
     if layout is not None:
         for r in layout.keyed():
             entry = state.entries.get(r.key)  # type: ignore[arg-type]
-            if entry is not None and entry.slot >= 0:
+            if entry is None:
+                continue
+            captured = captured or bool(entry.sites)
+            if entry.slot >= 0:
                 steered.append((r.start, r.end, entry.slot))
     ops.STEP.any_steered = bool(steered)
+    ops.STEP.any_captured = captured
     if not steered and not state.steered_last_step:
         return
     row_slot = state.taps.step.row_slot

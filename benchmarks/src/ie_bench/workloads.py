@@ -2,14 +2,13 @@
 
 Each workload is a coroutine `once(ctx) -> Sample` plus an optional `check(ctx, last) -> detail`
 that runs after the timed repeats. `measure` runs one unmeasured warm-up, then the repeats, and
-reports the median of each metric.
+reports each metric's figure by the profile's rule (`spec.aggregate`: best repeat, or median).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from ie_core.errors import PointUnavailableError, UnsupportedOperationError
 from ie_core.protocol import InterpModel, SamplingParams
 from ie_core.steering import Additive, steer_at
 
-from ie_bench.spec import Profile
+from ie_bench.spec import Profile, aggregate
 
 MIB = 1024**2
 STEER_COEFF = 8.0
@@ -330,7 +329,7 @@ class Tally:
             self.samples.append(sample)
 
     async def outcome(self, ctx: Context) -> Outcome:
-        """Medians of the samples, after the workload's check on the last one."""
+        """The samples' figures (`spec.aggregate`), after the workload's check on the last one."""
         if self.failed is not None:
             return self.failed
         if not self.samples:
@@ -345,13 +344,13 @@ class Tally:
                 return _failure(exc)
         keys = sorted({k for s in self.samples for k in s.metrics})
         series = {k: [s.metrics[k] for s in self.samples if k in s.metrics] for k in keys}
-        metrics = {k: statistics.median(v) for k, v in series.items()}
+        metrics = {k: aggregate(ctx.profile, self.workload, k, v) for k, v in series.items()}
         detail["seconds"] = self.seconds + time.perf_counter() - started
         return Outcome("ok", metrics, series, detail)
 
 
 async def measure(ctx: Context, workload: str) -> Outcome:
-    """Warm up, repeat, take medians. Refusals and short answers are `unsupported`, not errors."""
+    """Warm up, repeat, aggregate. Refusals and short answers are `unsupported`, not errors."""
     tally = Tally(workload)
     for _ in range(ctx.profile.warmup):
         await tally.step(ctx, warmup=True)

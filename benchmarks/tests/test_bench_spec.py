@@ -37,3 +37,17 @@ def test_static_variant_resolves_its_mid_write_site() -> None:
     kwargs = resolve_kwargs(static.load_kwargs, 15)
     assert kwargs == {"static_points": "auto", "static_writes": ["resid_post.15"]}
     assert MID not in str(kwargs)
+
+
+def test_figures_are_each_metrics_best_repeat_or_the_median() -> None:
+    import dataclasses
+
+    from ie_bench.spec import aggregate
+
+    cpu = get_profile("cpu")
+    assert cpu.aggregate == "best"
+    assert aggregate(cpu, "generate", "decode_tok_s", [12.0, 13.3, 9.0]) == 13.3  # higher
+    assert aggregate(cpu, "generate", "ttft_s", [0.4, 0.3, 0.9]) == 0.3  # lower
+    assert aggregate(cpu, "generate", "unlisted", [1.0, 5.0, 2.0]) == 2.0  # no direction: median
+    median = dataclasses.replace(cpu, aggregate="median")
+    assert aggregate(median, "generate", "decode_tok_s", [12.0, 13.3, 9.0]) == 12.0

@@ -120,7 +120,7 @@ def resolved_device(model: Any, profile: Profile) -> tuple[str, str]:
     return ("cuda" if torch.cuda.is_available() else "cpu"), "torch platform"
 
 
-def _finish(cell: dict[str, Any]) -> None:
+def finish(cell: dict[str, Any]) -> None:
     statuses = [w["status"] for w in cell["workloads"].values()]
     if cell["error"] is not None:
         cell["status"] = "error"
@@ -130,7 +130,7 @@ def _finish(cell: dict[str, Any]) -> None:
     cell["environment"]["loadavg_end"] = environment.loadavg()
 
 
-def _load(
+def load(
     cell: dict[str, Any], out: Path, model_spec: ModelSpec, variant: VariantSpec, profile: Profile
 ) -> Any:
     """Load synchronously, as a script would: backends may drive ie-core's loop while loading."""
@@ -154,16 +154,12 @@ def _load(
     return model
 
 
-async def _measure_all(
-    cell: dict[str, Any],
-    out: Path,
-    model: Any,
-    model_spec: ModelSpec,
-    profile: Profile,
-    workloads: list[str],
-) -> None:
+async def prepare(
+    cell: dict[str, Any], out: Path, model: Any, model_spec: ModelSpec, profile: Profile
+) -> Any:
+    """Warm the loaded model up, record what it resolved to, and build the workloads' context."""
     from ie_bench.prompts import check_lengths, normalized_prompts
-    from ie_bench.workloads import Context, measure
+    from ie_bench.workloads import Context
 
     start = time.perf_counter()
     await model.warmup()
@@ -189,19 +185,40 @@ async def _measure_all(
         d_model=model.d_model,
     )
     write_cell(out, cell)
-    for name in workloads:
-        outcome = await measure(ctx, name)
-        cell["workloads"][name] = {
-            "status": outcome.status,
-            "metrics": outcome.metrics,
-            "samples": outcome.samples,
-            "detail": outcome.detail,
-        }
-        write_cell(out, cell)
+    return ctx
+
+
+def record_outcome(cell: dict[str, Any], name: str, outcome: Any) -> None:
+    cell["workloads"][name] = {
+        "status": outcome.status,
+        "metrics": outcome.metrics,
+        "samples": outcome.samples,
+        "detail": outcome.detail,
+    }
+
+
+def record_capture_dtype(cell: dict[str, Any], ctx: Any) -> None:
     if cell["load"]["dtype_resolved"] is None and "capture_dtype" in ctx.memo:
         cell["load"].update(
             dtype_resolved=ctx.memo["capture_dtype"], dtype_source="captured tensor"
         )
+
+
+async def _measure_all(
+    cell: dict[str, Any],
+    out: Path,
+    model: Any,
+    model_spec: ModelSpec,
+    profile: Profile,
+    workloads: list[str],
+) -> None:
+    from ie_bench.workloads import measure
+
+    ctx = await prepare(cell, out, model, model_spec, profile)
+    for name in workloads:
+        record_outcome(cell, name, await measure(ctx, name))
+        write_cell(out, cell)
+    record_capture_dtype(cell, ctx)
 
 
 def _run(
@@ -214,7 +231,7 @@ def _run(
 ) -> None:
     from ie_core.runner import run
 
-    model = _load(cell, out, model_spec, variant, profile)
+    model = load(cell, out, model_spec, variant, profile)
     try:
         with LoadSampler() as sampler:
             run(_measure_all(cell, out, model, model_spec, profile, workloads))
@@ -258,13 +275,13 @@ def run_cell(
                 "traceback": traceback.format_exc(limit=8)[-4000:],
             }
     for name in names:
-        cell["workloads"].setdefault(name, _not_run(cell["error"]))
-    _finish(cell)
+        cell["workloads"].setdefault(name, not_run(cell["error"]))
+    finish(cell)
     write_cell(out, cell)
     return cell
 
 
-def _not_run(error: dict[str, Any] | None) -> dict[str, Any]:
+def not_run(error: dict[str, Any] | None) -> dict[str, Any]:
     reason = error["message"] if error else "not run"
     return {
         "status": "error",

@@ -3,6 +3,7 @@
 ie bench list
 ie bench sweep --profile cpu --models smollm2-135m      # cells -> report -> publish
 ie bench cell --model ie-synthetic/llama --variant eager --profile tiny   # -> cells/tiny/...
+ie bench group --model smollm2-135m --variants eager,vllm --profile cpu   # interleaved, in-process
 ie bench report [--no-publish]
 ie bench publish [--check]
 
@@ -87,6 +88,26 @@ def _cmd_cell(args: argparse.Namespace) -> int:
     return 0 if cell["status"] != "error" else 1
 
 
+def _cmd_group(args: argparse.Namespace) -> int:
+    from ie_bench.group import run_group
+
+    workloads = _csv(args.workloads)
+    for w in workloads or []:
+        get_workload(w)
+    variants = [get_variant(v) for v in _csv(args.variants) or []]
+    cells = run_group(
+        get_model(args.model),
+        variants,
+        get_profile(args.profile),
+        Path(args.cells_dir),
+        workloads,
+        command=["ie", "bench", "group", *sys.argv[1:]],
+    )
+    for cell in cells:
+        print(f"{cell['cell_id']}: {cell['status']}")
+    return 0 if all(c["status"] != "error" for c in cells) else 1
+
+
 def _select_cells(cells_dir: Path, profile: str | None) -> list[dict]:
     cells = load_cells(cells_dir, profile)
     present = profiles_present(cells)
@@ -154,6 +175,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         args.timeout,
         quiet_load=args.quiet_load,
         quiet_wait_s=args.quiet_wait,
+        separate=args.separate,
     )
     failed = [r for r in runs if r.status == "error"]
     print(f"{len(runs)} cells, {len(failed)} failed (see the report's 'What failed')")
@@ -244,12 +266,28 @@ def build_parser() -> argparse.ArgumentParser:
     cell.add_argument("--record-argv", action="store_true", help=argparse.SUPPRESS)
     cell.set_defaults(fn=_cmd_cell)
 
-    sweep = command("sweep", help="run the grid, one process per cell, then report")
+    group = command("group", help="one model's variants in this process, round-robin over repeats")
+    group.add_argument("--model", required=True, help="spec key or model id")
+    group.add_argument("--variants", required=True, help="comma-separated")
+    _profile_arg(group, required=True)
+    _cells_arg(group)
+    group.add_argument("--workloads", help="comma-separated subset (default: all)")
+    group.set_defaults(fn=_cmd_group)
+
+    sweep = command(
+        "sweep", help="run the grid (one process per model, its variants interleaved), then report"
+    )
     sweep.add_argument("--models", required=True, help="comma-separated spec keys or model ids")
-    sweep.add_argument("--variants", help="comma-separated (default: all four)")
+    sweep.add_argument("--variants", help="comma-separated (default: all)")
     _profile_arg(sweep, required=True)
     sweep.add_argument("--workloads", help="comma-separated subset (default: all)")
     sweep.add_argument("--timeout", type=float, help="cap per cell in seconds (default: profile's)")
+    sweep.add_argument(
+        "--separate",
+        action="store_true",
+        help="one process per cell, variants not interleaved (when one model's engines do not "
+        "fit in memory together)",
+    )
     sweep.add_argument(
         "--quiet-load",
         type=float,

@@ -29,6 +29,11 @@ def reproduce_command(profile: str, models: list[str], variants: list[str]) -> s
     return cmd
 
 
+def _rule(profile: dict[str, Any]) -> str:
+    """How the cells' repeats became figures; cells from before the field existed took medians."""
+    return "best" if profile.get("aggregate", "median") == "best" else "median"
+
+
 def _value(cell: dict[str, Any] | None, workload: str, key: str, base: float | None) -> str:
     if cell is None:
         return "--"
@@ -208,7 +213,7 @@ def render_report(cells: list[dict[str, Any]]) -> str:
             f"Profile `{p['name']}`: {p['description']}. Prompt {p['prompt_tokens']} tokens, "
             f"{p['new_tokens']} new tokens, {p['concurrency']} concurrent requests, "
             f"`capture_gen`/`steer` {p['capture_gen_tokens']} tokens, `lens_topk` {p['lens_rows']} rows "
-            f"to top-{p['lens_k']}; each figure is the median of {p['repeats']} repeats after "
+            f"to top-{p['lens_k']}; each figure is the {_rule(p)} of {p['repeats']} repeats after "
             f"{p['warmup']} unmeasured warm-up; dtype requested {p['dtype']}, device {p['device']}; "
             "prefix caching off on every vLLM variant; prompts normalized to exactly the token count."
         ),

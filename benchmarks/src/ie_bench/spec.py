@@ -78,6 +78,9 @@ class Profile:
     torch_threads: int | None
     cell_timeout_s: int
     min_free_gib: float
+    # How the repeats become a figure: "best" (each metric's best repeat, as the paired static
+    # script and the issue's quiet figures do: the least disturbed run) or "median".
+    aggregate: str = "best"
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -235,7 +238,7 @@ PROFILES: tuple[Profile, ...] = (
         name="cpu",
         description=(
             "shrunk for a 2-core CPU machine so the SmolLM2 sweep of 4 variants fits in 30 minutes: "
-            "128-token prompt, 32 new tokens, 3 repeats, fp32, one torch thread"
+            "128-token prompt, 32 new tokens, best of 3 repeats, fp32, one torch thread"
         ),
         prompt_tokens=128,
         new_tokens=32,
@@ -319,3 +322,27 @@ def resolve_kwargs(kwargs: Any, mid: int) -> dict[str, Any]:
         return value
 
     return {k: fill(v) for k, v in dict(kwargs).items()}
+
+
+def direction(workload: str, key: str) -> Direction | None:
+    """Which way a workload's metric is better, or None for a metric the spec does not list."""
+    for w in WORKLOADS:
+        if w.key == workload:
+            for m in w.metrics:
+                if m.key == key:
+                    return m.direction
+    return None
+
+
+def aggregate(profile: Profile, workload: str, key: str, values: list[float]) -> float:
+    """The figure of a metric's repeats under the profile's rule (see `Profile.aggregate`)."""
+    import statistics
+
+    if profile.aggregate == "median":
+        return statistics.median(values)
+    way = direction(workload, key)
+    if way == "higher":
+        return max(values)
+    if way == "lower":
+        return min(values)
+    return statistics.median(values)

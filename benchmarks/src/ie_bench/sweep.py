@@ -1,4 +1,5 @@
-"""The grid: one subprocess per cell, a memory gate between cells, a time cap per cell.
+"""The grid: one subprocess per model (its variants interleaved, see `ie_bench.group`) or, with
+`separate`, one per cell; a memory gate and an optional quiet-load wait before each, a time cap.
 
 A cell that crashes or overruns is recorded as an `error` cell with the tail of its log, and the
 sweep moves on: one wedged engine must not cost the rest of the grid.
@@ -142,6 +143,63 @@ def _record_failure(
     return cell
 
 
+def _spawn(command: list[str], log: Path, limit: float) -> int | None:
+    """Run `command` in its own session with output to `log`; None when it overran `limit`."""
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            command, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            rc = proc.wait(timeout=limit)
+        except BaseException as exc:
+            # Interrupted or overran: the cell's engine must not outlive the sweep.
+            _kill_group(proc.pid)
+            proc.wait()
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                raise
+            return None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # stragglers left in the cell's session
+    return rc
+
+
+def _close_cell(
+    model: ModelSpec,
+    variant: VariantSpec,
+    profile: Profile,
+    path: Path,
+    command: list[str],
+    names: list[str],
+    rc: int | None,
+    limit: float,
+    log: Path,
+) -> str:
+    """The cell's final status; a cell its process did not finish is closed as an error here."""
+    if rc is None:
+        _record_failure(
+            path, model, variant, profile, command, names, "Timeout",
+            f"cell exceeded its {limit:.0f} s cap and was killed", log,
+        )  # fmt: skip
+        return "error"
+    try:
+        status = read_cell(path)["status"]
+    except (OSError, ValueError):
+        status = "missing"
+    binding = vllm_binding(log)
+    if binding and status not in ("running", "missing"):
+        cell = read_cell(path)
+        cell["environment"]["vllm_omp_binding"] = binding
+        write_cell(path, cell)
+    # A finished cell records its own failure (exit code 1 included); only an unfinished one needs ours.
+    if status in ("running", "missing"):
+        _record_failure(
+            path, model, variant, profile, command, names, "CellExit",
+            f"cell process exited with code {rc} before finishing", log,
+        )  # fmt: skip
+        status = "error"
+    return status
+
+
 def run_one(
     model: ModelSpec,
     variant: VariantSpec,
@@ -159,43 +217,62 @@ def run_one(
     limit = timeout_s or profile.cell_timeout_s
     names = workloads or [w.key for w in WORKLOADS]
     start = time.monotonic()
-    with log.open("w") as fh:
-        proc = subprocess.Popen(
-            command, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            rc = proc.wait(timeout=limit)
-        except BaseException as exc:
-            # Interrupted or overran: the cell's engine must not outlive the sweep.
-            _kill_group(proc.pid)
-            proc.wait()
-            if not isinstance(exc, subprocess.TimeoutExpired):
-                raise
-            _record_failure(
-                path, model, variant, profile, command, names, "Timeout",
-                f"cell exceeded its {limit:.0f} s cap and was killed", log,
-            )  # fmt: skip
-            return CellRun(model, variant, path, "error", time.monotonic() - start)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # stragglers left in the cell's session
+    rc = _spawn(command, log, limit)
+    status = _close_cell(model, variant, profile, path, command, names, rc, limit, log)
+    return CellRun(model, variant, path, status, time.monotonic() - start)
+
+
+def group_command(
+    model: ModelSpec,
+    variants: list[VariantSpec],
+    profile: Profile,
+    cells_dir: Path,
+    workloads: list[str] | None,
+) -> list[str]:
+    cmd = [sys.executable, "-m", "ie_bench", "group", "--model", model.model_id]
+    cmd += ["--variants", ",".join(v.key for v in variants), "--profile", profile.name]
+    cmd += ["--cells-dir", str(cells_dir)]
+    if workloads:
+        cmd += ["--workloads", ",".join(workloads)]
+    return cmd
+
+
+def run_group_process(
+    model: ModelSpec,
+    variants: list[VariantSpec],
+    profile: Profile,
+    cells_dir: Path,
+    log_dir: Path,
+    workloads: list[str] | None = None,
+    timeout_s: float | None = None,
+) -> list[CellRun]:
+    """One model's variants interleaved in one subprocess (`ie bench group`); a cap per variant."""
+    paths = [cell_path(cells_dir, profile.name, model.key, v.key) for v in variants]
+    log = log_dir / f"{profile.name}__{model.key}__interleaved.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        path.unlink(missing_ok=True)
+    command = group_command(model, variants, profile, cells_dir, workloads)
+    limit = (timeout_s or profile.cell_timeout_s) * len(variants)
+    names = workloads or [w.key for w in WORKLOADS]
+    start = time.monotonic()
+    rc = _spawn(command, log, limit)
     seconds = time.monotonic() - start
-    try:
-        status = read_cell(path)["status"]
-    except (OSError, ValueError):
-        status = "missing"
-    binding = vllm_binding(log)
-    if binding and status not in ("running", "missing"):
-        cell = read_cell(path)
-        cell["environment"]["vllm_omp_binding"] = binding
-        write_cell(path, cell)
-    # A finished cell records its own failure (exit code 1 included); only an unfinished one needs ours.
-    if status in ("running", "missing"):
-        _record_failure(
-            path, model, variant, profile, command, names, "CellExit",
-            f"cell process exited with code {rc} before finishing", log,
-        )  # fmt: skip
-        status = "error"
-    return CellRun(model, variant, path, status, seconds)
+    runs = []
+    for v, path in zip(variants, paths, strict=True):
+        status = _close_cell(model, v, profile, path, command, names, rc, limit, log)
+        runs.append(CellRun(model, v, path, status, seconds))
+    return runs
+
+
+def _wait(
+    profile: Profile, quiet_load: float | None, quiet_wait_s: float, bar: Any, what: str
+) -> None:
+    wait_for_memory(profile.min_free_gib)
+    if quiet_load is not None:
+        bar.set_postfix_str(f"{what}: waiting for load <= {quiet_load}")
+        wait_for_quiet(quiet_load, quiet_wait_s)
+    bar.set_postfix_str(what)
 
 
 def run_sweep(
@@ -209,21 +286,33 @@ def run_sweep(
     on_cell: Callable[[CellRun], None] | None = None,
     quiet_load: float | None = None,
     quiet_wait_s: float = 600.0,
+    separate: bool = False,
 ) -> list[CellRun]:
-    grid = [(m, v) for m in models for v in variants]
+    """Every (model, variant) cell: interleaved per model, or with `separate` one process each."""
     runs: list[CellRun] = []
+    if separate:
+        grid: list[tuple[ModelSpec, list[VariantSpec]]] = [
+            (m, [v]) for m in models for v in variants
+        ]
+    else:
+        grid = [(m, list(variants)) for m in models]
     # In a log the bar is off; the one line per finished cell below is printed either way.
-    bar = tqdm(grid, desc=f"ie bench ({profile.name})", unit="cell", disable=not progress_enabled())
-    for model, variant in bar:
-        bar.set_postfix_str(f"{model.key} / {variant.key}")
-        wait_for_memory(profile.min_free_gib)
-        if quiet_load is not None:
-            bar.set_postfix_str(f"{model.key} / {variant.key}: waiting for load <= {quiet_load}")
-            wait_for_quiet(quiet_load, quiet_wait_s)
-            bar.set_postfix_str(f"{model.key} / {variant.key}")
-        run = run_one(model, variant, profile, cells_dir, log_dir, workloads, timeout_s)
-        runs.append(run)
-        bar.write(f"{model.key} / {variant.key}: {run.status} in {run.seconds:.0f} s -> {run.path}")
-        if on_cell:
-            on_cell(run)
+    unit = "cell" if separate else "model"
+    bar = tqdm(grid, desc=f"ie bench ({profile.name})", unit=unit, disable=not progress_enabled())
+    for model, group in bar:
+        what = f"{model.key} / {','.join(v.key for v in group)}"
+        _wait(profile, quiet_load, quiet_wait_s, bar, what)
+        if separate:
+            done = [run_one(model, group[0], profile, cells_dir, log_dir, workloads, timeout_s)]
+        else:
+            done = run_group_process(
+                model, group, profile, cells_dir, log_dir, workloads, timeout_s
+            )
+        for run in done:
+            runs.append(run)
+            bar.write(
+                f"{model.key} / {run.variant.key}: {run.status} in {run.seconds:.0f} s -> {run.path}"
+            )
+            if on_cell:
+                on_cell(run)
     return runs

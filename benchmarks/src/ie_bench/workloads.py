@@ -2,14 +2,13 @@
 
 Each workload is a coroutine `once(ctx) -> Sample` plus an optional `check(ctx, last) -> detail`
 that runs after the timed repeats. `measure` runs one unmeasured warm-up, then the repeats, and
-reports the median of each metric.
+reports each metric's figure by the profile's rule (`spec.aggregate`: best repeat, or median).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from ie_core.errors import PointUnavailableError, UnsupportedOperationError
 from ie_core.protocol import InterpModel, SamplingParams
 from ie_core.steering import Additive, steer_at
 
-from ie_bench.spec import Profile
+from ie_bench.spec import Profile, aggregate
 
 MIB = 1024**2
 STEER_COEFF = 8.0
@@ -292,26 +291,69 @@ def _error_detail(exc: BaseException) -> dict[str, Any]:
     return {"error_type": type(exc).__name__, "message": str(exc)}
 
 
-async def measure(ctx: Context, workload: str) -> Outcome:
-    """Warm up, repeat, take medians. Refusals and short answers are `unsupported`, not errors."""
-    once, check = RUNNERS[workload]
-    profile = ctx.profile
-    started = time.perf_counter()
-    try:
-        for _ in range(profile.warmup):
-            await once(ctx)
-        samples = [await once(ctx) for _ in range(profile.repeats)]
-        detail: dict[str, Any] = dict(samples[-1].detail)
-        if check is not None:
-            detail["check"] = await check(ctx, samples[-1])
-    except REFUSALS as exc:
+def _failure(exc: Exception) -> Outcome:
+    """Refusals and short answers are `unsupported`; anything else is an `error`."""
+    if isinstance(exc, REFUSALS):
         return Outcome("unsupported", {}, {}, {**_error_detail(exc), "what_came_back": "refused"})
-    except Unsupported as exc:
+    if isinstance(exc, Unsupported):
         return Outcome("unsupported", {}, {}, {**_error_detail(exc), "what_came_back": str(exc)})
-    except Exception as exc:
-        return Outcome("error", {}, {}, _error_detail(exc))
-    keys = sorted({k for s in samples for k in s.metrics})
-    series = {k: [s.metrics[k] for s in samples if k in s.metrics] for k in keys}
-    metrics = {k: statistics.median(v) for k, v in series.items()}
-    detail["seconds"] = time.perf_counter() - started
-    return Outcome("ok", metrics, series, detail)
+    return Outcome("error", {}, {}, _error_detail(exc))
+
+
+@dataclass
+class Tally:
+    """One workload's samples on one model so far; its first refusal or failure ends it.
+
+    `measure` drives one tally to the end; the interleaved sweep (`ie_bench.group`) steps the
+    tallies of several models in turn, so every repeat of a ratio ran under the same condition.
+    """
+
+    workload: str
+    samples: list[Sample] = field(default_factory=list)
+    failed: Outcome | None = None
+    seconds: float = 0.0
+
+    async def step(self, ctx: Context, warmup: bool = False) -> None:
+        if self.failed is not None:
+            return
+        once, _ = RUNNERS[self.workload]
+        started = time.perf_counter()
+        try:
+            sample = await once(ctx)
+        except Exception as exc:
+            self.failed = _failure(exc)
+            return
+        finally:
+            self.seconds += time.perf_counter() - started
+        if not warmup:
+            self.samples.append(sample)
+
+    async def outcome(self, ctx: Context) -> Outcome:
+        """The samples' figures (`spec.aggregate`), after the workload's check on the last one."""
+        if self.failed is not None:
+            return self.failed
+        if not self.samples:
+            return Outcome("error", {}, {}, {"message": "no timed repeat ran"})
+        _, check = RUNNERS[self.workload]
+        detail: dict[str, Any] = dict(self.samples[-1].detail)
+        started = time.perf_counter()
+        if check is not None:
+            try:
+                detail["check"] = await check(ctx, self.samples[-1])
+            except Exception as exc:
+                return _failure(exc)
+        keys = sorted({k for s in self.samples for k in s.metrics})
+        series = {k: [s.metrics[k] for s in self.samples if k in s.metrics] for k in keys}
+        metrics = {k: aggregate(ctx.profile, self.workload, k, v) for k, v in series.items()}
+        detail["seconds"] = self.seconds + time.perf_counter() - started
+        return Outcome("ok", metrics, series, detail)
+
+
+async def measure(ctx: Context, workload: str) -> Outcome:
+    """Warm up, repeat, aggregate. Refusals and short answers are `unsupported`, not errors."""
+    tally = Tally(workload)
+    for _ in range(ctx.profile.warmup):
+        await tally.step(ctx, warmup=True)
+    for _ in range(ctx.profile.repeats):
+        await tally.step(ctx)
+    return await tally.outcome(ctx)

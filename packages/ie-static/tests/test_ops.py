@@ -138,6 +138,22 @@ def test_fast_path_when_host_says_nothing_is_steered() -> None:
     assert torch.equal(out, x) and out.data_ptr() != x.data_ptr()
 
 
+def test_read_taps_skip_the_copy_when_host_says_nothing_is_captured() -> None:
+    buf = torch.zeros(8, D)
+    h, r = torch.randn(5, D), torch.randn(5, D)
+    ops.STEP.any_captured = False
+    try:
+        ops.read_tap(h, buf)
+        ops.read_sum_tap(h, r, buf)
+        assert torch.equal(buf, torch.zeros(8, D))
+        with pytest.raises(RuntimeError, match="exceed the tap buffer"):
+            ops.read_tap(torch.randn(9, D), buf)  # the guard still runs
+    finally:
+        ops.STEP.any_captured = True
+    ops.read_sum_tap(h, r, buf)  # negative control: with a capture the rows are written
+    assert torch.equal(buf[:5], h + r)
+
+
 def test_read_taps_copy_rows_and_refuse_overflow() -> None:
     buf = torch.zeros(8, D)
     h, r = torch.randn(5, D), torch.randn(5, D)

@@ -53,6 +53,26 @@ def test_rows_accumulate_chunks_and_overwrite_on_recompute() -> None:
     assert rows.gather()[:, 0].tolist() == [0, 0, 0, 0, 1, 9, 9, 9]
 
 
+def test_rows_append_path_equals_trimming_every_chunk() -> None:
+    """The O(1) append must keep exactly what trimming every earlier chunk keeps."""
+    import random
+
+    rng = random.Random(0)
+    rows, naive = Rows(), []  # naive: (pos, tensor) trimmed on every add, the reference rule
+    pos = 0
+    for step in range(200):
+        n = rng.choice([1, 1, 1, 3, 5])
+        if step and rng.random() < 0.1:
+            pos = rng.randrange(pos)  # a recompute from an earlier position
+        chunk = torch.full((n, 2), float(step))
+        rows.add(pos, chunk)
+        naive = [(p, t[: pos - p]) for p, t in naive if p < pos] + [(pos, chunk)]
+        pos += n
+    want = torch.cat([t for _, t in naive if t.shape[0]])
+    assert torch.equal(rows.gather(), want)
+    assert rows.count() == want.shape[0]
+
+
 def _naive_scores(q: torch.Tensor, k: torch.Tensor, geom: AttnGeom) -> torch.Tensor:
     n = q.shape[0]
     out = torch.empty(geom.heads, n, n)

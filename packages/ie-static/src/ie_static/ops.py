@@ -25,6 +25,7 @@ class _StepFlags:
     """Host-side per-step facts the CPU fast path may use (never read while a graph is captured)."""
 
     any_steered: bool = True
+    any_captured: bool = True  # some row of this step belongs to a request that captures
 
 
 STEP = _StepFlags()
@@ -38,11 +39,22 @@ def _rows_guard(n: int, capacity: int, what: str) -> None:
         )
 
 
+def _graph_capturing(x: torch.Tensor) -> bool:
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def _skip_read(x: torch.Tensor) -> bool:
+    """Outside graph capture the host knows whether any row is read this step; skip the copy."""
+    return not STEP.any_captured and not _graph_capturing(x)
+
+
 @torch.library.custom_op("ie_static::read_tap", mutates_args=("buf",))
 def read_tap(x: torch.Tensor, buf: torch.Tensor) -> None:
     """Copy the `n` rows of `x` into `buf[:n]`."""
     n = x.shape[0]
     _rows_guard(n, buf.shape[0], "read_tap")
+    if _skip_read(x):
+        return
     buf[:n].copy_(x.reshape(n, -1))
 
 
@@ -56,6 +68,8 @@ def read_sum_tap(h: torch.Tensor, r: torch.Tensor, buf: torch.Tensor) -> None:
     """Write `h + r` (the residual stream of a vLLM decoder layer) into `buf[:n]`."""
     n = h.shape[0]
     _rows_guard(n, buf.shape[0], "read_sum_tap")
+    if _skip_read(h):
+        return
     torch.add(h.reshape(n, -1), r.reshape(n, -1), out=buf[:n])
 
 
@@ -102,10 +116,6 @@ def steer_rows(
         h = h + g.unsqueeze(-1) * w
         any_on = any_on | on
     return torch.where(any_on.unsqueeze(-1), h.to(x.dtype), x)
-
-
-def _graph_capturing(x: torch.Tensor) -> bool:
-    return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 @torch.library.custom_op("ie_static::write_tap", mutates_args=())

@@ -8,6 +8,7 @@ or captures graphs. ie-vllm's worker extension is mixed in as usual for `ie_setu
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,10 @@ class StaticState:
     steered_last_step: bool = False
     forwards: int = 0
     capture_rank: bool = True
+    # Cumulative host seconds per part of a step (see `ie_static_stats`): the profile's source.
+    seconds: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("set_rows", "forward", "harvest", "collect"), 0.0)
+    )
 
 
 def buffer_rows(vllm_config: Any) -> int:
@@ -118,13 +123,16 @@ class StaticWorkerMixin:
         self, key: str, start: int = 0, stop: int | None = None, release: bool = True
     ) -> dict[str, Any]:
         state = self._ie_static
+        t0 = time.perf_counter()
         entry = state.entries.get(key)
         out: dict[str, torch.Tensor] = {}
         if entry is not None and state.capture_rank:
             out = _gather(state, entry, start, stop)
         if release:
             _release(state, key)
-        return payload.encode(out)
+        encoded = payload.encode(out)
+        state.seconds["collect"] += time.perf_counter() - t0
+        return encoded
 
     def ie_static_release(self, keys: list[str]) -> int:
         for key in keys:
@@ -133,7 +141,7 @@ class StaticWorkerMixin:
 
     def ie_static_stats(self) -> dict[str, Any]:
         state = self._ie_static
-        return {"registered": len(state.entries), "forwards": state.forwards}
+        return {"registered": len(state.entries), "forwards": state.forwards, **state.seconds}
 
 
 # --- install -----------------------------------------------------------------------------------
@@ -224,26 +232,39 @@ def _release(state: StaticState, key: str) -> None:
 
 def _forward_with_taps(runner: Any, state: StaticState, original: Any) -> Any:
     def forward_with_taps(*args: Any, **kwargs: Any) -> Any:
+        seconds = state.seconds
+        t0 = time.perf_counter()
         layout = record_layout(runner) if state.entries else None
         _set_rows(state, layout)
+        t1 = time.perf_counter()
         out = original(*args, **kwargs)
+        t2 = time.perf_counter()
         state.forwards += 1
         if layout is not None:
             _harvest(state, layout)
+        seconds["set_rows"] += t1 - t0
+        seconds["forward"] += t2 - t1
+        seconds["harvest"] += time.perf_counter() - t2
         return out
 
     return forward_with_taps
 
 
 def _set_rows(state: StaticState, layout: BatchLayout | None) -> None:
-    """Fill the row -> slot table for this step (left alone while nothing is steered)."""
+    """Fill the row -> slot table for this step (left alone while nothing is steered), and tell
+    the read taps whether any row of this step is captured (they skip their copy when none is)."""
     steered = []
+    captured = False
     if layout is not None:
         for r in layout.keyed():
             entry = state.entries.get(r.key)  # type: ignore[arg-type]
-            if entry is not None and entry.slot >= 0:
+            if entry is None:
+                continue
+            captured = captured or bool(entry.sites)
+            if entry.slot >= 0:
                 steered.append((r.start, r.end, entry.slot))
     ops.STEP.any_steered = bool(steered)
+    ops.STEP.any_captured = captured
     if not steered and not state.steered_last_step:
         return
     row_slot = state.taps.step.row_slot

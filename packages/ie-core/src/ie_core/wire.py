@@ -79,7 +79,10 @@ def steering_from_wire(data: Any) -> tuple[Steering, ...]:
 
 
 def sampling_to_wire(sampling: SamplingParams) -> dict[str, Any]:
-    return dataclasses.asdict(sampling)
+    data = dataclasses.asdict(sampling)
+    if data.get("logprobs") is None:
+        data.pop("logprobs", None)  # servers from before logprobs read the same JSON
+    return data
 
 
 def sampling_from_wire(data: Any) -> SamplingParams:

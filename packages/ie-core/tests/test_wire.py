@@ -72,3 +72,13 @@ def test_tensors_round_trip_bit_exact_with_metadata() -> None:
     assert meta == {"token_ids": [1, 2]}
     for name, t in tensors.items():
         assert got[name].dtype == t.dtype and torch.equal(got[name], t)
+
+
+def test_logprobs_travel_only_when_asked() -> None:
+    """Servers from before per-step logprobs read the same JSON when none are asked for."""
+    from ie_core.protocol import SamplingParams
+    from ie_core.wire import sampling_from_wire, sampling_to_wire
+
+    assert "logprobs" not in sampling_to_wire(SamplingParams())
+    asked = SamplingParams(max_new_tokens=3, logprobs=4)
+    assert sampling_from_wire(sampling_to_wire(asked)) == asked

@@ -59,4 +59,4 @@ def test_logprobs_are_opt_in_and_checked() -> None:
     assert zero is not None and all(s.top_ids == () for s in zero)
     for bad in (-1, 21, 2.0, True, "3"):
         with pytest.raises(SamplingParamsError):
-            SamplingParams(logprobs=bad)
+            SamplingParams(logprobs=bad)  # type: ignore[arg-type]

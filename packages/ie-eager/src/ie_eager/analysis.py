@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from ie_core.errors import PointUnavailableError
@@ -27,10 +27,10 @@ def out_projection(model: EagerModel, layer: int) -> tuple[torch.Tensor, torch.T
             "(grouped output projection, or attention that adds the residual itself), so "
             "per-head contributions do not sum to it"
         )
-    weight = module.weight.detach()
+    weight = cast(torch.Tensor, module.weight).detach()
     if hasattr(module, "nf"):  # transformers' Conv1D stores [in, out]
         weight = weight.T
-    bias = getattr(module, "bias", None)
+    bias = cast(torch.Tensor | None, getattr(module, "bias", None))
     return weight, None if bias is None else bias.detach()
 
 

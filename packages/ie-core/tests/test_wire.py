@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 from ie_core import Additive, Orthogonal, PositionMask, SamplingParams, steer_at
-from ie_core.errors import SteeringSpecError
+from ie_core.errors import SteeringSpecError, UnsupportedOperationError
 from ie_core.wire import (
     decode_tensors,
     encode_tensors,
@@ -80,5 +80,8 @@ def test_logprobs_travel_only_when_asked() -> None:
     from ie_core.wire import sampling_from_wire, sampling_to_wire
 
     assert "logprobs" not in sampling_to_wire(SamplingParams())
-    asked = SamplingParams(max_new_tokens=3, logprobs=4)
-    assert sampling_from_wire(sampling_to_wire(asked)) == asked
+    assert sampling_from_wire(sampling_to_wire(SamplingParams(top_k=3))) == SamplingParams(top_k=3)
+    # The HTTP responses carry no logprobs: a server refuses the request (422) instead of
+    # answering without them.
+    with pytest.raises(UnsupportedOperationError, match="not carried over HTTP"):
+        sampling_from_wire(sampling_to_wire(SamplingParams(logprobs=4)))

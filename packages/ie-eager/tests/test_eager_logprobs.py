@@ -50,6 +50,8 @@ def test_stream_logprobs_equal_generate() -> None:
     gen = model.generate(PROMPT, params)
     chunks = list(model.generate_stream(PROMPT, params))
     assert tuple(c.logprobs for c in chunks) == gen.logprobs
+    captured = model.capture_generation(PROMPT, ["resid_post.0"], params)
+    assert captured.generation.logprobs == gen.logprobs
 
 
 def test_logprobs_are_opt_in_and_checked() -> None:

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 from ie_core import Additive, Orthogonal, PositionMask, SamplingParams, steer_at
-from ie_core.errors import SteeringSpecError
+from ie_core.errors import SteeringSpecError, UnsupportedOperationError
 from ie_core.wire import (
     decode_tensors,
     encode_tensors,
@@ -72,3 +72,16 @@ def test_tensors_round_trip_bit_exact_with_metadata() -> None:
     assert meta == {"token_ids": [1, 2]}
     for name, t in tensors.items():
         assert got[name].dtype == t.dtype and torch.equal(got[name], t)
+
+
+def test_logprobs_travel_only_when_asked() -> None:
+    """Servers from before per-step logprobs read the same JSON when none are asked for."""
+    from ie_core.protocol import SamplingParams
+    from ie_core.wire import sampling_from_wire, sampling_to_wire
+
+    assert "logprobs" not in sampling_to_wire(SamplingParams())
+    assert sampling_from_wire(sampling_to_wire(SamplingParams(top_k=3))) == SamplingParams(top_k=3)
+    # The HTTP responses carry no logprobs: a server refuses the request (422) instead of
+    # answering without them.
+    with pytest.raises(UnsupportedOperationError, match="not carried over HTTP"):
+        sampling_from_wire(sampling_to_wire(SamplingParams(logprobs=4)))

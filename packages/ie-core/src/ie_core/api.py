@@ -57,9 +57,13 @@ def run_with_cache(
     addresses: Sequence[AddressLike],
     *,
     steering: SteeringArg = None,
+    grad: bool = False,
 ) -> ActivationCache:
-    """One forward over `tokens`, returning the requested points as `[batch, seq, ...]`."""
-    return run(model.capture(tokens, addresses, steering=_with_active(model, steering)))
+    """One forward over `tokens`, returning the requested points as `[batch, seq, ...]`.
+
+    `grad=True` keeps the autograd graph (eager); the vLLM backends refuse it up front."""
+    extra = {"grad": True} if grad else {}
+    return run(model.capture(tokens, addresses, steering=_with_active(model, steering), **extra))
 
 
 def capture_generation(
@@ -97,8 +101,14 @@ def generate(
     return run(model.generate(prompt, params, steering=_with_active(model, steering)))
 
 
-def decode_residuals(model: InterpModel, rows: Any, k: int | None = None) -> Any:
-    """Logit lens: final norm + unembed (+ multiplier, softcap). With `k`, a TopK of ids and probs."""
+def decode_residuals(
+    model: InterpModel, rows: Any, k: int | None = None, *, grad: bool = False
+) -> Any:
+    """Logit lens: final norm + unembed (+ multiplier, softcap). With `k`, a TopK of ids and probs.
+
+    `grad=True` (full logits only) keeps autograd on (eager); the vLLM backends refuse it."""
+    if grad:
+        return run(model.decode_residuals(rows, grad=True))  # type: ignore[call-arg]
     if k is None:
         return run(model.decode_residuals(rows))
     result: TopK = run(model.decode_residuals_topk(rows, k))

@@ -73,6 +73,11 @@ class UnsupportedOperationError(InterpError, NotImplementedError):
     """The backend refuses an operation (e.g. capture on `vllm-generate`), naming an alternative."""
 
 
+class GradientUnavailableError(UnsupportedOperationError):
+    """A gradient asked of a backend whose forward runs without autograd (vLLM's engines run
+    under inference mode in their own processes); use backend='eager' with grad=True."""
+
+
 class UnsupportedModelError(InterpError, ValueError):
     """A checkpoint that is not a decoder-only causal LM (BERT, T5, ...): nothing to generate."""
 

@@ -16,6 +16,7 @@ from ie_core.address import AddressLike
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import PointCapability
 from ie_core.errors import SamplingParamsError, SteeringSpecError
+from ie_core.logprobs import StepLogprobs, check_logprobs
 
 # Re-exported: backends import the one prompt normaliser from the protocol module.
 from ie_core.prompts import Prompt as Prompt
@@ -27,7 +28,10 @@ from ie_core.steering import Steering
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Greedy by default; `temperature > 0` samples, optionally restricted by top-k / top-p."""
+    """Greedy by default; `temperature > 0` samples, optionally restricted by top-k / top-p.
+
+    `logprobs=k` (opt-in) adds per-step logprobs to the result: the chosen token's and the top-k's
+    (see ie_core.logprobs for what every backend reports)."""
 
     max_new_tokens: int = 32
     temperature: float = 0.0
@@ -35,8 +39,10 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     stop_at_eos: bool = True
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
+        check_logprobs(self.logprobs)
         _int_field(self.max_new_tokens, "max_new_tokens", 1)
         _int_field(self.top_k, "top_k", 0, "(0 = off)")
         temperature = _real_field(self.temperature, "temperature")
@@ -113,6 +119,8 @@ class Generation:
     prompt_ids: tuple[int, ...]
     token_ids: tuple[int, ...]
     text: str
+    # One entry per generated token when `SamplingParams(logprobs=k)` asked; else None.
+    logprobs: tuple[StepLogprobs, ...] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,7 @@ class StreamChunk:
 
     token_id: int
     text: str
+    logprobs: StepLogprobs | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

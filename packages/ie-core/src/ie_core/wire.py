@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ie_core.errors import SteeringSpecError
+from ie_core.errors import SteeringSpecError, UnsupportedOperationError
 from ie_core.protocol import SamplingParams, SteeringArg, steering_tuple
 from ie_core.steering import PositionMask, Steering, SteeringOp, op_from_dict
 
@@ -87,7 +87,10 @@ def steering_from_wire(data: Any) -> tuple[Steering, ...]:
 
 
 def sampling_to_wire(sampling: SamplingParams) -> dict[str, Any]:
-    return dataclasses.asdict(sampling)
+    data = dataclasses.asdict(sampling)
+    if data.get("logprobs") is None:
+        data.pop("logprobs", None)  # servers from before logprobs read the same JSON
+    return data
 
 
 def sampling_from_wire(data: Any) -> SamplingParams:
@@ -99,6 +102,12 @@ def sampling_from_wire(data: Any) -> SamplingParams:
     unknown = set(data) - fields
     if unknown:
         raise ValueError(f"unknown sampling fields {sorted(unknown)}; known: {sorted(fields)}")
+    if data.get("logprobs") is not None:
+        # The HTTP responses carry tokens and text only: refuse rather than drop the logprobs.
+        raise UnsupportedOperationError(
+            "per-step logprobs are not carried over HTTP; load the model in-process "
+            "(backend='vllm' or 'eager') for SamplingParams(logprobs=k)"
+        )
     return SamplingParams(**data)
 
 

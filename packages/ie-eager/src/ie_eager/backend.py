@@ -19,6 +19,7 @@ from ie_core.errors import (
     UnsupportedOperationError,
 )
 from ie_core.families import Family, family_for_architecture
+from ie_core.logprobs import StepLogprobs
 from ie_core.models import resolve_model_path
 from ie_core.prompts import check_generation_length, position_limit
 from ie_core.protocol import (
@@ -44,6 +45,7 @@ from ie_eager import capability, checkpoint, lens, sampling
 from ie_eager.devices import DeviceUnavailableError as DeviceUnavailableError
 from ie_eager.devices import resolve_device, resolve_dtype
 from ie_eager.hooks import Session, Write
+from ie_eager.logprobs import step_logprobs
 from ie_eager.resolve import Resolved, Resolver, Tap
 from ie_eager.structure import Structure, analyze
 
@@ -210,7 +212,8 @@ class EagerModel:
         if len(lengths) > 1:
             raise BadPromptError(
                 f"batch rows have different lengths {sorted(lengths)}; the eager backend does not "
-                "pad (padding changes positions); capture rows of equal length or one at a time"
+                "pad (padding changes positions); use ie_core.ragged.capture_ragged (right-padded,"
+                " true lengths recorded), capture rows of equal length, or one at a time"
             )
         return rows
 
@@ -284,9 +287,14 @@ class EagerModel:
     # -- generation --
 
     def _decode_loop(
-        self, ids: list[int], params: SamplingParams, steering: SteeringArg
+        self,
+        ids: list[int],
+        params: SamplingParams,
+        steering: SteeringArg,
+        record: list[StepLogprobs] | None = None,
     ) -> Iterator[int]:
-        """Yield generated token ids one by one, steering prefill and every decode step.
+        """Yield generated token ids one by one, steering prefill and every decode step; with
+        `params.logprobs` set, append each step's logprobs to `record` before yielding.
 
         The hooks and the no-grad mode are set around each forward only: while the caller holds
         a yielded token (a suspended stream), other requests on the model see neither."""
@@ -305,6 +313,8 @@ class EagerModel:
             with torch.no_grad(), session:
                 out = self.hf_model(input_ids=inputs, past_key_values=past, use_cache=True)
                 token = sampling.next_token(out.logits[0, -1], params, gen)
+                if record is not None and params.logprobs is not None:
+                    record.append(step_logprobs(out.logits[0, -1], token, params.logprobs))
             past = out.past_key_values
             position += inputs.shape[1]
             yield token
@@ -336,9 +346,13 @@ class EagerModel:
     ) -> Generation:
         sampling = renamed_sampling(sampling, sampling_params, _GREEDY)
         ids = self._prompt_ids(tokens)
-        out = list(self._decode_loop(ids, sampling, steering))
+        steps: list[StepLogprobs] = []
+        out = list(self._decode_loop(ids, sampling, steering, steps))
         return Generation(
-            tuple(ids), tuple(out), self.tokenizer.decode(out, skip_special_tokens=True)
+            tuple(ids),
+            tuple(out),
+            self.tokenizer.decode(out, skip_special_tokens=True),
+            tuple(steps) if steps else None,
         )
 
     async def generate_stream(
@@ -352,8 +366,9 @@ class EagerModel:
         sampling = renamed_sampling(sampling, sampling_params, _GREEDY)
         ids = self._prompt_ids(tokens)
         text = TextStream(lambda out: self.tokenizer.decode(out, skip_special_tokens=True))
-        for token in self._decode_loop(ids, sampling, steering):
-            yield StreamChunk(token, text.push(token))
+        steps: list[StepLogprobs] = []
+        for token in self._decode_loop(ids, sampling, steering, steps):
+            yield StreamChunk(token, text.push(token), steps[-1] if steps else None)
 
     async def capture_generation(
         self,
@@ -380,9 +395,10 @@ class EagerModel:
         self._check_open()
         return lens_generation_stream(self, tokens, addresses, params, **kw)
 
-    async def decode_residuals(self, rows: Any) -> torch.Tensor:
+    async def decode_residuals(self, rows: Any, *, grad: bool = False) -> torch.Tensor:
+        """Logit lens; `grad=True` keeps autograd on (gradients flow to `rows` and weights)."""
         self._check_open()
-        return lens.decode(self, rows)
+        return lens.decode(self, rows, grad=grad)
 
     async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
         self._check_open()

@@ -55,14 +55,14 @@ def _collapse_streams(model: EagerModel, h: torch.Tensor) -> torch.Tensor:
     return s.stream_head[1](stack).reshape(*lead, model.d_model)
 
 
-def decode(model: EagerModel, rows: Any) -> torch.Tensor:
+def decode(model: EagerModel, rows: Any, *, grad: bool = False) -> torch.Tensor:
     """`[..., d_model]` residual rows -> `[..., vocab]` logits as the model would compute them."""
     h = _rows(model, rows)
     if model.structure.final_norm is None:
         raise PointUnavailableError(
             f"{model.model_id} has no final norm module the lens could apply; decode manually"
         )
-    with torch.no_grad():
+    with torch.enable_grad() if grad else torch.no_grad():
         h = _collapse_streams(model, h)
         normed = model.structure.final_norm[1](h)
         logits = model.structure.lm_head[1](normed)

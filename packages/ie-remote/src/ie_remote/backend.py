@@ -16,7 +16,12 @@ import httpx
 import ie_core.errors as ie_errors
 from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
-from ie_core.errors import InterpError, PointUnavailableError
+from ie_core.errors import (
+    GradientUnavailableError,
+    InterpError,
+    PointUnavailableError,
+    UnsupportedOperationError,
+)
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -180,7 +185,13 @@ class RemoteModel:
         addresses: Sequence[AddressLike],
         *,
         steering: SteeringArg = None,
+        grad: bool = False,
     ) -> ActivationCache:
+        if grad:
+            raise GradientUnavailableError(
+                "backend 'remote' returns tensors over HTTP, which carry no autograd graph; "
+                "load the model with backend='eager' and capture(..., grad=True)"
+            )
         if isinstance(addresses, str):
             addresses = [addresses]
         body = {
@@ -199,6 +210,7 @@ class RemoteModel:
         *,
         steering: SteeringArg = None,
     ) -> GenerationCapture:
+        _refuse_logprobs(sampling)
         body = {
             "prompt": _plain(tokens),
             "addresses": [str(to_address(a)) for a in addresses],
@@ -227,6 +239,7 @@ class RemoteModel:
         *,
         steering: SteeringArg = None,
     ) -> Generation:
+        _refuse_logprobs(sampling)
         body = {
             "prompt": _plain(tokens),
             "sampling": sampling_to_wire(sampling),
@@ -242,6 +255,7 @@ class RemoteModel:
         *,
         steering: SteeringArg = None,
     ) -> AsyncIterator[StreamChunk]:
+        _refuse_logprobs(sampling)
         body = {
             "prompt": _plain(tokens),
             "sampling": sampling_to_wire(sampling),
@@ -285,6 +299,15 @@ class RemoteModel:
 
     async def shutdown(self) -> None:
         return None  # the server outlives its clients; stop it where it was started
+
+
+def _refuse_logprobs(sampling: SamplingParams) -> None:
+    """The HTTP routes do not carry per-step logprobs yet: refuse rather than drop them."""
+    if isinstance(sampling, SamplingParams) and sampling.logprobs is not None:
+        raise UnsupportedOperationError(
+            "backend 'remote' does not carry per-step logprobs over HTTP; load the model "
+            "in-process (backend='vllm' or 'eager') for SamplingParams(logprobs=k)"
+        )
 
 
 def load(model_id: str, **kw: Any) -> RemoteModel:

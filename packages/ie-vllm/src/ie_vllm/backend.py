@@ -17,7 +17,9 @@ from ie_core.address import AddressLike, check_layer, to_address
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import PointCapability
 from ie_core.errors import (
+    BadPromptError,
     EngineStoppedError,
+    GradientUnavailableError,
     PointUnavailableError,
     PromptTooLongError,
     SteeringSpecError,
@@ -41,6 +43,7 @@ from ie_core.runner import run
 from ie_core.steer_scope import mask_positions
 from ie_core.text_stream import TextStream as _TextStream
 
+from ie_vllm import logprobs as lp
 from ie_vllm import payload
 from ie_vllm.channel import Channel, HookedChannel
 from ie_vllm.engine import Engine, Submission, new_key
@@ -248,6 +251,7 @@ class VLLMModel:
             top_p=sampling.top_p,
             seed=sampling.seed,
             ignore_eos=not sampling.stop_at_eos,
+            logprobs=sampling.logprobs,
         )
 
     # --- core request --------------------------------------------------------------------------
@@ -269,8 +273,10 @@ class VLLMModel:
         sampling: SamplingParams,
         captures: tuple[str, ...],
         steer: tuple[SteerSpec, ...],
+        outputs: list[Any] | None = None,
     ) -> tuple[tuple[int, ...], dict[str, torch.Tensor]]:
-        """Register, submit, wait, collect. Returns generated ids and rows per captured address."""
+        """Register, submit, wait, collect. Returns generated ids and rows per captured address;
+        the last CompletionOutput goes to `outputs` when given (per-step logprobs)."""
         tracked = bool(captures or steer)
         key = new_key()
         sub = Submission(prompt_ids, self._params(key, sampling), key, key if tracked else None)
@@ -280,6 +286,8 @@ class VLLMModel:
                 await self._register(RequestSpec(key, captures, steer, len(prompt_ids)))
             async for out in self.engine.stream(sub):
                 token_ids = tuple(out.outputs[0].token_ids)
+                if outputs is not None:
+                    outputs[:] = [out.outputs[0]]
             rows: dict[str, torch.Tensor] = {}
             if tracked:
                 n_rows = len(prompt_ids) + len(token_ids) - 1
@@ -318,10 +326,13 @@ class VLLMModel:
         addresses: Sequence[AddressLike],
         *,
         steering: SteeringArg = None,
+        grad: bool = False,
     ) -> ActivationCache:
         """One forward per prompt (all submitted together); tensors `[batch, seq, ...]`."""
         self._refuse_on_generate("capture")
+        self._refuse_grad(grad, "capture")
         prompts = self._prompt_list(tokens)
+        _refuse_ragged([len(p) for p in prompts])
         captures = self._captures(addresses)
         one = SamplingParams(max_new_tokens=1, stop_at_eos=False)
 
@@ -334,6 +345,14 @@ class VLLMModel:
 
         results = await self._on_engine(_gather(*(one_prompt(p) for p in prompts)))
         return self._batch_cache(captures, results, [len(p) for p in prompts])
+
+    def _refuse_grad(self, grad: object, what: str) -> None:
+        if grad:
+            raise GradientUnavailableError(
+                f"{what}(grad=True) is not available on backend {self.backend!r}: vLLM runs the "
+                "forward under inference mode in its worker processes, so no autograd graph "
+                "exists to return; load the model with backend='eager' for gradients"
+            )
 
     def _prompt_list(self, tokens: Prompt | Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
         vocab = max(len(self.tokenizer), self.info.get("vocab_size", 0))
@@ -374,9 +393,10 @@ class VLLMModel:
         self._check_length(ids, sampling.max_new_tokens)
         captures = self._captures(addresses)
         steer = self._steer_specs(steering, ids)
-        token_ids, rows = await self._on_engine(self._request(ids, sampling, captures, steer))
+        last: list[Any] = []
+        token_ids, rows = await self._on_engine(self._request(ids, sampling, captures, steer, last))
         cache = ActivationCache({a: rows[a].unsqueeze(0) for a in captures})
-        return GenerationCapture(self._generation(ids, token_ids), cache)
+        return GenerationCapture(self._generation(ids, token_ids, sampling, last), cache)
 
     async def capture_generation_stream(
         self,
@@ -421,7 +441,7 @@ class VLLMModel:
                     rows = await self.channel.collect(key, have, stop, False)
                     have = stop
                     cache = ActivationCache({a: rows[a].unsqueeze(0) for a in captures})
-                    yield StreamChunk(tok, text.push(tok)), cache
+                    yield StreamChunk(tok, text.push(tok), _step(out, sampling, seen)), cache
         finally:
             await self._release(key)
 
@@ -447,8 +467,9 @@ class VLLMModel:
         ids = self._prompt_ids(tokens)
         self._check_length(ids, sampling.max_new_tokens)
         steer = self._steer_specs(steering, ids)
-        token_ids, _ = await self._on_engine(self._request(ids, sampling, (), steer))
-        return self._generation(ids, token_ids)
+        last: list[Any] = []
+        token_ids, _ = await self._on_engine(self._request(ids, sampling, (), steer, last))
+        return self._generation(ids, token_ids, sampling, last)
 
     async def generate_stream(
         self,
@@ -480,13 +501,22 @@ class VLLMModel:
             async for out in self.engine.stream(sub):
                 for tok in list(out.outputs[0].token_ids)[seen:]:
                     seen += 1
-                    yield StreamChunk(tok, text.push(tok))
+                    yield StreamChunk(tok, text.push(tok), _step(out, sampling, seen))
         finally:
             if steer:
                 await self._release(key)
 
-    def _generation(self, prompt_ids: tuple[int, ...], token_ids: tuple[int, ...]) -> Generation:
-        return Generation(prompt_ids, token_ids, self._text(token_ids))
+    def _generation(
+        self,
+        prompt_ids: tuple[int, ...],
+        token_ids: tuple[int, ...],
+        sampling: SamplingParams = DEFAULT_SAMPLING,
+        last: Sequence[Any] = (),
+    ) -> Generation:
+        steps = None
+        if sampling.logprobs is not None and last:
+            steps = lp.steps(last[0], sampling.logprobs)
+        return Generation(prompt_ids, token_ids, self._text(token_ids), steps)
 
     # --- lens ----------------------------------------------------------------------------------
 
@@ -506,8 +536,9 @@ class VLLMModel:
             raise ValueError("residual rows must be finite floating-point values")
         return t.reshape(-1, self.d_model).contiguous(), tuple(t.shape[:-1])
 
-    async def decode_residuals(self, rows: Any) -> Any:
+    async def decode_residuals(self, rows: Any, *, grad: bool = False) -> Any:
         """Full logits `[..., vocab]` (final norm, unembed, scale, softcap) for small inputs."""
+        self._refuse_grad(grad or getattr(rows, "requires_grad", False), "decode_residuals")
         flat, lead = self._lens_rows(rows)
         vocab = int(self.info.get("vocab_size", 0)) or len(self.tokenizer)
         size = flat.shape[0] * vocab * 4
@@ -552,6 +583,25 @@ class VLLMModel:
     async def stats(self) -> dict[str, Any]:
         """Worker registry and hook counts (tests check that everything was released)."""
         return (await self._on_engine(self.engine.rpc("ie_stats")))[0]
+
+
+def _refuse_ragged(lengths: list[int]) -> None:
+    """Prompts of different lengths cannot share one `[batch, seq]` tensor: refuse before any
+    forward runs (ie_core.ragged.capture_ragged pads them and records the lengths)."""
+    if len(set(lengths)) > 1:
+        raise BadPromptError(
+            f"prompts of different lengths {lengths} cannot share one [batch, seq] tensor; use "
+            "ie_core.ragged.capture_ragged (right-padded, true lengths recorded) or capture "
+            "them one at a time"
+        )
+
+
+def _step(out: Any, sampling: SamplingParams, seen: int) -> Any:
+    """The logprobs of generated token `seen - 1` when asked for (cumulative outputs)."""
+    if sampling.logprobs is None:
+        return None
+    completion = out.outputs[0]
+    return lp.step(completion.logprobs[seen - 1], completion.token_ids[seen - 1], sampling.logprobs)
 
 
 async def _gather(*coros: Awaitable[T]) -> list[T]:

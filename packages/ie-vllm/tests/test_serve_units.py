@@ -67,3 +67,12 @@ def test_the_endpoint_plugin_is_allowlisted_without_dropping_other_plugins() -> 
     assert plugins_allowlist("a, b") == f"a,b,{PLUGIN}"
     assert plugins_allowlist(f"{PLUGIN}") == PLUGIN
     assert plugins_allowlist(None).split(",")[-1] == PLUGIN
+
+
+def test_data_parallel_is_refused_with_the_replica_recipe() -> None:
+    for rest in (["--data-parallel-size", "2"], ["-dp=2"], ["--data-parallel-rank", "0"]):
+        with pytest.raises(SystemExit, match="one `ie serve` per GPU group"):
+            serve_argv("ie-synthetic/llama", "vllm", rest)
+    assert "--data-parallel-size" in serve_argv(
+        "ie-synthetic/llama", "vllm", ["--data-parallel-size", "1"]
+    )

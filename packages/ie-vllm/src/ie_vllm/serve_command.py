@@ -93,8 +93,24 @@ def served_backends() -> tuple[str, ...]:
     return (*BACKENDS, *(ep.name for ep in entry_points(group=SERVE_GROUP)))
 
 
+def refuse_data_parallel(rest: list[str]) -> None:
+    """vLLM's `collective_rpc` from the API server reaches only the first data-parallel engine,
+    while its balancer sends requests to any of them: a steering registration or capture would
+    miss the engine that runs the request. Replicas behind a balancer serve the same purpose."""
+    dp = _int_option(rest, ("--data-parallel-size", "-dp"))
+    if dp > 1 or any(a.startswith(("--data-parallel-rank", "-dpn")) for a in rest):
+        raise SystemExit(
+            "ie serve: --data-parallel-size / --data-parallel-rank are refused: vLLM's "
+            "collective_rpc from the API server reaches only the first data-parallel engine, so "
+            "steering and captures would miss requests balanced to the others; start one "
+            "`ie serve` per GPU group (CUDA_VISIBLE_DEVICES) and put a load balancer in front "
+            "(docs/SERVING.md, 'Scaling through vLLM')"
+        )
+
+
 def serve_argv(model: str, backend: str, rest: list[str]) -> list[str]:
     """The `vllm serve` argument list for `ie serve` (exposed for tests and `--dry-run`)."""
+    refuse_data_parallel(rest)
     module = served_backend(backend)
     if module is not None:
         rest = module.serve_args(model, rest)
@@ -141,6 +157,7 @@ __all__ = [
     "BACKEND_ENV",
     "cpu_thread_binding",
     "plugins_allowlist",
+    "refuse_data_parallel",
     "serve_argv",
     "serve_command",
     "served_backend",

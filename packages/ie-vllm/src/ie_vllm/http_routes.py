@@ -116,6 +116,8 @@ async def _rows(request: Request) -> Any:
 @router.get("/info")
 async def info(request: Request) -> JSONResponse:
     m = _model(request)
+    points = set(m.points())  # a vllm-static server lists only the points it declared
+    widths = {a: w for a, w in m.info.get("widths", {}).items() if a.split(".")[0] in points}
     return JSONResponse(
         {
             "model_id": m.model_id,
@@ -124,7 +126,7 @@ async def info(request: Request) -> JSONResponse:
             "n_layers": m.n_layers,
             "d_model": m.d_model,
             "points": list(m.points()),
-            "widths": m.info.get("widths", {}),
+            "widths": widths,
             "writable": m.info.get("writable", []),
             "refused": m.info.get("refused", {}),
             "vocab_size": m.info.get("vocab_size"),

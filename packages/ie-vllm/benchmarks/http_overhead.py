@@ -31,6 +31,7 @@ from ie_core import Additive, SamplingParams, load_model, steer_at
 from ie_core.runner import run
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "http_overhead.json"
+PROMPT_TOKENS = 384  # + --new-tokens must stay within the 512 positions both engines get
 
 
 def _port() -> int:
@@ -78,7 +79,8 @@ def main() -> None:
             args.model, backend="vllm", max_model_len=512, enable_prefix_caching=False
         )
         remote = load_model(f"http://127.0.0.1:{port}", backend="remote")
-        ids = local.to_tokens("The quick brown fox jumps over the lazy dog. " * 32)
+        # PROMPT_TOKENS ids of plain text (the synthetic tokenizer spends ~3 per word).
+        ids = local.to_tokens("The quick brown fox jumps over the lazy dog. " * 64)[:PROMPT_TOKENS]
         # Every per-token point the server serves (attention maps are seq x seq: left out).
         every = [a for a in remote.info["widths"] if not a.startswith(("attn_scores", "attn_p"))]
         spec = steer_at("resid_post.1", Additive([1.0] * local.d_model, 2.0))

@@ -298,6 +298,93 @@ def test_malformed_json_is_a_400(server: str) -> None:
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
 
 
+def _nan_steering(width: int) -> str:
+    vector = ", ".join(["NaN"] + ["1.0"] * (width - 1))  # JSON as Python writes it: NaN is a token
+    op = f'{{"kind": "additive", "vector": [{vector}], "coeff": 1.0}}'
+    return f'[{{"point": "resid_post", "layers": [1], "ops": [{op}]}}]'
+
+
+HOSTILE = [  # (path, raw body, needle): each must be a 4xx with a sentence, never a 5xx
+    ("/v1/ie/capture", b"[1, 2]", "must be a JSON object"),
+    ("/v1/ie/capture", b'{"prompts": [[1, 2]], "addresses": [1, 2]}', "list of strings"),
+    ("/v1/ie/capture", b'{"prompts": [[-1, 2]], "addresses": ["resid_post.1"]}', ""),
+    ("/v1/ie/capture", b'{"prompts": [[1.5]], "addresses": ["resid_post.1"]}', "integers"),
+    ("/v1/ie/capture", b'{"prompts": 7, "addresses": ["resid_post.1"]}', "wrong type"),
+    ("/v1/ie/capture", b'{"prompts": [[1, 2]], "addresses": ["resid_post.1"], "steering": 3}', ""),
+    ("/v1/ie/generate", b'{"prompt": [1, 2], "sampling": {"temperature": "hot"}}', ""),
+    ("/v1/ie/generate", b'{"prompt": [1, 2], "sampling": [1]}', "JSON object"),
+    ("/v1/ie/generate", b'{"prompt": [1, 2], "sampling": {"bogus": 1}}', "unknown sampling"),
+    ("/v1/ie/generate", b'{"prompt": [1, 2], "steering": [{"point": "resid_post"}]}', "ops"),
+    ("/v1/ie/generate", b'{"prompt": [1, 2], "steering": [{"point": "nope", "ops": []}]}', ""),
+    ("/v1/ie/generate_stream", b'{"prompt": []}', "empty"),
+    ("/v1/ie/lens_topk?k=1000000000", b"", "vocabulary"),
+    ("/v1/ie/lens_topk?k=-3", b"", "positive integer"),
+    ("/v1/ie/decode_residuals", b"not safetensors", "safetensors"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "needle"), HOSTILE)
+def test_hostile_input_is_a_4xx_never_a_5xx(
+    server: str, path: str, body: bytes, needle: str
+) -> None:
+    headers = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    r = httpx.post(f"{server}{path}", content=body, headers=headers, timeout=120)
+    assert 400 <= r.status_code < 500, (r.status_code, r.text)
+    assert needle in r.json()["error"]["message"], r.text
+
+
+def test_nan_and_wrong_width_vectors_are_refused_on_every_route(server: str, remote: Any) -> None:
+    headers = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    nan = _nan_steering(remote.d_model)
+    bodies = {
+        "/v1/ie/generate": f'{{"prompt": [1, 2], "steering": {nan}}}',
+        "/v1/ie/capture": f'{{"prompts": [[1, 2]], "addresses": ["resid_post.2"], "steering": {nan}}}',
+        "/v1/completions": json.dumps(
+            {"model": MODEL, "prompt": [1, 2], "vllm_xargs": {STEERING_XARG: nan}}
+        ),
+    }
+    for path, body in bodies.items():
+        r = httpx.post(f"{server}{path}", content=body.encode(), headers=headers, timeout=120)
+        assert r.status_code == 400 and "NaN" in r.json()["error"]["message"], (path, r.text)
+    rows = torch.zeros(2, remote.d_model + 1)
+    from ie_core.wire import encode_tensors
+
+    r = httpx.post(
+        f"{server}/v1/ie/lens_topk?k=3",
+        content=encode_tensors({"rows": rows}),
+        headers={"Authorization": f"Bearer {KEY}"},
+    )
+    assert r.status_code == 400 and "d_model" in r.json()["error"]["message"], r.text
+    assert run(remote.stats())["registered"] == 0
+
+
+@pytest.mark.parametrize("path", ["/v1/ie/capture", "/v1/completions"])
+def test_a_huge_request_is_a_413_before_its_body_is_read(server: str, path: str) -> None:
+    host, port = server.removeprefix("http://").split(":")
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 1000000000000\r\n\r\n{"
+    )
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(head.encode())
+        reply = ""
+        while "over the" not in reply:  # the status line and the JSON body may come apart
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk.decode("latin-1")
+    assert reply.startswith("HTTP/1.1 413"), reply[:300]
+    assert "over the" in reply
+    # A prompt far longer than the model's positions: a 400 naming the limit.
+    r = httpx.post(
+        f"{server}/v1/ie/capture",
+        json={"prompts": [[1] * 100_000], "addresses": ["resid_post.1"]},
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=120,
+    )
+    assert r.status_code == 400, r.text
+
+
 def test_the_api_key_is_enforced(server: str) -> None:
     for method, path in (
         ("GET", "/v1/ie/info"),

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from ie_vllm.serve_command import PLUGIN, plugins_allowlist, serve_argv
+from ie_core.errors import (
+    EngineDeadError,
+    LayerOutOfRangeError,
+    PointUnavailableError,
+    SteeringSpecError,
+)
+from ie_vllm.http_errors import BadRequest, declared_length, status_for
+from ie_vllm.serve_command import PLUGIN, cpu_thread_binding, plugins_allowlist, serve_argv
 
 
 def test_serve_argv_runs_vllm_serve_hooked_with_the_extension() -> None:
@@ -15,12 +24,55 @@ def test_serve_argv_runs_vllm_serve_hooked_with_the_extension() -> None:
     assert "--enforce-eager" not in serve_argv("ie-synthetic/llama", "vllm-generate", [])
 
 
-def test_vllm_static_over_http_is_refused_with_the_reason() -> None:
-    with pytest.raises(SystemExit, match="not implemented"):
-        serve_argv("ie-synthetic/llama", "vllm-static", [])
+def test_vllm_static_is_served_with_its_worker_and_declared_sites() -> None:
+    pytest.importorskip("ie_static")
+    argv = serve_argv("ie-synthetic/llama", "vllm-static", ["--static-points", "resid_post"])
+    assert argv[argv.index("--worker-cls") + 1].startswith("ie_static.worker_")
+    extra = json.loads(argv[argv.index("--additional-config") + 1])
+    assert extra["ie_static"]["reads"] == [f"resid_post.{i}" for i in range(4)]
+    assert "--enforce-eager" not in argv and "--static-points" not in argv
+    assert "--max-num-batched-tokens" in argv
+
+
+def test_vllm_static_refuses_enforce_eager_and_unknown_backends_are_named() -> None:
+    pytest.importorskip("ie_static")
+    with pytest.raises(Exception, match="enforce-eager is refused"):
+        serve_argv("ie-synthetic/llama", "vllm-static", ["--enforce-eager"])
+    with pytest.raises(SystemExit, match="served backends: vllm, vllm-generate"):
+        serve_argv("ie-synthetic/llama", "no-such-backend", [])
+
+
+def test_cpu_ranks_get_their_own_cpus() -> None:
+    assert cpu_thread_binding([], [0, 1]) is None
+    assert cpu_thread_binding(["--tensor-parallel-size", "2"], [0, 1]) == "0|1"
+    assert cpu_thread_binding(["-tp=2", "-pp", "2"], list(range(8))) == "0,1|2,3|4,5|6,7"
+    assert cpu_thread_binding(["--tensor-parallel-size", "4"], [0, 1]) == "nobind"
+
+
+def test_refusals_map_to_4xx_and_engine_failures_to_503() -> None:
+    assert status_for(BadRequest("x", 413)) == 413
+    assert status_for(LayerOutOfRangeError("resid_post.99")) == 400
+    assert status_for(SteeringSpecError("NaN")) == 400
+    assert status_for(PointUnavailableError("tp")) == 422
+    assert status_for(EngineDeadError("gone")) == 503
+    assert status_for(RuntimeError("bug")) == 500
+    with pytest.raises(BadRequest) as info:
+        declared_length({"content-length": str(10**12)})
+    assert info.value.status == 413
+    with pytest.raises(BadRequest):
+        declared_length({"content-length": "-5"})
 
 
 def test_the_endpoint_plugin_is_allowlisted_without_dropping_other_plugins() -> None:
     assert plugins_allowlist("a, b") == f"a,b,{PLUGIN}"
     assert plugins_allowlist(f"{PLUGIN}") == PLUGIN
     assert plugins_allowlist(None).split(",")[-1] == PLUGIN
+
+
+def test_data_parallel_is_refused_with_the_replica_recipe() -> None:
+    for rest in (["--data-parallel-size", "2"], ["-dp=2"], ["--data-parallel-rank", "0"]):
+        with pytest.raises(SystemExit, match="one `ie serve` per GPU group"):
+            serve_argv("ie-synthetic/llama", "vllm", rest)
+    assert "--data-parallel-size" in serve_argv(
+        "ie-synthetic/llama", "vllm", ["--data-parallel-size", "1"]
+    )

@@ -19,27 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from argparse import Namespace
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ie_core.errors import InterpError
 from ie_core.wire import RESERVED_XARGS, STEERING_XARG, steering_from_wire
 
 from ie_vllm.engine import WORKER_EXTENSION, Engine, new_key
+from ie_vllm.http_errors import BadRequest, declared_length, error_bytes, read_body, status_for
 from ie_vllm.layout import KEY_ARG
 from ie_vllm.registry import RequestSpec
 
 OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions")
-MAX_BODY = 64 * 2**20  # bytes: a request carrying more than this many bytes is refused
-
-
-class BadRequest(Exception):
-    """A request the server refuses with a 4xx and a sentence."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _enabled(args: Namespace | None) -> bool:
@@ -71,6 +63,11 @@ async def served_model(engine_client: Any, args: Namespace) -> Any:
     from transformers import AutoTokenizer
 
     from ie_vllm.backend import GENERATE, HOOKED, VLLMModel
+    from ie_vllm.serve_command import BACKEND_ENV, served_backend
+
+    module = served_backend(os.environ.get(BACKEND_ENV) or "vllm")
+    if module is not None:  # an `ie.serve` backend (vllm-static) builds its own model
+        return await module.served_model(engine_client, args)
 
     hooked = bool(getattr(args, "enforce_eager", False))
     info = (await engine_client.collective_rpc("ie_setup", args=(hooked,)))[0]
@@ -106,11 +103,11 @@ class SteeringMiddleware:
         ):
             await self.app(scope, receive, send)
             return
-        body = await _read_body(receive)
         try:
-            new_body, key = await _register_steering(scope, body)
-        except (BadRequest, InterpError, ValueError, TypeError) as exc:
-            await _send_json(send, getattr(exc, "status", 400), _error(exc))
+            declared_length(_Headers(scope))
+            new_body, key = await _register_steering(scope, await read_body(receive))
+        except Exception as exc:
+            await _send_json(send, status_for(exc), error_bytes(exc))
             return
         replayed = False
 
@@ -130,18 +127,18 @@ class SteeringMiddleware:
                     await model.channel.release([key])
 
 
-async def _read_body(receive: Receive) -> bytes:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            break
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
+class _Headers:
+    """The one header `declared_length` reads, from an ASGI scope."""
+
+    def __init__(self, scope: dict[str, Any]) -> None:
+        self._scope = scope
+
+    def get(self, name: str) -> str | None:
+        wanted = name.encode()
+        for key, value in self._scope.get("headers", ()):
+            if key.lower() == wanted:
+                return bytes(value).decode("latin-1")
+        return None
 
 
 async def _register_steering(scope: dict[str, Any], body: bytes) -> tuple[bytes, str | None]:
@@ -186,12 +183,7 @@ async def _register_steering(scope: dict[str, Any], body: bytes) -> tuple[bytes,
     return json.dumps(data).encode(), key
 
 
-def _error(exc: BaseException) -> dict[str, Any]:
-    return {"error": {"message": str(exc), "type": type(exc).__name__}}
-
-
-async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
-    body = json.dumps(payload).encode()
+async def _send_json(send: Send, status: int, body: bytes) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -9,13 +9,13 @@ ids, text) in the header metadata; residual rows go in as safetensors. Every err
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from ie_core.errors import InterpError, PointUnavailableError, UnsupportedOperationError
+from fastapi.routing import APIRoute
 from ie_core.wire import (
     SAFETENSORS,
     decode_tensors,
@@ -23,10 +23,34 @@ from ie_core.wire import (
     sampling_from_wire,
     steering_from_wire,
 )
+from starlette.exceptions import HTTPException
 
-from ie_vllm.http_plugin import MAX_BODY, BadRequest
+from ie_vllm.http_errors import MAX_BODY, BadRequest, declared_length, error_body, status_for
 
-router = APIRouter(prefix="/v1/ie")
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+class RefusingRoute(APIRoute):
+    """Every `/v1/ie` route answers an exception with `http_errors`' status and JSON sentence.
+
+    A route class (not an app-wide exception handler) so vLLM's own routes keep their handlers.
+    """
+
+    def get_route_handler(self) -> Handler:
+        handler = super().get_route_handler()
+
+        async def refusing(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except HTTPException:
+                raise
+            except Exception as exc:
+                return JSONResponse(error_body(exc), status_code=status_for(exc))
+
+        return refusing
+
+
+router = APIRouter(prefix="/v1/ie", route_class=RefusingRoute)
 
 
 def _model(request: Request) -> Any:
@@ -36,26 +60,19 @@ def _model(request: Request) -> Any:
     return model
 
 
-def _status(exc: BaseException) -> int:
-    if isinstance(exc, BadRequest):
-        return exc.status
-    if isinstance(exc, PointUnavailableError | UnsupportedOperationError):
-        return 422
-    if isinstance(exc, InterpError | ValueError | TypeError | KeyError):
-        return 400
-    return 500
-
-
-def _error(exc: BaseException) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"message": str(exc), "type": type(exc).__name__}}, status_code=_status(exc)
-    )
+async def _body(request: Request) -> bytes:
+    declared_length(request.headers)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise BadRequest(f"the request body is over the {MAX_BODY}-byte limit", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def _json(request: Request) -> dict[str, Any]:
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise BadRequest(f"request body over {MAX_BODY} bytes", 413)
+    body = await _body(request)
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -74,14 +91,19 @@ def _field(data: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> An
     return value
 
 
+def _addresses(data: dict[str, Any]) -> list[str]:
+    addresses = _field(data, "addresses", list)
+    if not all(isinstance(a, str) for a in addresses):
+        raise BadRequest("'addresses' must be a list of strings such as 'resid_post.3'")
+    return addresses
+
+
 def _tensors(data: dict[str, Any], meta: dict[str, Any] | None = None) -> Response:
     return Response(encode_tensors(data, meta), media_type=SAFETENSORS)
 
 
 async def _rows(request: Request) -> Any:
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise BadRequest(f"request body over {MAX_BODY} bytes", 413)
+    body = await _body(request)
     try:
         tensors, _ = decode_tensors(body)
     except Exception as exc:
@@ -93,100 +115,81 @@ async def _rows(request: Request) -> Any:
 
 @router.get("/info")
 async def info(request: Request) -> JSONResponse:
-    try:
-        m = _model(request)
-        return JSONResponse(
-            {
-                "model_id": m.model_id,
-                "backend": m.backend,
-                "architecture": m.architecture,
-                "n_layers": m.n_layers,
-                "d_model": m.d_model,
-                "points": list(m.points()),
-                "widths": m.info.get("widths", {}),
-                "writable": m.info.get("writable", []),
-                "refused": m.info.get("refused", {}),
-                "vocab_size": m.info.get("vocab_size"),
-            }
-        )
-    except Exception as exc:
-        return _error(exc)
+    m = _model(request)
+    points = set(m.points())  # a vllm-static server lists only the points it declared
+    widths = {a: w for a, w in m.info.get("widths", {}).items() if a.split(".")[0] in points}
+    return JSONResponse(
+        {
+            "model_id": m.model_id,
+            "backend": m.backend,
+            "architecture": m.architecture,
+            "n_layers": m.n_layers,
+            "d_model": m.d_model,
+            "points": list(m.points()),
+            "widths": widths,
+            "writable": m.info.get("writable", []),
+            "refused": m.info.get("refused", {}),
+            "vocab_size": m.info.get("vocab_size"),
+        }
+    )
 
 
 @router.get("/stats")
 async def stats(request: Request) -> JSONResponse:
     """The workers' registry: live request entries and installed hooks (0 and 0 when idle)."""
-    try:
-        return JSONResponse(await _model(request).stats())
-    except Exception as exc:
-        return _error(exc)
+    return JSONResponse(await _model(request).stats())
 
 
 @router.post("/capture")
 async def capture(request: Request) -> Response:
-    try:
-        m, data = _model(request), await _json(request)
-        prompts = _field(data, "prompts", (list, str))
-        addresses = _field(data, "addresses", list)
-        steering = steering_from_wire(data.get("steering") or [])
-        cache = await m.capture(prompts, addresses, steering=steering)
-        return _tensors({str(a): t for a, t in cache.items()})
-    except Exception as exc:
-        return _error(exc)
+    m, data = _model(request), await _json(request)
+    prompts = _field(data, "prompts", (list, str))
+    steering = steering_from_wire(data.get("steering") or [])
+    cache = await m.capture(prompts, _addresses(data), steering=steering)
+    return _tensors({str(a): t for a, t in cache.items()})
 
 
 @router.post("/capture_generation")
 async def capture_generation(request: Request) -> Response:
-    try:
-        m, data = _model(request), await _json(request)
-        result = await m.capture_generation(
-            _field(data, "prompt", (list, str)),
-            _field(data, "addresses", list),
-            sampling_from_wire(data.get("sampling")),
-            steering=steering_from_wire(data.get("steering") or []),
-        )
-        meta = asdict(result.generation)
-        return _tensors({str(a): t for a, t in result.cache.items()}, meta)
-    except Exception as exc:
-        return _error(exc)
+    m, data = _model(request), await _json(request)
+    result = await m.capture_generation(
+        _field(data, "prompt", (list, str)),
+        _addresses(data),
+        sampling_from_wire(data.get("sampling")),
+        steering=steering_from_wire(data.get("steering") or []),
+    )
+    meta = asdict(result.generation)
+    return _tensors({str(a): t for a, t in result.cache.items()}, meta)
 
 
 @router.post("/generate")
 async def generate(request: Request) -> JSONResponse:
-    try:
-        m, data = _model(request), await _json(request)
-        gen = await m.generate(
-            _field(data, "prompt", (list, str)),
-            sampling_from_wire(data.get("sampling")),
-            steering=steering_from_wire(data.get("steering") or []),
-        )
-        return JSONResponse(asdict(gen))
-    except Exception as exc:
-        return _error(exc)
+    m, data = _model(request), await _json(request)
+    gen = await m.generate(
+        _field(data, "prompt", (list, str)),
+        sampling_from_wire(data.get("sampling")),
+        steering=steering_from_wire(data.get("steering") or []),
+    )
+    return JSONResponse(asdict(gen))
 
 
 @router.post("/generate_stream")
 async def generate_stream(request: Request) -> Response:
     """Newline-delimited JSON: one `{"token_id", "text"}` per token; an error ends the stream."""
-    try:
-        m, data = _model(request), await _json(request)
-        prompt = _field(data, "prompt", (list, str))
-        sampling = sampling_from_wire(data.get("sampling"))
-        steering = steering_from_wire(data.get("steering") or [])
-        stream = m.generate_stream(prompt, sampling, steering=steering)
-        first = await anext(stream)  # validation errors surface here, before any 200
-    except Exception as exc:
-        return _error(exc)
+    m, data = _model(request), await _json(request)
+    prompt = _field(data, "prompt", (list, str))
+    sampling = sampling_from_wire(data.get("sampling"))
+    steering = steering_from_wire(data.get("steering") or [])
+    stream = m.generate_stream(prompt, sampling, steering=steering)
+    first = await anext(stream)  # validation errors surface here, before any 200
 
     async def lines() -> AsyncIterator[bytes]:
         try:
             yield (json.dumps(asdict(first)) + "\n").encode()
             async for chunk in stream:
                 yield (json.dumps(asdict(chunk)) + "\n").encode()
-        except Exception as exc:
-            yield (
-                json.dumps({"error": {"message": str(exc), "type": type(exc).__name__}}) + "\n"
-            ).encode()
+        except Exception as exc:  # the 200 is sent: the error is the stream's last line
+            yield (json.dumps(error_body(exc)) + "\n").encode()
         finally:
             await stream.aclose()
 
@@ -195,25 +198,22 @@ async def generate_stream(request: Request) -> Response:
 
 @router.post("/decode_residuals")
 async def decode_residuals(request: Request) -> Response:
-    try:
-        m = _model(request)
-        logits = await m.decode_residuals(await _rows(request))
-        return _tensors({"logits": logits})
-    except Exception as exc:
-        return _error(exc)
+    m = _model(request)
+    logits = await m.decode_residuals(await _rows(request))
+    return _tensors({"logits": logits})
 
 
 @router.post("/lens_topk")
 async def lens_topk(request: Request) -> Response:
-    try:
-        m = _model(request)
-        raw_k = request.query_params.get("k", "10")
-        if not raw_k.isascii() or not raw_k.isdigit():
-            raise BadRequest(f"k must be a positive integer, got {raw_k!r}")
-        top = await m.decode_residuals_topk(await _rows(request), int(raw_k))
-        return _tensors({"ids": top.ids, "probs": top.probs})
-    except Exception as exc:
-        return _error(exc)
+    m = _model(request)
+    raw_k = request.query_params.get("k", "10")
+    if not raw_k.isascii() or not raw_k.isdigit() or int(raw_k) < 1:
+        raise BadRequest(f"k must be a positive integer, got {raw_k!r}")
+    vocab = int(m.info.get("vocab_size") or 0) or len(m.tokenizer)
+    if int(raw_k) > vocab:
+        raise BadRequest(f"k={raw_k} is more than the vocabulary's {vocab} tokens")
+    top = await m.decode_residuals_topk(await _rows(request), int(raw_k))
+    return _tensors({"ids": top.ids, "probs": top.probs})
 
 
-__all__ = ["router"]
+__all__ = ["RefusingRoute", "router"]

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
+from types import ModuleType
 
 from ie_core.models import resolve_model_path
 
 from ie_vllm.engine import DEFAULT_CPU_KVCACHE_GIB, WORKER_EXTENSION, on_cpu
 
 BACKENDS = ("vllm", "vllm-generate")
+# Other backends served through a module named by an `ie.serve` entry point (ie-static's
+# `vllm-static`): `serve_args(model, rest)` adds its vLLM arguments, and the server process
+# (told by `BACKEND_ENV`) builds its model with `served_model(engine_client, args)`.
+SERVE_GROUP = "ie.serve"
+BACKEND_ENV = "IE_SERVE_BACKEND"
 PLUGIN = "interp-engine"
 # Groups vLLM loads unless `VLLM_PLUGINS` names a subset: kept as they were when we set it.
 OPEN_GROUPS = ("vllm.general_plugins", "vllm.io_processor_plugins", "vllm.stat_logger_plugins")
@@ -34,13 +41,79 @@ def plugins_allowlist(current: str | None) -> str:
     return ",".join(dict.fromkeys([*names, PLUGIN]))
 
 
+def _int_option(rest: list[str], names: tuple[str, ...], default: int = 1) -> int:
+    for i, arg in enumerate(rest):
+        for name in names:
+            if arg == name and i + 1 < len(rest):
+                return int(rest[i + 1])
+            if arg.startswith(name + "="):
+                return int(arg.split("=", 1)[1])
+    return default
+
+
+def cpu_thread_binding(rest: list[str], cpus: list[int]) -> str | None:
+    """`VLLM_CPU_OMP_THREADS_BIND` for a CPU server with several ranks on one NUMA node.
+
+    vLLM's CPU build binds each rank's threads to its own NUMA node ("auto") and refuses more
+    local ranks than nodes ("Not enough allowed NUMA nodes ... bind threads manually"); vLLM's
+    manual form is one CPU list per rank, joined by "|". This splits the allowed CPUs evenly.
+    None for one rank (vLLM's default stays), "nobind" when there are fewer CPUs than ranks.
+    """
+    ranks = _int_option(rest, ("--tensor-parallel-size", "-tp"))
+    ranks *= _int_option(rest, ("--pipeline-parallel-size", "-pp"))
+    if ranks <= 1:
+        return None
+    if len(cpus) < ranks:
+        return "nobind"
+    per = len(cpus) // ranks
+    groups = [cpus[r * per : (r + 1) * per] for r in range(ranks)]
+    return "|".join(",".join(str(c) for c in g) for g in groups)
+
+
+def served_backend(backend: str) -> ModuleType | None:
+    """The serving module of an `ie.serve` backend, None for ie-vllm's own backends."""
+    from importlib.metadata import entry_points
+
+    if backend in BACKENDS:
+        return None
+    for ep in entry_points(group=SERVE_GROUP, name=backend):
+        module = ep.load()
+        assert isinstance(module, ModuleType)
+        return module
+    hint = " (install ie-static for vllm-static)" if backend == "vllm-static" else ""
+    raise SystemExit(
+        f"ie serve: backend {backend!r} is not served over HTTP here{hint}; served backends: "
+        f"{', '.join(served_backends())}"
+    )
+
+
+def served_backends() -> tuple[str, ...]:
+    from importlib.metadata import entry_points
+
+    return (*BACKENDS, *(ep.name for ep in entry_points(group=SERVE_GROUP)))
+
+
+def refuse_data_parallel(rest: list[str]) -> None:
+    """vLLM's `collective_rpc` from the API server reaches only the first data-parallel engine,
+    while its balancer sends requests to any of them: a steering registration or capture would
+    miss the engine that runs the request. Replicas behind a balancer serve the same purpose."""
+    dp = _int_option(rest, ("--data-parallel-size", "-dp"))
+    if dp > 1 or any(a.startswith(("--data-parallel-rank", "-dpn")) for a in rest):
+        raise SystemExit(
+            "ie serve: --data-parallel-size / --data-parallel-rank are refused: vLLM's "
+            "collective_rpc from the API server reaches only the first data-parallel engine, so "
+            "steering and captures would miss requests balanced to the others; start one "
+            "`ie serve` per GPU group (CUDA_VISIBLE_DEVICES) and put a load balancer in front "
+            "(docs/SERVING.md, 'Scaling through vLLM')"
+        )
+
+
 def serve_argv(model: str, backend: str, rest: list[str]) -> list[str]:
     """The `vllm serve` argument list for `ie serve` (exposed for tests and `--dry-run`)."""
-    if backend not in BACKENDS:
-        raise SystemExit(
-            f"ie serve: backend {backend!r} is not served over HTTP yet; use one of "
-            f"{', '.join(BACKENDS)} (vllm-static over HTTP is not implemented)"
-        )
+    refuse_data_parallel(rest)
+    module = served_backend(backend)
+    if module is not None:
+        rest = module.serve_args(model, rest)
     path = resolve_model_path(model)
     argv = ["serve", str(path) if path is not None else model]
     argv += ["--worker-extension-cls", WORKER_EXTENSION]
@@ -60,18 +133,33 @@ def serve_command(argv: list[str]) -> int:
         "routes (/v1/ie/*); every argument after the known ones goes to `vllm serve` unchanged.",
     )
     parser.add_argument("model", help="HF id, local folder, ie-synthetic/<family> or SmolLM2's id")
-    parser.add_argument("--backend", default="vllm", choices=BACKENDS, help="(default: vllm)")
+    parser.add_argument(
+        "--backend", default="vllm", help=f"one of {', '.join(served_backends())} (default: vllm)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the vllm command and exit")
     args, rest = parser.parse_known_args(argv)
     vllm_argv = serve_argv(args.model, args.backend, rest)
     if args.dry_run:
-        print("vllm " + " ".join(vllm_argv))
+        print(shlex.join(["vllm", *vllm_argv]))
         return 0
     if on_cpu():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KVCACHE_GIB)
+        binding = cpu_thread_binding(rest, sorted(os.sched_getaffinity(0)))
+        if binding is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = binding
     os.environ["VLLM_PLUGINS"] = plugins_allowlist(os.environ.get("VLLM_PLUGINS"))
+    os.environ[BACKEND_ENV] = args.backend
     os.execv(sys.executable, [sys.executable, "-m", "ie_vllm.serve_main", *vllm_argv])
     return 0  # not reached
 
 
-__all__ = ["plugins_allowlist", "serve_argv", "serve_command"]
+__all__ = [
+    "BACKEND_ENV",
+    "cpu_thread_binding",
+    "plugins_allowlist",
+    "refuse_data_parallel",
+    "serve_argv",
+    "serve_command",
+    "served_backend",
+    "served_backends",
+]

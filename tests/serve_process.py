@@ -1,0 +1,66 @@
+"""Start `ie serve` on a loopback port for a test module, and stop it (its whole process group)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+
+START_TIMEOUT_S = 1200
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def ie_serve(model: str, args: Sequence[str], log: Path) -> Iterator[str]:
+    """The server's base URL once `/health` answers; its log goes to `log`."""
+    port = free_port()
+    ie = Path(sys.executable).with_name("ie")
+    cmd = [str(ie), "serve", model, "--host", "127.0.0.1", "--port", str(port), *args]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"ie serve exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - started > START_TIMEOUT_S:
+                pytest.fail(f"ie serve did not answer /health in {START_TIMEOUT_S} s")
+            time.sleep(2)
+        print(f"ie serve ready in {time.monotonic() - started:.1f} s")
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)

@@ -10,6 +10,8 @@ engine on llama against its cards) is `tests/test_capabilities_honest.py`, marke
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from ie_core.capabilities import PointCapability, load_capabilities
 from ie_core.points import POINTS
@@ -17,6 +19,18 @@ from ie_core.points import POINTS
 STATIC = load_capabilities("vllm-static")
 HOOKED = load_capabilities("vllm")
 FAMILIES = sorted(slug for slug, _ in STATIC.models.values()) if STATIC else []
+
+
+# Hooked answers committed before `probe` named the refused layers of a partly served point
+# ("layers 1, 2, 3: ..."): there only the reasons of partly served points may differ in form.
+# Drop a family once `family_sweep.py --backend vllm --family F` is rerun and committed.
+HOOKED_PARTIAL_REASONS_OLD_FORM: frozenset[str] = frozenset({"qwen3-moe"})
+
+
+def _comparable(family: str, cap: PointCapability) -> PointCapability:
+    if family in HOOKED_PARTIAL_REASONS_OLD_FORM and cap.served and cap.reason:
+        return dataclasses.replace(cap, reason="<partly served>")
+    return cap
 
 
 def expected_static(name: str, hooked: PointCapability) -> PointCapability:
@@ -30,7 +44,30 @@ def expected_static(name: str, hooked: PointCapability) -> PointCapability:
 # Families hooked vLLM was swept on that the vllm-static sweep has not reached yet (a compiled
 # engine takes 5-10 minutes each on the shared 2-core machine). Their cards say "not verified".
 # Remove a family once `family_sweep.py --backend vllm-static --family F` is committed.
-NOT_YET_SWEPT: frozenset[str] = frozenset()
+NOT_YET_SWEPT: frozenset[str] = frozenset(
+    {
+        "bloom",
+        "cohere",
+        "falcon",
+        "gemma",
+        "gemma3",
+        "gpt-bigcode",
+        "gpt-j",
+        "granite",
+        "mistral",
+        "mixtral",
+        "olmo",
+        "olmo2",
+        "opt",
+        "phi",
+        "phi3",
+        "qwen2",
+        "qwen2-moe",
+        "qwen3",
+        "stablelm",
+        "starcoder2",
+    }
+)
 
 
 def test_vllm_static_was_swept_on_every_family_hooked_vllm_was() -> None:
@@ -48,7 +85,8 @@ def test_static_answer_follows_the_hooked_answer_and_the_marks(family: str) -> N
     wrong = {
         name: (static[name], expected_static(name, hooked[name]))
         for name in static
-        if static[name] != expected_static(name, hooked[name])
+        if _comparable(family, static[name])
+        != _comparable(family, expected_static(name, hooked[name]))
     }
     assert wrong == {}, f"{family}: committed vllm-static answer vs expected"
 

@@ -24,7 +24,7 @@ FAMILIES = sorted(slug for slug, _ in STATIC.models.values()) if STATIC else []
 # Hooked answers committed before `probe` named the refused layers of a partly served point
 # ("layers 1, 2, 3: ..."): there only the reasons of partly served points may differ in form.
 # Drop a family once `family_sweep.py --backend vllm --family F` is rerun and committed.
-HOOKED_PARTIAL_REASONS_OLD_FORM: frozenset[str] = frozenset({"qwen3-moe"})
+HOOKED_PARTIAL_REASONS_OLD_FORM: frozenset[str] = frozenset({"qwen2-moe"})
 
 
 def _comparable(family: str, cap: PointCapability) -> PointCapability:

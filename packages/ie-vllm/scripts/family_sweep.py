@@ -84,6 +84,7 @@ def _compare(got: dict[str, Any], want: dict[str, Any], addresses: list[str]) ->
 def sweep_family(family: str, backend: str, tol: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """(capability entry, parity entry) of one family on `backend`."""
     from ie_core import SamplingParams, load_model
+    from ie_core.capability_sweep import check_claims, load_kwargs
     from ie_core.runner import run
     from vllm_parity import ENGINE_DIFFERENCES, PROMPT_TEXT, align_eager, servable_addresses
 
@@ -92,10 +93,15 @@ def sweep_family(family: str, backend: str, tol: float) -> tuple[dict[str, Any],
     eager = load_model(model_id, backend="eager", device="cpu", dtype="float32")
     ids = eager.to_tokens(PROMPT_TEXT)
     align_eager(family, eager)
-    model = load_model(model_id, backend=backend, max_model_len=256)
+    # vllm-static declares every tappable point at every layer ("all"), so its answer is what the
+    # backend can tap; hooked vLLM serves any point per request.
+    model = load_model(model_id, backend=backend, **load_kwargs(backend))
     try:
         caps = model.capabilities()
-        addresses = servable_addresses(model)
+        # The claims' refusals (reason text) and writability, checked by capture and steer.
+        mismatches = {m.address: m.problem for m in check_claims(model, caps)}
+        tapped = set(getattr(model, "reads", ()))  # vllm-static: the sites it installed
+        addresses = [a for a in servable_addresses(model) if not tapped or a in tapped]
         got, error = _capture(model, ids, addresses)
         want = run(eager.capture([ids], addresses))
         diffs = _compare(got, want, addresses)
@@ -113,6 +119,9 @@ def sweep_family(family: str, backend: str, tol: float) -> tuple[dict[str, Any],
         entry = cap.to_json()
         mine = {a: d for a, d in diffs.items() if a.partition(".")[0] == name}
         bad = {a: d for a, d in mine.items() if isinstance(d, str) or not d <= tol}
+        bad |= {
+            a: f"claim check: {p}" for a, p in mismatches.items() if a.partition(".")[0] == name
+        }
         if mine:
             numeric = [d for d in mine.values() if not isinstance(d, str)]
             worst[name] = max(numeric) if len(numeric) == len(mine) else "error"
@@ -130,6 +139,7 @@ def sweep_family(family: str, backend: str, tol: float) -> tuple[dict[str, Any],
         "refused": sum(not p["served"] for p in points.values()),
         "seconds_under_load": round(time.time() - t0, 1),
         "capture_error": error,
+        "claim_mismatches": mismatches,
         "eager_aligned": ENGINE_DIFFERENCES.get(family, ""),
     }
     return cap_entry, parity

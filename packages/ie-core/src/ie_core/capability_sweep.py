@@ -28,7 +28,6 @@ from ie_core.runner import run
 
 PROMPT = "The capital of France is"
 SWEEP_MAX_MODEL_LEN = 256  # vLLM engines: the sweep's prompt is a few tokens
-STATIC_SWEEP_POINTS = ("resid_pre", "resid_post", "attn_out", "mlp_out")
 # A refusal matches a claim when a tail of its message (after a ": ") of at least this many
 # characters appears in the claimed reason; shorter tails would match almost anything.
 MIN_REASON_MATCH = 20
@@ -161,11 +160,12 @@ def _versions(backend: str) -> dict[str, str]:
 
 
 def load_kwargs(backend: str) -> dict[str, Any]:
-    """vllm-static is loaded with every tappable point declared at every layer; vLLM engines get a
-    short context so their KV cache stays small."""
+    """vllm-static is loaded with every tappable point declared at every layer (`"all"`; writes
+    at every writable one), so its answer is what the backend can tap, not one declared subset;
+    vLLM engines get a short context so their KV cache stays small."""
     if backend == "vllm-static":
         return {
-            "static_points": list(STATIC_SWEEP_POINTS),
+            "static_points": "all",
             "static_writes": "auto",
             "max_model_len": SWEEP_MAX_MODEL_LEN,
         }

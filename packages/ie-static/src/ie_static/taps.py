@@ -92,7 +92,10 @@ def _swap_class(module: nn.Module) -> None:
     if base in _SWAPPED.values():
         return
     if base not in _SWAPPED:
-        _SWAPPED[base] = type(f"IeStatic{base.__name__}", (base,), {"forward": _tapped_forward})
+        # The subclass keeps the family's class name: the resolver's refusals name the module's
+        # class, and a reason must read the same on vllm-static as on hooked vLLM.
+        body = {"forward": _tapped_forward, "__qualname__": base.__qualname__}
+        _SWAPPED[base] = type(base.__name__, (base,), body)
     module.__class__ = _SWAPPED[base]
 
 

@@ -2,26 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
-import torch
-from ie_eager.backend import EagerModel, load
-from ie_eager.synthetic import FAMILIES, build
-
-torch.set_num_threads(min(2, torch.get_num_threads()))
-
-# Families whose trunk or attention needs invariants of its own (test_eager_new_families.py):
-# a multi-stream residual, linear-attention layers, latent attention, attention sinks.
-SPECIAL_SLUGS = ("deepseek-v3", "deepseek-v4", "gpt-oss", "lfm2", "qwen3-next")
-FAMILY_SLUGS = sorted(set(FAMILIES) - set(SPECIAL_SLUGS))
-PROMPT = "The capital of France is Paris, and the capital of Japan is"
-
-
-@functools.cache
-def synthetic_model(slug: str) -> EagerModel:
-    # The built folder directly, so these tests do not depend on the entry-point install.
-    return load(str(build(slug)), device="cpu", dtype="float32")
+from eager_support import FAMILY_SLUGS, synthetic_model
+from ie_eager.backend import EagerModel
 
 
 @pytest.fixture(params=FAMILY_SLUGS)

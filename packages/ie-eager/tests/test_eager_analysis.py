@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import FAMILY_SLUGS, PROMPT, synthetic_model
+from eager_support import FAMILY_SLUGS, PROMPT, synthetic_model
 from ie_core.analysis import chat_spans, expert_assignment, head_contributions, topk_experts
 from ie_core.errors import PointUnavailableError
 from ie_core.protocol import SyncModel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ie_core
 import torch
-from conftest import PROMPT, synthetic_model
+from eager_support import PROMPT, synthetic_model
 from ie_core import Additive, steer, steer_at
 from ie_core.protocol import InterpModel
 from ie_eager.backend import EagerModel, load

@@ -11,7 +11,7 @@ import asyncio
 import threading
 
 import torch
-from conftest import PROMPT, synthetic_model
+from eager_support import PROMPT, synthetic_model
 from ie_core.protocol import SamplingParams
 from ie_core.steering import Additive, Orthogonal, steer_at
 from ie_eager.backend import EagerModel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import PROMPT, synthetic_model
+from eager_support import PROMPT, synthetic_model
 from ie_core.errors import (
     LayerOutOfRangeError,
     PointUnavailableError,

@@ -8,7 +8,7 @@ import functools
 
 import pytest
 import torch
-from conftest import FAMILY_SLUGS, PROMPT, synthetic_model
+from eager_support import FAMILY_SLUGS, PROMPT, synthetic_model
 from ie_core.cache import ActivationCache
 from ie_core.families import FAMILIES_BY_SLUG, get_family
 from ie_core.points import get_point

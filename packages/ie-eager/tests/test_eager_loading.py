@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROMPT
+from eager_support import PROMPT
 from ie_core.errors import InterpError
 from ie_core.runner import run
 from ie_eager.backend import load

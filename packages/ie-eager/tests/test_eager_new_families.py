@@ -11,7 +11,7 @@ import functools
 
 import pytest
 import torch
-from conftest import PROMPT, SPECIAL_SLUGS, synthetic_model
+from eager_support import PROMPT, SPECIAL_SLUGS, synthetic_model
 from ie_core.cache import ActivationCache
 from ie_core.errors import PointUnavailableError
 from ie_core.families import Trait, get_family

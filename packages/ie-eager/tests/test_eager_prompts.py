@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import PROMPT, synthetic_model
+from eager_support import PROMPT, synthetic_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ie_core.errors import BadPromptError, InterpError

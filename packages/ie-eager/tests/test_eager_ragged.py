@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import synthetic_model
+from eager_support import synthetic_model
 from ie_core import decode_residuals, run_with_cache
 from ie_core.errors import BadPromptError
 from ie_core.protocol import SyncModel

@@ -4,7 +4,7 @@ remote); eager's old `sampling_params=` still works, with a DeprecationWarning."
 from __future__ import annotations
 
 import pytest
-from conftest import PROMPT, synthetic_model
+from eager_support import PROMPT, synthetic_model
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import PROMPT, synthetic_model
+from eager_support import PROMPT, synthetic_model
 from ie_core.points import get_point
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run

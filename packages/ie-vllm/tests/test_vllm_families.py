@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import eager, requires_vllm, start, stop
 from ie_core import Additive, PositionMask, SamplingParams, steer_at
 from ie_core.errors import PointUnavailableError
 from ie_core.runner import run
 from vllm_parity import PROMPT_TEXT, max_abs_diffs, servable_addresses
+from vllm_support import eager, requires_vllm, start, stop
 
 pytestmark = [pytest.mark.slow, requires_vllm]
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import eager, requires_vllm, start, stop
 from ie_core.jacobian_lens import jacobian_lens_topk
 from ie_core.lens_stream import stream_lens
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import LensSteer, PositionMask, steer_at
+from vllm_support import eager, requires_vllm, start, stop
 
 pytestmark = [pytest.mark.slow, requires_vllm]
 

@@ -18,10 +18,10 @@ from typing import Any
 import psutil
 import pytest
 import torch
-from conftest import requires_vllm, start, stop
 from ie_core import Additive, SamplingParams, steer_at
 from ie_core.errors import EngineDeadError, EngineShutdownError, PromptTooLongError
 from ie_core.runner import iterate, run
+from vllm_support import requires_vllm, start, stop
 
 pytestmark = [pytest.mark.slow, requires_vllm]
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import requires_vllm
 from ie_core import Additive, SamplingParams, steer_at
 from ie_core.errors import EngineDeadError, EngineShutdownError, PromptTooLongError
 from ie_vllm import payload
+from vllm_support import requires_vllm
 
 pytestmark = requires_vllm
 

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import eager, requires_vllm, start, stop
 from ie_core.errors import PointUnavailableError
 from test_vllm_families import (
     COMMON,
@@ -23,6 +22,7 @@ from test_vllm_families import (
     test_two_specs_at_one_site_keep_their_own_masks,
 )
 from vllm_parity import align_eager
+from vllm_support import eager, requires_vllm, start, stop
 
 pytestmark = [pytest.mark.slow, requires_vllm]
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import eager, requires_vllm, start, stop
 from ie_core.errors import PointUnavailableError
 from ie_core.runner import run
 from test_vllm_families import (
@@ -30,6 +29,7 @@ from test_vllm_families import (
     test_two_specs_at_one_site_keep_their_own_masks,
 )
 from vllm_parity import PROMPT_TEXT
+from vllm_support import eager, requires_vllm, start, stop
 
 pytestmark = [pytest.mark.slow, requires_vllm]
 

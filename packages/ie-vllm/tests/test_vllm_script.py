@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import requires_vllm
+from vllm_support import requires_vllm
 
 pytestmark = [pytest.mark.slow, requires_vllm]
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import requires_vllm
 from ie_core import Additive, Orthogonal, PositionMask, ProjectionCap, SamplingParams, steer_at
 from ie_core.errors import LayerOutOfRangeError, PointUnavailableError
 from ie_core.protocol import SyncModel
 from ie_core.runner import run
 from vllm_parity import PROMPT_TEXT, by_point, max_abs_diffs, scaled_diffs, servable_addresses
+from vllm_support import requires_vllm
 
 pytestmark = [pytest.mark.slow, requires_vllm]
 

@@ -66,7 +66,7 @@ class StaticModel(VLLMModel):
             model_id,
             BACKEND,
             channel=StaticChannel(engine, config.slots),
-            policy=StaticPolicy(self.reads, self.writes, config),
+            policy=StaticPolicy(self.reads, self.writes, config, static_info.get("refused")),
         )
         self.config = config
         self.static_info = static_info

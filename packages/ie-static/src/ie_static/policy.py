@@ -7,6 +7,8 @@ per site and of position masks per request (the sizes of its parameter tables).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ie_core.errors import PointUnavailableError, SteeringSpecError, UnsupportedOperationError
 from ie_vllm import SitePolicy, SteerSpec
 
@@ -23,16 +25,25 @@ def reload_hint(address: str, writes: bool) -> str:
 
 
 class StaticPolicy(SitePolicy):
-    """Read `reads`, write `writes`, at most `config.ops` ops per site and `config.masks` masks."""
+    """Read `reads` (the worker's `refused` reasons win), write `writes`, at most `config.ops` ops per site and `config.masks` masks."""
 
-    def __init__(self, reads: tuple[str, ...], writes: tuple[str, ...], config: StaticConfig):
+    def __init__(
+        self,
+        reads: tuple[str, ...],
+        writes: tuple[str, ...],
+        config: StaticConfig,
+        refused: Mapping[str, str] | None = None,
+    ):
         super().__init__(writes)
+        self.refused = dict(refused or {})
         self.reads = reads
         self.writes = writes
         self.config = config
         self._reads = frozenset(reads)
 
     def check_read(self, address: str) -> None:
+        if address in self.refused:  # the worker's reason (e.g. ie_static.exclusions) stands
+            raise PointUnavailableError(self.refused[address])
         if address not in self._reads:
             raise PointUnavailableError(
                 f"{address} is not a declared site of this vllm-static engine, which taps "

@@ -17,7 +17,7 @@ from typing import Any
 from ie_core.errors import UnsupportedOperationError
 from ie_core.families import family_for_architecture
 from ie_core.models import resolve_model_path
-from ie_vllm.engine import Engine, on_cpu
+from ie_vllm import Engine, on_cpu
 
 from ie_static.backend import (
     CPU_WORKER,

@@ -42,13 +42,14 @@ class StaticPolicy(SitePolicy):
         self._reads = frozenset(reads)
 
     def check_read(self, address: str) -> None:
+        if address in self._reads:
+            return
         if address in self.refused:  # the worker's reason (e.g. ie_static.exclusions) stands
             raise PointUnavailableError(self.refused[address])
-        if address not in self._reads:
-            raise PointUnavailableError(
-                f"{address} is not a declared site of this vllm-static engine, which taps "
-                f"{describe(self.reads)}; {reload_hint(address, False)}"
-            )
+        raise PointUnavailableError(
+            f"{address} is not a declared site of this vllm-static engine, which taps "
+            f"{describe(self.reads)}; {reload_hint(address, False)}"
+        )
 
     def write_reason(self, address: str) -> str:
         return f"this engine writes only at {describe(self.writes)}; {reload_hint(address, True)}"

@@ -20,7 +20,7 @@ from ie_core.models import resolve_model_path
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
-from ie_vllm import Engine, VLLMModel, on_cpu
+from ie_vllm import Engine, VLLMModel, check_cpu_support, on_cpu
 
 from ie_static.channel import StaticChannel
 from ie_static.config import CONFIG_KEY, StaticConfig
@@ -92,6 +92,7 @@ class StaticModel(VLLMModel):
             )
         path = resolve_model_path(model_id)
         source = str(path) if path is not None else model_id
+        check_cpu_support(path, str(kw.get("dtype", "float32")))  # before minutes of engine start
         from transformers import AutoConfig, AutoTokenizer
 
         hf = AutoConfig.from_pretrained(source)

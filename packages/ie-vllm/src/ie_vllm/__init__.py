@@ -24,6 +24,7 @@ _EXPORTS = {
     # host: the seam a backend composes
     "Engine": "engine",
     "on_cpu": "engine",
+    "check_cpu_support": "cpu_support",
     "Channel": "channel",
     "HookedChannel": "channel",
     "SitePolicy": "policy",
@@ -54,6 +55,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.backend import load_hooked as load_hooked
     from ie_vllm.channel import Channel as Channel
     from ie_vllm.channel import HookedChannel as HookedChannel
+    from ie_vllm.cpu_support import check_cpu_support as check_cpu_support
     from ie_vllm.engine import Engine as Engine
     from ie_vllm.engine import on_cpu as on_cpu
     from ie_vllm.entry import require_engine as require_engine
@@ -102,6 +104,7 @@ __all__ = [
     "__version__",
     "attention_rows",
     "capture_sites",
+    "check_cpu_support",
     "create",
     "load_generate",
     "load_hooked",

@@ -35,22 +35,8 @@ def _comparable(family: str, cap: PointCapability) -> PointCapability:
     return cap
 
 
-def _measured_wrong(family: str, name: str) -> str | None:
-    """vllm-static's own refusal of a point its taps were measured to read wrong on `family`."""
-    exclusions = pytest.importorskip("ie_static.exclusions")
-    fam = FAMILIES_BY_SLUG.get(family)
-    if fam is None:  # a synthetic slug the registry names otherwise (stablelm): no exclusions
-        return None
-    return next(
-        (r for c in fam.hf_classes if (r := exclusions.measured_wrong(c, name)) is not None), None
-    )
-
-
-def expected_static(name: str, hooked: PointCapability, family: str = "") -> PointCapability:
+def expected_static(name: str, hooked: PointCapability) -> PointCapability:
     """What vllm-static should answer for point `name`, given hooked vLLM's answer on a family."""
-    wrong = _measured_wrong(family, name) if family else None
-    if hooked.served and wrong is not None:
-        return PointCapability(False, False, (), wrong)
     mark = next(p for p in POINTS if p.name == name).serving("vllm-static")
     if not hooked.served or mark.served:
         return hooked  # a hooked refusal is the static refusal; a hooked site is a static tap
@@ -89,10 +75,10 @@ def test_static_answer_follows_the_hooked_answer_and_the_marks(family: str) -> N
     assert static is not None and hooked is not None, family
     assert set(static) == {p.name for p in POINTS}
     wrong = {
-        name: (static[name], expected_static(name, hooked[name], family))
+        name: (static[name], expected_static(name, hooked[name]))
         for name in static
         if _comparable(family, static[name])
-        != _comparable(family, expected_static(name, hooked[name], family))
+        != _comparable(family, expected_static(name, hooked[name]))
     }
     assert wrong == {}, f"{family}: committed vllm-static answer vs expected"
 

@@ -107,3 +107,21 @@ def test_policy_narrows_reads_writes_and_bounds_steering() -> None:
         policy.check_steering(
             (SteerSpec("resid_post.1", (op,), (0,)), SteerSpec("resid_post.1", (), (1,)))
         )
+
+
+def test_a_read_site_whose_write_was_refused_is_still_read() -> None:
+    """The worker's refusals also hold refused writes: they must not hide a declared read."""
+    config = StaticConfig(("resid_mid.0",), ())
+    policy = StaticPolicy(("resid_mid.0",), (), config, {"resid_mid.0": "read only here"})
+    policy.check_read("resid_mid.0")  # no raise
+    assert not policy.can_write("resid_mid.0")
+
+
+def test_the_policy_gives_the_workers_reason_not_a_reload_hint() -> None:
+    config = StaticConfig(("resid_post.0",), ())
+    policy = StaticPolicy(("resid_post.0",), (), config, {"attn_in.0": "no such module here"})
+    with pytest.raises(PointUnavailableError, match="no such module here"):
+        policy.check_read("attn_in.0")
+    # Without the worker's reason, an undeclared site gets the reload hint.
+    with pytest.raises(PointUnavailableError, match=r"not a declared site.*static_points"):
+        StaticPolicy(("resid_post.0",), (), config).check_read("attn_in.0")

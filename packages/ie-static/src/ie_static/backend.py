@@ -15,25 +15,17 @@ from typing import Any
 import torch
 from ie_core.address import Address
 from ie_core.errors import PointUnavailableError, UnsupportedOperationError
-from ie_core.families import Trait, family_for_architecture
-from ie_core.models import resolve_model_path
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
-from ie_vllm import Engine, VLLMModel, check_cpu_support, on_cpu
+from ie_vllm import Engine, VLLMModel
 
 from ie_static.channel import StaticChannel
 from ie_static.config import CONFIG_KEY, StaticConfig
-from ie_static.declared import BACKEND, declared_sets, unresolved
-from ie_static.memory import GIB, estimated_width, plan_buffers
+from ie_static.declared import BACKEND, unresolved
+from ie_static.launch import DEFAULT_BUFFER_GIB, plan_launch
 from ie_static.policy import StaticPolicy, reload_hint
-from ie_static.tables import TableShape
 
-CPU_WORKER = "ie_static.worker_cpu.StaticCPUWorker"
-GPU_WORKER = "ie_static.worker_gpu.StaticGPUWorker"
-DEFAULT_ROWS_CPU = 2048
-DEFAULT_ROWS_GPU = 8192
-DEFAULT_BUFFER_GIB = 2.0
 SELF_TEST_PROMPT = "The capital of France is"
 
 
@@ -90,55 +82,38 @@ class StaticModel(VLLMModel):
                 "backend 'vllm-static' exists to keep torch.compile and CUDA graphs on, so "
                 "enforce_eager=True is refused; use backend='vllm' for an eager, hooked engine"
             )
-        path = resolve_model_path(model_id)
-        source = str(path) if path is not None else model_id
-        check_cpu_support(path, str(kw.get("dtype", "float32")))  # before minutes of engine start
-        from transformers import AutoConfig, AutoTokenizer
-
-        hf = AutoConfig.from_pretrained(source)
-        text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
-        architecture = (getattr(hf, "architectures", None) or [""])[0]
-        family = family_for_architecture(architecture)
-        if family is not None and family.has(Trait.MULTI_STREAM):
-            raise PointUnavailableError(
-                f"{architecture} has several residual streams; vllm-static does not tap "
-                "resid_streams yet; use backend='vllm'"
-            )
-        n_layers = int(getattr(text, "num_hidden_layers", 0) or getattr(text, "n_layer", 0))
-        declared = declared_sets(static_points, static_writes, n_layers, family)
-        reads, writes = declared.reads, declared.writes
-        config = StaticConfig(reads, writes, static_slots, static_max_ops, static_masks)
-        cpu = on_cpu()
-        dtype_bytes = _dtype_bytes(kw.get("dtype"), hf, cpu)
-        max_len = int(kw.get("max_model_len") or getattr(text, "max_position_embeddings", 2048))
-        shape = TableShape(static_slots, static_max_ops, static_masks, max_len)
-        plan = plan_buffers(
-            read_widths=[estimated_width(a.split(".")[0], text) for a in reads],
-            write_widths=[estimated_width(a.split(".")[0], text) for a in writes],
-            dtype_bytes=dtype_bytes,
-            shape=shape,
-            budget_bytes=int(static_buffer_gib * GIB),
+        launch = plan_launch(
+            model_id,
+            static_points,
+            static_writes,
+            slots=static_slots,
+            max_ops=static_max_ops,
+            masks=static_masks,
+            dtype=kw.get("dtype"),
+            max_model_len=kw.get("max_model_len"),
+            buffer_gib=static_buffer_gib,
             requested_rows=kw.get("max_num_batched_tokens"),
-            default_rows=DEFAULT_ROWS_CPU if cpu else DEFAULT_ROWS_GPU,
         )
-        kw["max_num_batched_tokens"] = plan.rows
-        kw.setdefault("max_num_seqs", min(256, plan.rows))
+        from transformers import AutoTokenizer
+
+        kw["max_num_batched_tokens"] = launch.plan.rows
+        kw.setdefault("max_num_seqs", launch.max_num_seqs)
         extra = dict(kw.pop("additional_config", None) or {})
-        extra[CONFIG_KEY] = config.to_dict()
+        extra[CONFIG_KEY] = launch.config.to_dict()
         engine = await Engine.start(
-            source,
+            launch.source,
             hooked=False,
-            worker_cls=CPU_WORKER if cpu else GPU_WORKER,
+            worker_cls=launch.worker_cls,
             additional_config=extra,
             **kw,
         )
         try:
             info = (await engine.rpc("ie_setup", False))[0]
             static_info = (await engine.rpc("ie_static_setup"))[0]
-            static_info["planned_bytes"] = plan.total
-            _refuse_unresolved(declared, static_info, architecture)
-            tokenizer = AutoTokenizer.from_pretrained(source)
-            model = cls(engine, info, tokenizer, model_id, config, static_info)
+            static_info["planned_bytes"] = launch.plan.total
+            _refuse_unresolved(launch.declared, static_info, launch.architecture)
+            tokenizer = AutoTokenizer.from_pretrained(launch.source)
+            model = cls(engine, info, tokenizer, model_id, launch.config, static_info)
             if self_test:
                 await model.self_test()
         except BaseException:
@@ -214,17 +189,6 @@ def _refuse_unresolved(declared: Any, info: dict[str, Any], architecture: str) -
             f"none of the declared static_points exist on {architecture}; "
             f"refused: {info.get('refused', {})}"
         )
-
-
-def _dtype_bytes(dtype: Any, hf: Any, cpu: bool) -> int:
-    if dtype is None:
-        if cpu:
-            return 4
-        dtype = getattr(hf, "dtype", None) or getattr(hf, "torch_dtype", None) or "bfloat16"
-    text = str(dtype).removeprefix("torch.")
-    return {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "auto": 2}.get(
-        text, 4
-    )
 
 
 def load(

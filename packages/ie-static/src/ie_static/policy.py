@@ -44,7 +44,7 @@ class StaticPolicy(SitePolicy):
     def check_read(self, address: str) -> None:
         if address in self._reads:
             return
-        if address in self.refused:  # the worker's reason (e.g. ie_static.exclusions) stands
+        if address in self.refused:  # the worker's reason (e.g. a refused write) stands
             raise PointUnavailableError(self.refused[address])
         raise PointUnavailableError(
             f"{address} is not a declared site of this vllm-static engine, which taps "

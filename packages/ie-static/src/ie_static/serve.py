@@ -16,23 +16,12 @@ from typing import Any
 
 from ie_core.errors import UnsupportedOperationError
 from ie_core.families import family_for_architecture
-from ie_core.models import resolve_model_path
-from ie_vllm import Engine, on_cpu
+from ie_vllm import Engine
 
-from ie_static.backend import (
-    CPU_WORKER,
-    DEFAULT_BUFFER_GIB,
-    DEFAULT_ROWS_CPU,
-    DEFAULT_ROWS_GPU,
-    GPU_WORKER,
-    StaticModel,
-    _dtype_bytes,
-    _refuse_unresolved,
-)
+from ie_static.backend import StaticModel, _refuse_unresolved
 from ie_static.config import CONFIG_KEY, StaticConfig
 from ie_static.declared import declared_sets
-from ie_static.memory import GIB, estimated_width, plan_buffers
-from ie_static.tables import TableShape
+from ie_static.launch import DEFAULT_BUFFER_GIB, plan_launch
 
 # What the user declared (before expansion), for the unresolved-site check at start-up.
 DECLARED_KEY = "ie_static_declared"
@@ -73,37 +62,30 @@ def serve_args(model: str, rest: list[str]) -> list[str]:
             "ie serve --backend vllm-static sets --worker-cls and --additional-config itself; "
             "drop them (declare sites with --static-points / --static-writes)"
         )
-    path = resolve_model_path(model)
-    from transformers import AutoConfig
-
-    hf = AutoConfig.from_pretrained(str(path) if path is not None else model)
-    text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
-    architecture = (getattr(hf, "architectures", None) or [""])[0]
-    n_layers = int(getattr(text, "num_hidden_layers", 0) or getattr(text, "n_layer", 0))
     points, writes = _declaration(opts.static_points), _declaration(opts.static_writes)
-    declared = declared_sets(points, writes, n_layers, family_for_architecture(architecture))
-    config = StaticConfig(
-        declared.reads, declared.writes, opts.static_slots, opts.static_max_ops, opts.static_masks
-    )
-    cpu = on_cpu()
-    max_len = opts.max_model_len or int(getattr(text, "max_position_embeddings", 2048))
-    plan = plan_buffers(
-        read_widths=[estimated_width(a.split(".")[0], text) for a in declared.reads],
-        write_widths=[estimated_width(a.split(".")[0], text) for a in declared.writes],
-        dtype_bytes=_dtype_bytes(opts.dtype, hf, cpu),
-        shape=TableShape(opts.static_slots, opts.static_max_ops, opts.static_masks, max_len),
-        budget_bytes=int(opts.static_buffer_gib * GIB),
+    launch = plan_launch(
+        model,
+        points,
+        writes,
+        slots=opts.static_slots,
+        max_ops=opts.static_max_ops,
+        masks=opts.static_masks,
+        dtype=opts.dtype,
+        max_model_len=opts.max_model_len,
+        buffer_gib=opts.static_buffer_gib,
         requested_rows=opts.max_num_batched_tokens,
-        default_rows=DEFAULT_ROWS_CPU if cpu else DEFAULT_ROWS_GPU,
     )
-    extra = {CONFIG_KEY: config.to_dict(), DECLARED_KEY: {"points": points, "writes": writes}}
+    extra = {
+        CONFIG_KEY: launch.config.to_dict(),
+        DECLARED_KEY: {"points": points, "writes": writes},
+    }
     kept = _without_static_options(rest)
-    out = ["--worker-cls", CPU_WORKER if cpu else GPU_WORKER]
+    out = ["--worker-cls", launch.worker_cls]
     out += ["--additional-config", json.dumps(extra)]
     if opts.max_num_batched_tokens is None:
-        out += ["--max-num-batched-tokens", str(plan.rows)]
+        out += ["--max-num-batched-tokens", str(launch.plan.rows)]
     if "--max-num-seqs" not in kept:
-        out += ["--max-num-seqs", str(min(256, plan.rows))]
+        out += ["--max-num-seqs", str(launch.max_num_seqs)]
     return kept + out
 
 

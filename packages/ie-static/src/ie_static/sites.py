@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 
 from ie_vllm import ATTN_POINTS, PointTable, capture_sites
 
-from ie_static.exclusions import measured_wrong
-
 
 @dataclass
 class SitePlan:
@@ -46,10 +44,6 @@ def plan_sites(
     """Resolve declared read and write addresses to the table's hook sites."""
     plan = SitePlan()
     for address in reads:
-        wrong = measured_wrong(architecture, address)
-        if wrong is not None:
-            plan.refused[address] = wrong
-            continue
         if address not in table.widths:
             plan.refused[address] = _reason(table, address, architecture)
             continue

@@ -67,12 +67,12 @@ class ModuleTaps:
 
 def _tapped_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     taps: ModuleTaps = self._ie_static_taps  # type: ignore[assignment]
-    base = type(self).__mro__[1]
+    inner = self._ie_static_inner  # type: ignore[assignment]
     for site in taps.pre:
         new = site.tap(site.where.read(args, kwargs, None))
         if site.table is not None:
             args, kwargs = site.where.write(args, kwargs, None, new)  # type: ignore[misc]
-    out = base.forward(self, *args, **kwargs)
+    out = inner(self, *args, **kwargs)
     for site in taps.post:
         if site.sum_only and isinstance(out, tuple):
             torch.ops.ie_static.read_sum_tap(out[0], out[1], site.buf)
@@ -87,10 +87,17 @@ _SWAPPED: dict[type, type] = {}
 
 
 def _swap_class(module: nn.Module) -> None:
-    """Give `module` a subclass of its class whose forward taps (one subclass per class)."""
+    """Give `module` a subclass of its class whose forward taps (one subclass per class).
+
+    The tapped forward runs the forward the module ran before: its class's, or one bound on the
+    instance, which would otherwise shadow the class's (vLLM's Transformers backend binds a
+    rewritten forward on HF attention and MLP modules whose projections it fuses).
+    """
     base = type(module)
     if base in _SWAPPED.values():
         return
+    bound = module.__dict__.pop("forward", None)
+    module._ie_static_inner = bound.__func__ if bound is not None else base.forward  # type: ignore[assignment]
     if base not in _SWAPPED:
         # The subclass keeps the family's class name: the resolver's refusals name the module's
         # class, and a reason must read the same on vllm-static as on hooked vLLM.

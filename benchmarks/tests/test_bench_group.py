@@ -11,6 +11,7 @@ from typing import Any
 import ie_core.loading
 import pytest
 from bench_fake_model import FakeModel
+from ie_bench import load_gate
 from ie_bench.cells import read_cell, schema_errors
 from ie_bench.group import Step, round_robin, run_group
 from ie_bench.load_gate import judge
@@ -49,7 +50,9 @@ class _Logged(FakeModel):
             yield chunk
 
 
-def _group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, load: float) -> tuple[list, dict]:
+def _group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, load: float, foreign: int | None = None
+) -> tuple[list, dict]:
     served: list[str] = []
     loads: dict[str, int] = {}
 
@@ -59,6 +62,8 @@ def _group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, load: float) -> tupl
 
     monkeypatch.setattr(ie_core.loading, "load_model", fake_load)
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    # The machine this runs on is not idle: other processes are what the fake says.
+    monkeypatch.setattr(load_gate, "foreign_runnable", lambda root: foreign)
     profile = dataclasses.replace(get_profile("tiny"), repeats=3, warmup=1)
     variants = [get_variant(v) for v in VARIANTS]
     cells = run_group(get_model("fake/model"), variants, profile, tmp_path, ["generate", "steer"])
@@ -68,7 +73,7 @@ def _group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, load: float) -> tupl
 def test_group_interleaves_variants_loads_each_engine_once_and_records_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cells, seen = _group(tmp_path, monkeypatch, load=0.25)
+    cells, seen = _group(tmp_path, monkeypatch, load=0.25, foreign=0)
     backends = [get_variant(v).backend for v in VARIANTS]
     # One warm-up round and three timed rounds of `generate`, each over every variant in turn.
     assert seen["served"] == backends * 4
@@ -82,6 +87,7 @@ def test_group_interleaves_variants_loads_each_engine_once_and_records_load(
         assert env["schedule"] == {"kind": "round-robin", "variants": list(VARIANTS)}
         assert env["loadavg_start"][0] == env["loadavg_end"][0] == 0.25
         assert env["loadavg_during"]["max_1m"] == 0.25
+        assert env["loadavg_during"]["foreign_mean"] == 0
         assert env["loadavg_steps"] == [0.25] * 8  # two workloads, one warm-up + three repeats
     assert judge(cells).passed  # negative control for the refusal below
 
@@ -89,10 +95,10 @@ def test_group_interleaves_variants_loads_each_engine_once_and_records_load(
 def test_gate_refuses_an_interleaved_sweep_run_under_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cells, _ = _group(tmp_path / "cells", monkeypatch, load=9.0)
+    cells, _ = _group(tmp_path / "cells", monkeypatch, load=9.0, foreign=3)
     verdict = judge(cells)
     assert not verdict.passed
-    assert any("ran at 1-minute load 9.00" in r for r in verdict.reasons)
+    assert any("3.00 threads of other processes" in r for r in verdict.reasons)
     readme = tmp_path / "README.md"
     readme.write_text("unchanged\n")
     with pytest.raises(PublishRefused, match="fails the publish gate"):

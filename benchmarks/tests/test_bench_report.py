@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from bench_fixtures import make_cell, sweep_cells, variant_of
 from ie_bench.cells import schema_errors
-from ie_bench.load_gate import LoadSampler, judge
+from ie_bench.load_gate import LoadSampler, foreign_runnable, judge
 from ie_bench.publish import (
     END,
     START,
@@ -173,3 +173,43 @@ def test_load_sampler_records_during_the_cell() -> None:
         time.sleep(0.05)
     summary = sampler.summary()
     assert summary["samples"] >= 2 and summary["max_1m"] >= summary["min_1m"] >= 0
+
+
+def test_the_gate_judges_other_work_not_the_benchmarks_own_load() -> None:
+    """An interleaved group's own engines push the load average past one per core on an idle
+    machine (2.2 on 2 cores, measured); where the cells counted other processes' runnable
+    threads, that count decides."""
+    cells = sweep_cells()
+    for cell in cells:
+        cell["environment"]["loadavg_during"] = {
+            "max_1m": 2.2, "min_1m": 1.3, "samples": 99, "foreign_mean": 0.04, "foreign_max": 1,
+        }  # fmt: skip
+    assert judge(cells).passed
+    # Negative control: the same cells while another job kept most of a core busy.
+    cells[1]["environment"]["loadavg_during"]["foreign_mean"] = 0.8
+    verdict = judge(cells)
+    assert not verdict.passed and len(verdict.reasons) == 1
+    assert "shared the machine" in verdict.reasons[0] and "0.80" in verdict.reasons[0]
+
+
+def _fake_task(proc: Path, pid: int, ppid: int, states: str, comm: str = "x") -> None:
+    (proc / str(pid)).mkdir()
+    (proc / str(pid) / "stat").write_text(f"{pid} ({comm}) {states[0]} {ppid} 0 0\n")
+    for i, state in enumerate(states):
+        task = proc / str(pid) / "task" / str(pid * 100 + i)
+        task.mkdir(parents=True)
+        (task / "stat").write_text(f"{pid} ({comm}) {state} {ppid} 0 0\n")
+
+
+def test_foreign_runnable_counts_threads_outside_the_benchmarks_tree(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "self").mkdir()
+    _fake_task(proc, 10, 1, "RR")  # the benchmark client: ours
+    _fake_task(proc, 11, 10, "R")  # its engine core: ours
+    _fake_task(proc, 12, 11, "RS")  # the engine's worker: ours
+    _fake_task(proc, 20, 1, "RSR", comm="other job) R 10")  # another job (tricky name)
+    _fake_task(proc, 21, 20, "S")
+    assert foreign_runnable(10, proc) == 2
+    assert foreign_runnable(20, proc) == 4  # negative control: from the other side
+    assert foreign_runnable(10, tmp_path / "absent") is None

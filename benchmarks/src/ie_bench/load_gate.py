@@ -1,9 +1,15 @@
-"""Load sampling while a benchmark cell measures; the gate itself is `ie_core.benchmark_load`."""
+"""Load sampling while a benchmark cell measures; the gate itself is `ie_core.benchmark_load`.
+
+Besides the 1-minute load average, which counts the benchmark's own engine and client too, the
+sampler counts the threads of *other* processes that are runnable at each sample: the competing
+work the gate is about, apart from the load the benchmark itself makes.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 from ie_core.benchmark_load import MAX_LOAD_PER_CORE, Verdict, judge
@@ -11,18 +17,55 @@ from ie_core.benchmark_load import MAX_LOAD_PER_CORE, Verdict, judge
 SAMPLE_EVERY_S = 2.0
 
 
+def _stat(path: Path) -> tuple[str, int] | None:
+    """(state, parent pid) from a /proc stat file; the command name may hold spaces or ')'."""
+    try:
+        text = path.read_text()
+    except OSError:  # the task ended while we looked
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return fields[0], int(fields[1])
+
+
+def foreign_runnable(root: int, proc: Path = Path("/proc")) -> int | None:
+    """Runnable threads outside the process tree rooted at `root`; None where /proc is absent."""
+    if not (proc / "self").exists():
+        return None
+    parent: dict[int, int] = {}
+    for entry in proc.iterdir():
+        if entry.name.isdigit() and (st := _stat(entry / "stat")) is not None:
+            parent[int(entry.name)] = st[1]
+    ours: set[int] = {root}
+    changed = True
+    while changed:  # descendants of root (engine cores and workers are children of the client)
+        grown = {pid for pid, ppid in parent.items() if ppid in ours} - ours
+        ours |= grown
+        changed = bool(grown)
+    running = 0
+    for pid in parent.keys() - ours:
+        for task in (proc / str(pid) / "task").glob("*/stat"):
+            st = _stat(task)
+            running += st is not None and st[0] == "R"
+    return running
+
+
 class LoadSampler:
-    """Samples the 1-minute load average on a daemon thread while a cell measures."""
+    """Samples, on a daemon thread while a cell measures, the 1-minute load average and the
+    runnable threads of processes outside this benchmark's process tree."""
 
     def __init__(self, every_s: float = SAMPLE_EVERY_S) -> None:
         self._every = every_s
         self._stop = threading.Event()
         self._samples: list[float] = []
+        self._foreign: list[int] = []
+        self._root = os.getpid()
         self._thread = threading.Thread(target=self._run, name="ie-bench-load", daemon=True)
 
     def _run(self) -> None:
         while True:
             self._samples.append(round(os.getloadavg()[0], 2))
+            if (n := foreign_runnable(self._root)) is not None:
+                self._foreign.append(n)
             if self._stop.wait(self._every):
                 return
 
@@ -35,8 +78,15 @@ class LoadSampler:
         self._thread.join()
 
     def summary(self) -> dict[str, Any]:
-        s = self._samples
-        return {"max_1m": max(s) if s else None, "min_1m": min(s) if s else None, "samples": len(s)}
+        s, f = self._samples, self._foreign
+        out: dict[str, Any] = {
+            "max_1m": max(s) if s else None,
+            "min_1m": min(s) if s else None,
+            "samples": len(s),
+        }
+        if f:
+            out |= {"foreign_mean": round(sum(f) / len(f), 3), "foreign_max": max(f)}
+        return out
 
 
-__all__ = ["MAX_LOAD_PER_CORE", "LoadSampler", "Verdict", "judge"]
+__all__ = ["MAX_LOAD_PER_CORE", "LoadSampler", "Verdict", "foreign_runnable", "judge"]

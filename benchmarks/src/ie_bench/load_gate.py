@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ie_core.benchmark_load import MAX_LOAD_PER_CORE, Verdict, judge
+from ie_core.benchmark_load import MAX_FOREIGN, MAX_LOAD_PER_CORE, Verdict, judge
 
 SAMPLE_EVERY_S = 2.0
 
@@ -89,4 +89,11 @@ class LoadSampler:
         return out
 
 
-__all__ = ["MAX_LOAD_PER_CORE", "LoadSampler", "Verdict", "foreign_runnable", "judge"]
+__all__ = [
+    "MAX_FOREIGN",
+    "MAX_LOAD_PER_CORE",
+    "LoadSampler",
+    "Verdict",
+    "foreign_runnable",
+    "judge",
+]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ie_bench.cells import metric
-from ie_bench.load_gate import MAX_LOAD_PER_CORE, Verdict, judge
+from ie_bench.load_gate import MAX_FOREIGN, MAX_LOAD_PER_CORE, Verdict, judge
 from ie_bench.spec import MODELS, VARIANTS
 from ie_bench.tables import markdown_table, multiplier, rounded, rounded_multiplier
 
@@ -144,8 +144,9 @@ def gate_warning(verdict: Verdict) -> str | None:
         return None
     return (
         f"**Not a headline: measured under load** (1-minute load up to {verdict.peak:.1f} on "
-        f"{verdict.cores} cores; the publish gate allows {MAX_LOAD_PER_CORE:g} per core and "
-        "comparable load across one model's cells). Absolute figures are below an idle "
+        f"{verdict.cores} cores; the publish gate allows {MAX_FOREIGN:g} runnable threads of "
+        f"other work on average, or, for cells that did not count them, {MAX_LOAD_PER_CORE:g} "
+        "load per core and comparable load across one model's cells). Absolute figures are below an idle "
         "machine's and the ratios mix load with backend: " + "; ".join(verdict.reasons) + "."
     )
 

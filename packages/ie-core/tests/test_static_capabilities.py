@@ -43,29 +43,10 @@ def expected_static(name: str, hooked: PointCapability) -> PointCapability:
     return PointCapability(False, False, (), mark.reason)
 
 
-SELF_TEST = (
-    "vllm-static's load-time self-test refuses the engine: a sentinel write at attn_out_post.2 "
-    "left the greedy output unchanged"
-)
-# Families hooked vLLM has answers for and vllm-static has none (their cards say "not verified"),
-# each with what the sweep (`family_sweep.py --backend vllm-static --family F`) met. Remove a
-# family once its sweep is committed.
-NOT_YET_SWEPT: dict[str, str] = {
-    "gpt-bigcode": SELF_TEST,
-    "olmo": SELF_TEST,
-    "phi": SELF_TEST,
-    "starcoder2": SELF_TEST,
-    "deepseek-v3": "the engine core fails to initialise (vLLM's MLA on CPU; see vllm.json)",
-    "deepseek-v4": "vLLM CPU cannot build the model (see vllm.json)",
-    "lfm2": "vLLM CPU cannot build the model (see vllm.json)",
-    "qwen3-next": "vLLM CPU cannot build the model (see vllm.json)",
-}
-
-
 def test_vllm_static_was_swept_on_every_family_hooked_vllm_was() -> None:
     assert STATIC is not None and HOOKED is not None
     hooked = {slug for slug, _ in HOOKED.models.values()}
-    assert hooked - set(FAMILIES) == set(NOT_YET_SWEPT), "update NOT_YET_SWEPT after a sweep"
+    assert hooked - set(FAMILIES) == set(), "sweep vllm-static on these families"
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -213,7 +213,21 @@ class Engine:
         self._fail(_shut_down())
         self._monitor.cancel()
         await asyncio.sleep(0)  # let the woken requests run their clean-up first
+        await self._stop_output_handler()
         return await asyncio.to_thread(self._stop_processes, timeout)
+
+    async def _stop_output_handler(self) -> None:
+        """Cancel vLLM's output loop before its engine core goes: vLLM cancels it after, and with
+        a multiprocess executor (vllm-static) the loop first reads the dying core and logs an
+        `EngineDeadError` traceback on every clean shutdown."""
+        handler = getattr(self.llm, "output_handler", None)
+        if (
+            isinstance(handler, asyncio.Task)
+            and not handler.done()
+            and handler.get_loop() is asyncio.get_running_loop()
+        ):
+            handler.cancel()
+            await asyncio.wait([handler], timeout=1.0)
 
     def shutdown(self, timeout: float = SHUTDOWN_TIMEOUT_S) -> list[int]:
         """Blocking form of `close`, for a failed start (no request is in flight then)."""

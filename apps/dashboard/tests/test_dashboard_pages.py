@@ -67,13 +67,13 @@ def test_card_fragment_explains_absent_and_refused_points(client: TestClient) ->
     assert "capture only" in lm_head
 
 
-def test_cards_of_families_without_a_synthetic_build_claim_nothing(client: TestClient) -> None:
-    """DeepSeek-V4 is swept on eager only: eager shows the check mark, vllm-static (never swept)
-    says not verified, and no vLLM backend claims a point it refuses."""
+def test_cards_show_a_refused_family_with_the_backends_reason(client: TestClient) -> None:
+    """DeepSeek-V4 serves resid_streams on eager; vLLM CPU cannot build it, so both vLLM
+    backends show a cross with vLLM's own error, never a check mark or a blank."""
     card = client.get("/fragments/card", params={"arch": "deepseek-v4", "point": "resid_streams.0"})
     marks = _serving_marks(card.text)
-    assert marks[0] == "✓" and "✓" not in marks[1:]
-    assert "not verified" in card.text
+    assert marks[0] == "✓" and set(marks[1:]) == {"✗"}
+    assert "cannot run DeepseekV4ForCausalLM" in card.text
 
 
 def test_multi_stream_trunks_address_residual_points_with_a_stream(client: TestClient) -> None:

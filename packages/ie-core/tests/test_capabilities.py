@@ -38,10 +38,13 @@ def test_cell_verdicts() -> None:
     assert cell("eager", "llama", "resid_post") == "served"
     assert cell("eager", "gpt-neox", "resid_mid").startswith("refused: ")
     assert "parallel" in cell("eager", "gpt-neox", "resid_mid")
-    # Built and swept on eager; never swept on vllm-static: nothing claimed there.
     assert cell("eager", "deepseek-v4", "resid_streams") == "served"
     assert cell("eager", "qwen3-next", "attn_gate") == "served"
-    assert cell("vllm-static", "deepseek-v4", "resid_streams") == NOT_VERIFIED
+    # vLLM CPU cannot build it: refused with vLLM's own error, not left unclaimed.
+    refused = cell("vllm-static", "deepseek-v4", "resid_streams")
+    assert refused.startswith("refused: ") and "cannot run DeepseekV4ForCausalLM" in refused
+    # A family no sweep answered claims nothing either way.
+    assert cell("vllm-static", "no-such-family", "resid_post") == NOT_VERIFIED
     with pytest.raises(ValueError, match="unknown backend"):
         cell("vllm-generate", "llama", "resid_post")
 

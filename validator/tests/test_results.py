@@ -131,3 +131,17 @@ def test_committed_readme_matrix_matches_results() -> None:
     assert render_matrix(load_results(CHECKOUT.results)) in CHECKOUT.matrix_md.read_text(), (
         "run `ie validate render`"
     )
+
+
+def test_a_vllm_cpu_refusal_is_explained_and_other_errors_are_not() -> None:
+    from ie_validator.explanations import explain
+
+    refused = {
+        "error": "load_model(backend='vllm') failed: UnsupportedModelError: vLLM 0.32.0 (CPU) "
+        "cannot run Lfm2ForCausalLM from this checkpoint: its engine fails with AttributeError"
+    }
+    assert "CPU build cannot construct" in explain("vllm-static", "lfm2", refused)
+    # Negative controls: a crash is not a known refusal, and other engines get no such pass.
+    crash = {"error": "load_model(backend='vllm') failed: RuntimeError: engine core died"}
+    assert explain("vllm", "lfm2", crash) == ""
+    assert explain("nnsight", "lfm2", refused) == ""

@@ -43,6 +43,25 @@ EXPLANATIONS: dict[tuple[str, str], str] = {
 }
 
 
+# The words `ie_vllm.cpu_support.check_cpu_support` refuses a checkpoint with, before any engine
+# starts; the error that follows them is vLLM's own, recorded there per architecture.
+_CPU_REFUSAL = "(CPU) cannot run"
+
+
 def explain(engine: str, family: str, result: dict[str, Any]) -> str:
-    del result  # explanations are per (engine, family); the result is there for future rules
-    return EXPLANATIONS.get((engine, family), "")
+    """The recorded explanation of a non-pass cell, or "" (rendered UNEXPLAINED)."""
+    known = EXPLANATIONS.get((engine, family), "")
+    if known:
+        return known
+    error = str(result.get("error") or "")
+    if (
+        engine in ("vllm", "vllm-static")
+        and "UnsupportedModelError" in error
+        and _CPU_REFUSAL in error
+    ):
+        return (
+            "vLLM's CPU build cannot construct this model (vLLM's error below, recorded per "
+            "architecture in ie_vllm/cpu_support.py); the backend refuses it before starting an "
+            "engine, and eager serves it"
+        )
+    return ""

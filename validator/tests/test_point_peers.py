@@ -3,8 +3,7 @@
 `Point.peers` is what docs/SUPPORTED_POINTS.md and the dashboard print for "the same tensor in
 TransformerLens / nnsight / nnterp"; the validator's tables (`ie_validator.mappings`) are what
 the validation matrix proves equal. Each point is compared on one reference family where it is
-native (llama, or the first family with the trait it needs; sandwich norms for the *_post
-points), so a name fixed in one place and not the other fails here.
+native (the first of PREFERRED that has it; sandwich norms for the *_post points), so a name fixed in one place and not the other fails here.
 """
 
 from __future__ import annotations
@@ -25,10 +24,8 @@ NATIVE_ON = {"attn_out_post": "gemma2", "mlp_out_post": "gemma2"}
 def reference_family(point: Point) -> str:
     if point.name in NATIVE_ON:
         return NATIVE_ON[point.name]
-    if point.requires is None:
-        return "llama"
     by_slug = {f.slug: f for f in FAMILIES}
-    having = [s for s in PREFERRED if s in by_slug and by_slug[s].has(point.requires)]
+    having = [s for s in PREFERRED if s in by_slug and by_slug[s].has_point(point)]
     return having[0] if having else "llama"
 
 

@@ -9,9 +9,9 @@ compiled graph (and in CUDA graphs) as opaque calls.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from ie_vllm import SiteDef
@@ -67,7 +67,7 @@ class ModuleTaps:
 
 def _tapped_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     taps: ModuleTaps = self._ie_static_taps  # type: ignore[assignment]
-    inner = self._ie_static_inner  # type: ignore[assignment]
+    inner = cast(Callable[..., Any], self._ie_static_inner)
     for site in taps.pre:
         new = site.tap(site.where.read(args, kwargs, None))
         if site.table is not None:

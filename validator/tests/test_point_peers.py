@@ -3,7 +3,8 @@
 `Point.peers` is what docs/SUPPORTED_POINTS.md and the dashboard print for "the same tensor in
 TransformerLens / nnsight / nnterp"; the validator's tables (`ie_validator.mappings`) are what
 the validation matrix proves equal. Each point is compared on one reference family where it is
-native (the first of PREFERRED that has it; sandwich norms for the *_post points), so a name fixed in one place and not the other fails here.
+native (the first of PREFERRED that has it; sandwich norms for the *_post points), so a name
+fixed in one place and not the other fails here.
 """
 
 from __future__ import annotations

@@ -21,17 +21,18 @@ from ie_core.steering import (
     Orthogonal,
     ProjectionCap,
     SteeringOp,
+    VectorLike,
     op_width,
 )
 
 from ie_static.ops import ALPHA, BETA, CONST, GAMMA, HI, LO, N_COEF
 
 
-def _vec(values: Sequence[float]) -> torch.Tensor:
+def _vec(values: VectorLike) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
-def _unit(values: Sequence[float]) -> torch.Tensor:
+def _unit(values: VectorLike) -> torch.Tensor:
     return unit_vector(values)  # the shared normalisation, safe for tiny and huge vectors
 
 

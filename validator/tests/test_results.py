@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 from ie_core.address import Address
-from ie_validator.engines.base import ModelSpec, plan
+from ie_validator.engines.base import Capture, ModelSpec, plan
 from ie_validator.layout import layout
-from ie_validator.mappings import Gap, lookup
+from ie_validator.mappings import Gap, Hook, lookup
 from ie_validator.render import BEGIN, END, render_all
 from ie_validator.results import EngineResult, PointResult, load_results, result_path, write_result
 from ie_validator.scoring import Tier
@@ -29,15 +29,16 @@ def test_declared_gap_yields_na_with_reason() -> None:
     assert requests == []
     gap = gaps["value.0"]
     assert isinstance(gap, Gap) and "fused" in gap.reason
-    ref = {"value.0": np.ones((1, 3, 8))}
+    ref: Capture = {"value.0": np.ones((1, 3, 8))}
     (row,) = compare([address], ref, gaps, Tier.RAW_HF, {})
     assert row.status == "n/a" and row.reason == gap.reason and row.cos is None
 
 
 def test_reference_refusal_yields_na_naming_the_reference() -> None:
     address = Address("resid_mid", 1)
-    ref = {"resid_mid.1": Gap("parallel block: no resid_mid")}
-    (row,) = compare([address], ref, {"resid_mid.1": np.ones((1, 3, 8))}, Tier.FUSED, {})
+    ref: Capture = {"resid_mid.1": Gap("parallel block: no resid_mid")}
+    engine: Capture = {"resid_mid.1": np.ones((1, 3, 8))}
+    (row,) = compare([address], ref, engine, Tier.FUSED, {})
     assert row.status == "n/a" and "reference cannot produce it" in row.reason
 
 
@@ -45,20 +46,26 @@ def test_engine_capture_failure_is_a_failed_cell_not_a_crash() -> None:
     from ie_validator.engines.base import CaptureFailure
 
     address = Address("attn_probs", 0)
-    ref = {"attn_probs.0": np.ones((1, 2, 3, 3))}
-    failed = {"attn_probs.0": CaptureFailure("nnsight: RuntimeError: no such module")}
+    ref: Capture = {"attn_probs.0": np.ones((1, 2, 3, 3))}
+    failed: Capture = {"attn_probs.0": CaptureFailure("nnsight: RuntimeError: no such module")}
     (row,) = compare([address], ref, failed, Tier.RAW_HF, {})
     assert row.status == "fail" and "no such module" in row.reason and row.cos is None
     # Negative control: the same tensor captured passes.
-    (row,) = compare([address], ref, {"attn_probs.0": np.ones((1, 2, 3, 3))}, Tier.RAW_HF, {})
+    same: Capture = {"attn_probs.0": np.ones((1, 2, 3, 3))}
+    (row,) = compare([address], ref, same, Tier.RAW_HF, {})
     assert row.status == "pass"
 
 
 def test_transformer_lens_sandwich_gap_is_data() -> None:
     # On sandwich-norm families TransformerLens' hook_attn_out is this project's attn_out_post.
-    assert lookup("transformer-lens", "gemma2", "attn_out_post").name == "blocks.{L}.hook_attn_out"
-    assert lookup("transformer-lens", "gemma2", "attn_out").name == "blocks.{L}.attn.hook_out"
-    assert lookup("transformer-lens", "llama", "attn_out").name == "blocks.{L}.hook_attn_out"
+    def name(family: str, point: str) -> str:
+        hook = lookup("transformer-lens", family, point)
+        assert isinstance(hook, Hook)
+        return hook.name
+
+    assert name("gemma2", "attn_out_post") == "blocks.{L}.hook_attn_out"
+    assert name("gemma2", "attn_out") == "blocks.{L}.attn.hook_out"
+    assert name("llama", "attn_out") == "blocks.{L}.hook_attn_out"
 
 
 def _result(hf_id: str, engine: str, verdict: str = "pass") -> EngineResult:

@@ -22,6 +22,7 @@ from ie_core.protocol import (
     TopK,
     steering_tuple,
 )
+from ie_core.steering import Additive
 
 VOCAB = 97
 DEFAULT_SAMPLING = SamplingParams()
@@ -63,7 +64,8 @@ class FakeModel:
         for spec in steering_tuple(steering):
             if layer in spec.layers and not self.ignore_steering:
                 for op in spec.ops:
-                    h = h + op.coeff * torch.tensor(op.vector)
+                    assert isinstance(op, Additive), "the fake model applies additive ops only"
+                    h = h + op.coeff * torch.as_tensor(op.vector, dtype=torch.float32)
         return h.unsqueeze(0)
 
     def _refuse(self) -> None:
@@ -77,7 +79,7 @@ class FakeModel:
         await asyncio.sleep(0)
         ids = list(tokens)[:-1] if self.short_capture else list(tokens)
         return ActivationCache(
-            {a: self._hidden(ids, to_address(a).layer, steering) for a in addresses}
+            {a: self._hidden(ids, to_address(a).layer or 0, steering) for a in addresses}
         )
 
     def _next_ids(self, tokens: Sequence[int], n: int) -> list[int]:

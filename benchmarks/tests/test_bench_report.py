@@ -213,3 +213,22 @@ def test_foreign_runnable_counts_threads_outside_the_benchmarks_tree(tmp_path: P
     assert foreign_runnable(10, proc) == 2
     assert foreign_runnable(20, proc) == 4  # negative control: from the other side
     assert foreign_runnable(10, tmp_path / "absent") is None
+
+
+def test_a_workloads_run_would_not_silently_drop_a_cells_other_workloads(tmp_path: Path) -> None:
+    from ie_bench.cells import cell_path, write_cell
+    from ie_bench.spec import get_model, get_profile, get_variant
+    from ie_bench.sweep import dropped_workloads
+
+    profile, model, variant = get_profile("cpu"), get_model("smollm2-135m"), get_variant("vllm")
+    cell = make_cell("smollm2-135m", "vllm", decode=10.0, aggregate=40.0)
+    path = cell_path(tmp_path, profile.name, model.key, variant.key)
+    write_cell(path, cell)
+    held = sorted(cell["workloads"])
+    assert len(held) > 1
+    lost = dropped_workloads(tmp_path, profile, [model], [variant], [held[0]])
+    assert lost == {path: held[1:]}
+    # Negative controls: every workload it holds, all workloads, or no cell yet: nothing lost.
+    assert dropped_workloads(tmp_path, profile, [model], [variant], held) == {}
+    assert dropped_workloads(tmp_path, profile, [model], [variant], None) == {}
+    assert dropped_workloads(tmp_path / "empty", profile, [model], [variant], [held[0]]) == {}

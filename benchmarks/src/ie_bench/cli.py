@@ -157,7 +157,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from ie_bench.sweep import run_sweep
+    from ie_bench.sweep import dropped_workloads, run_sweep
 
     profile = get_profile(args.profile)
     models = [get_model(m) for m in _csv(args.models) or []]
@@ -165,6 +165,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     workloads = _csv(args.workloads)
     for w in workloads or []:
         get_workload(w)
+    lost = dropped_workloads(Path(args.cells_dir), profile, models, variants, workloads)
+    if lost:
+        listed = "; ".join(f"{p.name}: {', '.join(w)}" for p, w in lost.items())
+        raise SystemExit(
+            f"ie bench: a --workloads run rewrites whole cells, and these hold workloads it "
+            f"would drop ({listed}); run every workload, or write elsewhere with --cells-dir"
+        )
     runs = run_sweep(
         models,
         variants,

@@ -222,7 +222,7 @@ def publish(
         raise PublishRefused(
             "the sweep fails the publish gate: "
             + "; ".join(verdict.reasons)
-            + ". Re-run it on a quiet machine (`ie bench sweep --quiet-load 0.5`), or pass "
+            + ". Re-run it on a quiet machine (`ie bench sweep --quiet-load 1.0`), or pass "
             "--allow-loaded to publish it marked as measured under load"
         )
     changed = []

@@ -275,6 +275,31 @@ def _wait(
     bar.set_postfix_str(what)
 
 
+def dropped_workloads(
+    cells_dir: Path,
+    profile: Profile,
+    models: list[ModelSpec],
+    variants: list[VariantSpec],
+    workloads: list[str] | None,
+) -> dict[Path, list[str]]:
+    """Existing cells whose other workloads a `workloads`-restricted run would drop.
+
+    A run rewrites whole cells, so that every figure in one cell was measured under one set of
+    conditions; rewriting a cell with fewer workloads would silently lose the rest.
+    """
+    if not workloads:
+        return {}
+    lost: dict[Path, list[str]] = {}
+    for model in models:
+        for variant in variants:
+            path = cell_path(cells_dir, profile.name, model.key, variant.key)
+            if path.is_file():
+                others = sorted(set(read_cell(path).get("workloads", {})) - set(workloads))
+                if others:
+                    lost[path] = others
+    return lost
+
+
 def run_sweep(
     models: list[ModelSpec],
     variants: list[VariantSpec],

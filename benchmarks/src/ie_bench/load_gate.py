@@ -31,18 +31,21 @@ def foreign_runnable(root: int, proc: Path = Path("/proc")) -> int | None:
     """Runnable threads outside the process tree rooted at `root`; None where /proc is absent."""
     if not (proc / "self").exists():
         return None
-    parent: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
+    pids: list[int] = []
     for entry in proc.iterdir():
         if entry.name.isdigit() and (st := _stat(entry / "stat")) is not None:
-            parent[int(entry.name)] = st[1]
-    ours: set[int] = {root}
-    changed = True
-    while changed:  # descendants of root (engine cores and workers are children of the client)
-        grown = {pid for pid, ppid in parent.items() if ppid in ours} - ours
-        ours |= grown
-        changed = bool(grown)
+            pids.append(int(entry.name))
+            children.setdefault(st[1], []).append(int(entry.name))
+    # Descendants of root: engine cores and workers are children of the client process.
+    ours, stack = {root}, [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in ours:
+                ours.add(child)
+                stack.append(child)
     running = 0
-    for pid in parent.keys() - ours:
+    for pid in set(pids) - ours:
         for task in (proc / str(pid) / "task").glob("*/stat"):
             st = _stat(task)
             running += st is not None and st[0] == "R"

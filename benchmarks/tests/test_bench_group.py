@@ -11,12 +11,12 @@ from typing import Any
 import ie_core.loading
 import pytest
 from bench_fake_model import FakeModel
-from ie_bench import load_gate
 from ie_bench.cells import read_cell, schema_errors
 from ie_bench.group import Step, round_robin, run_group
-from ie_bench.load_gate import judge
 from ie_bench.publish import PublishRefused, publish
 from ie_bench.spec import get_model, get_profile, get_variant
+from ie_core import load_sampling
+from ie_core.benchmark_load import judge
 
 VARIANTS = ("eager", "vllm", "vllm-eager")  # no mid-stack site: the fake model has no config
 
@@ -51,7 +51,11 @@ class _Logged(FakeModel):
 
 
 def _group(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, load: float, foreign: int | None = None
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    load: float,
+    foreign: int | None = None,
+    settle_s: float = 0.0,
 ) -> tuple[list, dict]:
     served: list[str] = []
     loads: dict[str, int] = {}
@@ -63,8 +67,8 @@ def _group(
     monkeypatch.setattr(ie_core.loading, "load_model", fake_load)
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
     # The machine this runs on is not idle: other processes are what the fake says.
-    monkeypatch.setattr(load_gate, "foreign_runnable", lambda root: foreign)
-    profile = dataclasses.replace(get_profile("tiny"), repeats=3, warmup=1)
+    monkeypatch.setattr(load_sampling, "foreign_runnable", lambda root: foreign)
+    profile = dataclasses.replace(get_profile("tiny"), repeats=3, warmup=1, settle_s=settle_s)
     variants = [get_variant(v) for v in VARIANTS]
     cells = run_group(get_model("fake/model"), variants, profile, tmp_path, ["generate", "steer"])
     return cells, {"served": served, "loads": loads}
@@ -90,6 +94,18 @@ def test_group_interleaves_variants_loads_each_engine_once_and_records_load(
         assert env["loadavg_during"]["foreign_mean"] == 0
         assert env["loadavg_steps"] == [0.25] * 8  # two workloads, one warm-up + three repeats
     assert judge(cells).passed  # negative control for the refusal below
+
+
+def test_group_lets_the_previous_engine_go_idle_before_each_timed_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ie_bench.group
+
+    slept: list[float] = []
+    monkeypatch.setattr(ie_bench.group, "sleep", slept.append)
+    _group(tmp_path, monkeypatch, load=0.25, foreign=0, settle_s=0.5)
+    # Two workloads x three timed rounds x three variants; warm-ups run back to back.
+    assert slept == [0.5] * 18
 
 
 def test_gate_refuses_an_interleaved_sweep_run_under_load(

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from bench_fixtures import make_cell, sweep_cells, variant_of
 from ie_bench.cells import schema_errors
-from ie_bench.load_gate import LoadSampler, foreign_runnable, judge
 from ie_bench.publish import (
     END,
     START,
@@ -23,6 +22,8 @@ from ie_bench.publish import (
 )
 from ie_bench.report import render_report
 from ie_bench.tables import rounded, rounded_multiplier
+from ie_core.benchmark_load import judge
+from ie_core.load_sampling import LoadSampler, foreign_runnable
 
 
 def test_fixture_cells_match_the_schema() -> None:

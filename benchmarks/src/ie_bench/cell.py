@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ie_core.load_sampling import LoadSampler
+
 from ie_bench import environment
 from ie_bench.cells import SCHEMA, cell_id, write_cell
-from ie_bench.load_gate import LoadSampler
 from ie_bench.spec import (
     CAPTURE_WORKLOADS,
     MID,

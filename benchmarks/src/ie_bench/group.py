@@ -12,9 +12,11 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from time import sleep
 from typing import Any
 
 import psutil
+from ie_core.load_sampling import LoadSampler
 
 from ie_bench.cell import (
     finish,
@@ -26,7 +28,6 @@ from ie_bench.cell import (
     skeleton,
 )
 from ie_bench.cells import cell_path, write_cell
-from ie_bench.load_gate import LoadSampler
 from ie_bench.spec import WORKLOADS, ModelSpec, Profile, VariantSpec
 
 GIB = 1024**3
@@ -109,6 +110,8 @@ def _rounds(members: list[Member], workloads: list[str], profile: Profile) -> No
     order = round_robin(list(by_key), workloads, profile.warmup, profile.repeats)
     for step in order:
         m = by_key[step.variant]
+        if not step.warmup and len(by_key) > 1:
+            sleep(profile.settle_s)  # let the previous variant's engine go idle
         m.cell["environment"]["loadavg_steps"].append(round(os.getloadavg()[0], 2))
         run(m.tallies[step.workload].step(m.ctx, step.warmup))
     for m in members:

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ie_core.benchmark_load import MAX_FOREIGN, MAX_LOAD_PER_CORE, Verdict, judge
+
 from ie_bench.cells import metric
-from ie_bench.load_gate import MAX_FOREIGN, MAX_LOAD_PER_CORE, Verdict, judge
 from ie_bench.spec import MODELS, VARIANTS
 from ie_bench.tables import markdown_table, multiplier, rounded, rounded_multiplier
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from ie_core.benchmark_load import judge
+
 from ie_bench.cells import metric
-from ie_bench.load_gate import judge
 from ie_bench.publish import (
     BASELINE,
     Conditions,

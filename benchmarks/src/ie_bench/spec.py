@@ -81,6 +81,10 @@ class Profile:
     # How the repeats become a figure: "best" (each metric's best repeat, as the paired static
     # script and the quiet figures do: the least disturbed run) or "median".
     aggregate: str = "best"
+    # Idle seconds before each timed step of an interleaved group: a vLLM worker busy-loops on its
+    # shared-memory queue for 1 s after its last step (shm_broadcast.py `busy_loop_s`), which
+    # would otherwise compete with the next variant's step.
+    settle_s: float = 1.5
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -273,6 +277,7 @@ PROFILES: tuple[Profile, ...] = (
         torch_threads=1,
         cell_timeout_s=600,
         min_free_gib=1.0,
+        settle_s=0.0,  # smoke runs publish no figure
     ),
 )
 

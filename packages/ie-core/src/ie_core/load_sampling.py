@@ -1,8 +1,9 @@
-"""Load sampling while a benchmark cell measures; the gate itself is `ie_core.benchmark_load`.
+"""Load sampling while a benchmark measures: the 1-minute load average and other work's threads.
 
-Besides the 1-minute load average, which counts the benchmark's own engine and client too, the
-sampler counts the threads of *other* processes that are runnable at each sample: the competing
-work the gate is about, apart from the load the benchmark itself makes.
+Besides the load average, which counts the benchmark's own engine and client too, the sampler
+counts the threads of *other* processes that are runnable at each sample: the competing work a
+published figure must not include (the gate is `ie_core.benchmark_load.judge`). Standard library
+only, so every benchmark program (ie-bench, the eager and HTTP scripts) records load the same way.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ie_core.benchmark_load import MAX_FOREIGN, MAX_LOAD_PER_CORE, Verdict, judge
+from ie_core.benchmark_load import MAX_FOREIGN
 
 SAMPLE_EVERY_S = 2.0
 
@@ -62,7 +63,7 @@ class LoadSampler:
         self._samples: list[float] = []
         self._foreign: list[int] = []
         self._root = os.getpid()
-        self._thread = threading.Thread(target=self._run, name="ie-bench-load", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="ie-load-sampler", daemon=True)
 
     def _run(self) -> None:
         while True:
@@ -91,12 +92,10 @@ class LoadSampler:
             out |= {"foreign_mean": round(sum(f) / len(f), 3), "foreign_max": max(f)}
         return out
 
+    def quiet(self) -> bool | None:
+        """Whether other work stayed within the gate's bound; None where it was not counted."""
+        f = self._foreign
+        return None if not f else sum(f) / len(f) <= MAX_FOREIGN
 
-__all__ = [
-    "MAX_FOREIGN",
-    "MAX_LOAD_PER_CORE",
-    "LoadSampler",
-    "Verdict",
-    "foreign_runnable",
-    "judge",
-]
+
+__all__ = ["SAMPLE_EVERY_S", "LoadSampler", "foreign_runnable"]

@@ -11,7 +11,7 @@ from ie_bench import cli as bench_cli
 from ie_bench import layout as bench_layout
 from ie_validator import cli as validator_cli
 from ie_validator import layout as validator_layout
-from ie_validator.results import EngineResult, write_result
+from ie_validator.results import ValidatorResult, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,8 +47,8 @@ def test_outside_a_clone_they_use_the_folder(
     assert validator.nnterp_env.is_relative_to(tmp_path / "cache")
 
 
-def _result(hf_id: str) -> EngineResult:
-    return EngineResult(
+def _result(hf_id: str) -> ValidatorResult:
+    return ValidatorResult(
         hf_id=hf_id, engine="nnsight", reference="eager", verdict="pass", status="ok",
         captured_at="2026-01-01T00:00:00+00:00", dtype="float32", device="cpu", family="llama",
         architecture="LlamaForCausalLM", tier="raw_hf", prompt="p", token_ids=[1], layers=[0],

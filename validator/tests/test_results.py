@@ -11,7 +11,13 @@ from ie_validator.engines.base import Capture, ModelSpec, plan
 from ie_validator.layout import layout
 from ie_validator.mappings import Gap, Hook, lookup
 from ie_validator.render import BEGIN, END, render_all
-from ie_validator.results import EngineResult, PointResult, load_results, result_path, write_result
+from ie_validator.results import (
+    PointResult,
+    ValidatorResult,
+    load_results,
+    result_path,
+    write_result,
+)
 from ie_validator.scoring import Tier
 from ie_validator.sweep import compare
 
@@ -68,9 +74,12 @@ def test_transformer_lens_sandwich_gap_is_data() -> None:
     assert name("llama", "attn_out") == "blocks.{L}.hook_attn_out"
 
 
-def _result(hf_id: str, engine: str, verdict: str = "pass") -> EngineResult:
-    point = PointResult("resid_post", 0, "resid_post.0", "raw_hf", verdict, 1.0, 0.0, 0.0)
-    return EngineResult(
+def _result(hf_id: str, engine: str, verdict: str = "pass") -> ValidatorResult:
+    point = PointResult(
+        point="resid_post", layer=0, tier="raw_hf", status=verdict, cos=1.0, max_abs_diff=0.0,
+        rel_diff=0.0,
+    )  # fmt: skip
+    return ValidatorResult(
         hf_id=hf_id, engine=engine, reference="eager", verdict=verdict, status="ok",
         captured_at="2026-01-01T00:00:00+00:00", dtype="float32", device="cpu", family="llama",
         architecture="LlamaForCausalLM", tier="raw_hf", prompt="p", token_ids=[1, 2], layers=[0],

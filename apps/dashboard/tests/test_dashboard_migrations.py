@@ -6,12 +6,12 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from dashboard_fixtures import make_cell
+from ie_core.records import BenchmarkCell
 from ie_dashboard import tables  # noqa: F401  (registers the ORM tables on SQLModel.metadata)
 from ie_dashboard.config import database_url
 from ie_dashboard.db import Database
 from ie_dashboard.ingest import upsert_cell
 from ie_dashboard.migrations import MIGRATIONS, applied_versions
-from ie_dashboard.schemas import BenchmarkCell
 from ie_dashboard.tables import BenchmarkCellRow
 from sqlmodel import SQLModel, select
 

@@ -1,8 +1,8 @@
 """The cell JSON: its schema, where cells live, and reading a directory of them.
 
-A cell is one `(model, variant)` under one profile. The schema is documented in
-`benchmarks/README.md` ("Cell JSON"); the dashboard ingests these files, so a change here bumps
-`SCHEMA` and the README together.
+A cell is one `(model, variant)` under one profile. Its schema is `ie_core.records.BenchmarkCell`,
+shared with the dashboard that ingests these files, and documented in `benchmarks/README.md`
+("Cell JSON").
 """
 
 from __future__ import annotations
@@ -14,25 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "ie-bench/cell/1"
-CELL_STATUSES = ("running", "ok", "partial", "error")
-WORKLOAD_STATUSES = ("ok", "unsupported", "error")
+from ie_core.records import CELL_SCHEMA, BenchmarkCell, problems
 
-_REQUIRED: dict[str, type | tuple[type, ...]] = {
-    "schema": str,
-    "cell_id": str,
-    "status": str,
-    "started_at": str,
-    "finished_at": (str, type(None)),
-    "command": list,
-    "model": dict,
-    "variant": dict,
-    "profile": dict,
-    "environment": dict,
-    "load": dict,
-    "workloads": dict,
-    "error": (dict, type(None)),
-}
+SCHEMA = CELL_SCHEMA
 
 
 def cell_id(model_key: str, variant_key: str) -> str:
@@ -44,38 +28,10 @@ def cell_path(cells_dir: Path, profile: str, model_key: str, variant_key: str) -
 
 
 def schema_errors(cell: Any) -> list[str]:
-    """What is wrong with a cell dict, as sentences; empty when it matches the schema."""
+    """What is wrong with a cell dict, as sentences; empty when it matches `ie_core.records`."""
     if not isinstance(cell, dict):
         return [f"a cell is a JSON object, got {type(cell).__name__}"]
-    errors = [
-        f"field {k!r} must be {t}, got {type(cell.get(k)).__name__}"
-        for k, t in _REQUIRED.items()
-        if not isinstance(cell.get(k), t)
-    ]
-    if errors:
-        return errors
-    if cell["schema"] != SCHEMA:
-        errors.append(f"schema is {cell['schema']!r}, this reader understands {SCHEMA!r}")
-    if cell["status"] not in CELL_STATUSES:
-        errors.append(f"status {cell['status']!r} is not one of {CELL_STATUSES}")
-    for key in ("key", "model_id"):
-        if not isinstance(cell["model"].get(key), str):
-            errors.append(f"model.{key} must be a string")
-    for key in ("key", "backend"):
-        if not isinstance(cell["variant"].get(key), str):
-            errors.append(f"variant.{key} must be a string")
-    if not isinstance(cell["profile"].get("name"), str):
-        errors.append("profile.name must be a string")
-    for name, w in cell["workloads"].items():
-        if not isinstance(w, dict) or w.get("status") not in WORKLOAD_STATUSES:
-            errors.append(f"workloads.{name}.status must be one of {WORKLOAD_STATUSES}")
-            continue
-        metrics = w.get("metrics")
-        if not isinstance(metrics, dict) or not all(
-            isinstance(v, int | float) for v in metrics.values()
-        ):
-            errors.append(f"workloads.{name}.metrics must map names to numbers")
-    return errors
+    return problems(BenchmarkCell, cell)
 
 
 def write_cell(path: Path, cell: dict[str, Any]) -> None:

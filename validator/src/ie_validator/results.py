@@ -1,17 +1,18 @@
 """Result files: one JSON per (model, engine) under `validator/results/<model slug>/<engine>.json`.
 
-The field list is documented in validator/README.md ("Result schema"); the dashboard ingests these
-files, so `SCHEMA_VERSION` changes whenever a field changes meaning.
+The record is `ie_core.records.ValidatorResult`, the one the dashboard ingests, documented in
+validator/README.md ("Result schema"); `SCHEMA_VERSION` changes whenever a field changes meaning.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+from ie_core.records import VALIDATOR_SCHEMA_VERSION, PointResult, ValidatorResult
+
+SCHEMA_VERSION = VALIDATOR_SCHEMA_VERSION
 
 
 def default_root() -> Path:
@@ -19,50 +20,6 @@ def default_root() -> Path:
     from ie_validator.layout import layout
 
     return layout().results
-
-
-@dataclass(frozen=True)
-class PointResult:
-    point: str
-    layer: int | None
-    address: str
-    tier: str
-    status: str  # pass | warn | fail | n/a
-    cos: float | None = None
-    max_abs_diff: float | None = None
-    rel_diff: float | None = None
-    worst_token: int | None = None
-    worst_token_max_abs_diff: float | None = None
-    worst_token_cos: float | None = None
-    reason: str = ""
-    engine_hook: str = ""
-    shape: list[int] | None = None
-
-
-@dataclass(frozen=True)
-class EngineResult:
-    hf_id: str
-    engine: str
-    reference: str
-    verdict: str  # pass | warn | fail | unsupported
-    status: str  # ok | engine_error | reference_error
-    captured_at: str
-    dtype: str
-    device: str
-    family: str
-    architecture: str
-    tier: str
-    prompt: str
-    token_ids: list[int]
-    layers: list[int]
-    versions: dict[str, str]
-    summary: dict[str, int]
-    points: list[PointResult] = field(default_factory=list)
-    error: str = ""
-    schema_version: int = SCHEMA_VERSION
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def model_slug(hf_id: str) -> str:
@@ -74,7 +31,7 @@ def result_path(hf_id: str, engine: str, root: Path | None = None) -> Path:
     return (root or default_root()) / model_slug(hf_id) / f"{engine}.json"
 
 
-def write_result(result: EngineResult, root: Path | None = None) -> Path:
+def write_result(result: ValidatorResult, root: Path | None = None) -> Path:
     """Write one (model, engine) file; every other file under `root` is left as it is."""
     path = result_path(result.hf_id, result.engine, root)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,3 +46,14 @@ def load_results(root: Path | None = None) -> list[dict[str, Any]]:
     folder = root or default_root()
     out = [json.loads(p.read_text()) for p in sorted(folder.glob("*/*.json"))]
     return sorted(out, key=lambda r: (r["hf_id"], r["engine"]))
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "PointResult",
+    "ValidatorResult",
+    "load_results",
+    "model_slug",
+    "result_path",
+    "write_result",
+]

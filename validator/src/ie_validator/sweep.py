@@ -30,7 +30,7 @@ from ie_validator.engines.registry import make_engine
 from ie_validator.mappings import Gap
 from ie_validator.models import model_spec
 from ie_validator.prompt import PROMPT, compared_layers
-from ie_validator.results import EngineResult, PointResult, write_result
+from ie_validator.results import PointResult, ValidatorResult, write_result
 from ie_validator.scoring import Score, Status, Tier, not_applicable, score, verdict
 
 # Points the sweep never asks for: multi-stream trunks have no synthetic family here.
@@ -153,7 +153,7 @@ def compare(
 
 
 def _result(model: ModelSpec, engine: str, reference: str, tier: Tier, ids: list[int],
-            points: list[PointResult], status: str, error: str, versions: dict[str, str]) -> EngineResult:  # fmt: skip
+            points: list[PointResult], status: str, error: str, versions: dict[str, str]) -> ValidatorResult:  # fmt: skip
     counts = Counter(p.status for p in points)
     v = (
         verdict([Status(p.status) for p in points])
@@ -161,7 +161,7 @@ def _result(model: ModelSpec, engine: str, reference: str, tier: Tier, ids: list
         # An engine that cannot load the model is unsupported; a crash on our side is a failure.
         else ("unsupported" if status == "engine_error" else "fail")
     )
-    return EngineResult(
+    return ValidatorResult(
         hf_id=model.hf_id,
         engine=engine,
         reference=reference,
@@ -185,7 +185,7 @@ def _result(model: ModelSpec, engine: str, reference: str, tier: Tier, ids: list
 
 def validate_model(
     model_id: str, engines: Sequence[str], *, root: Path | None = None, progress: tqdm | None = None
-) -> list[EngineResult]:
+) -> list[ValidatorResult]:
     """Validate one model against `engines`; writes (and returns) one result per engine."""
     model = model_spec(model_id)
     ids = tokenize(model)
@@ -232,10 +232,10 @@ def validate_model(
 
 def sweep(
     model_ids: Sequence[str], engines: Sequence[str], *, root: Path | None = None
-) -> list[EngineResult]:
+) -> list[ValidatorResult]:
     """Every model against every engine, with a progress bar; one model's failure stops nothing."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    out: list[EngineResult] = []
+    out: list[ValidatorResult] = []
     total = len(model_ids) * len(engines)
     with tqdm(total=total, desc="validate", unit="cell", disable=not progress_enabled()) as bar:
         for model_id in model_ids:

@@ -14,6 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from ie_core.capabilities import BACKENDS, cell
+from ie_core.records import BenchmarkCell, ValidatorResult
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
@@ -26,7 +27,6 @@ from ie_dashboard.ingest import upsert_cell, upsert_validator
 from ie_dashboard.links import Links
 from ie_dashboard.migrations import applied_versions
 from ie_dashboard.registry import seed_registry
-from ie_dashboard.schemas import BenchmarkCell, ValidatorResult
 from ie_dashboard.tables import BenchmarkCellRow, ValidatorPointRow, ValidatorRunRow, WorkloadRow
 
 LIVE = Links()

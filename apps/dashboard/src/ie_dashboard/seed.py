@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ie_core.records import BenchmarkCell, ValidatorResult
 from pydantic import BaseModel, ValidationError
 
 from ie_dashboard.body import BodyError, parse_json
 from ie_dashboard.db import Database
 from ie_dashboard.ingest import upsert_cell, upsert_validator
 from ie_dashboard.registry import seed_registry
-from ie_dashboard.schemas import BenchmarkCell, ValidatorResult
 
 BENCH_DIR = Path("benchmarks/cells")
 VALIDATOR_DIR = Path("validator/results")

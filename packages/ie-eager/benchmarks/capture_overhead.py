@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import platform
 import statistics
 import time
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from ie_core.load_sampling import LoadSampler
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "capture_overhead"
@@ -92,6 +95,12 @@ def methods(
     return table, versions
 
 
+def _attention_of(model: Any) -> str:
+    """The attention implementation an HF model runs (kernels differ: a ratio must say which)."""
+    config = getattr(model, "config", None)
+    return str(getattr(config, "_attn_implementation", "unknown"))
+
+
 def _transformer_lens(folder: Path, n_layers: int, versions: dict[str, str]) -> dict[str, Callable]:
     try:
         import transformer_lens
@@ -101,6 +110,7 @@ def _transformer_lens(folder: Path, n_layers: int, versions: dict[str, str]) -> 
         return {}
     versions["transformer_lens"] = getattr(transformer_lens, "__version__", "?")
     bridge = TransformerBridge.boot_transformers(str(folder), device="cpu", dtype=torch.float32)
+    versions["transformer_lens_attention"] = _attention_of(getattr(bridge, "original_model", None))
     names = {f"blocks.{i}.hook_resid_post" for i in range(n_layers)}
 
     def tl_forward(ids: torch.Tensor) -> Any:
@@ -122,7 +132,9 @@ def _nnsight(folder: Path, n_layers: int, versions: dict[str, str]) -> dict[str,
         print(f"nnsight not available: {exc}")
         return {}
     versions["nnsight"] = getattr(nnsight, "__version__", "?")
-    lm = LanguageModel(str(folder), dispatch=True, dtype=torch.float32)
+    # The same attention kernels as the reference forward (nnsight would load sdpa by default).
+    lm = LanguageModel(str(folder), dispatch=True, dtype=torch.float32, attn_implementation="eager")
+    versions["nnsight_attention"] = _attention_of(getattr(lm, "_model", None))
 
     def nn_capture(ids: torch.Tensor) -> Any:
         # nnsight compiles the with-body from source: keep the trace as its own with statement.
@@ -154,17 +166,27 @@ def measure(
     return times
 
 
+def median_interval(values: list[float]) -> tuple[float, float]:
+    """A distribution-free 95% interval for the median: the order statistics n/2 -+ 0.98 sqrt(n)."""
+    ordered, n = sorted(values), len(values)
+    half = 0.98 * math.sqrt(n)
+    lo, hi = max(0, math.floor(n / 2 - half)), min(n - 1, math.ceil(n / 2 + half))
+    return ordered[lo], ordered[hi]
+
+
 def summarize(times: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     base = statistics.median(times["hf_forward"])
     out = {}
     for name, values in times.items():
         med = statistics.median(values)
         # Paired: each repeat's time over the plain forward's in the same round (drift cancels).
-        paired = statistics.median(v / b for v, b in zip(values, times["hf_forward"], strict=True))
+        ratios = [v / b for v, b in zip(values, times["hf_forward"], strict=True)]
+        lo, hi = median_interval(ratios)
         out[name] = {
             "median_ms": med * 1e3,
             "ratio_vs_hf_forward": med / base,
-            "paired_ratio_median": paired,
+            "paired_ratio_median": statistics.median(ratios),
+            "paired_ratio_ci95": [lo, hi],
             "extra_ms_vs_hf_forward": (med - base) * 1e3,
             "repeats": len(values),
         }
@@ -184,24 +206,39 @@ def markdown(result: dict[str, Any]) -> str:
         lines += [
             f"## {n} tokens",
             "",
-            "| method | median ms | ratio of medians | median paired ratio | extra ms |",
-            "|---|---:|---:|---:|---:|",
+            "| method | median ms | ratio of medians | median paired ratio | 95% interval | extra ms |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
         for name, row in rows.items():
+            lo, hi = row["paired_ratio_ci95"]
             lines.append(
                 f"| {name} | {row['median_ms']:.2f} | {row['ratio_vs_hf_forward']:.3f} | "
-                f"{row['paired_ratio_median']:.3f} | {row['extra_ms_vs_hf_forward']:+.2f} |"
+                f"{row['paired_ratio_median']:.3f} | {lo:.3f}-{hi:.3f} | "
+                f"{row['extra_ms_vs_hf_forward']:+.2f} |"
             )
-        lines.append("")
+        load = result["load"][n]
+        lines += ["", f"Load: {_load_line(load)}.", ""]
     lines.append(f"Command: `{result['command']}`")
+    if not result.get("quiet", False):
+        lines.append("")
+        lines.append("**Measured while other work shared the machine: not a performance figure.**")
     return "\n".join(lines) + "\n"
+
+
+def _load_line(load: dict[str, Any]) -> str:
+    foreign = load.get("foreign_mean")
+    other = "not counted" if foreign is None else f"{foreign:.2f} on average"
+    return (
+        f"1-minute load {load['before_1m']:.2f} before, {load['min_1m']}-{load['max_1m']} during; "
+        f"other processes' runnable threads {other}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--lengths", type=int, nargs="+", default=[16, 256])
-    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--repeats", type=int, default=40)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument(
@@ -236,11 +273,18 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python packages/ie-eager/benchmarks/capture_overhead.py "
         + " ".join(argv or []),
         "lengths": {},
+        "load": {},
     }
+    quiet = True
     for n in args.lengths:
-        times = measure(table, _ids(tok, n), args.repeats, args.warmup, args.clock)
+        before = os.getloadavg()[0]
+        with LoadSampler() as sampler:
+            times = measure(table, _ids(tok, n), args.repeats, args.warmup, args.clock)
         result["lengths"][str(n)] = summarize(times)
+        result["load"][str(n)] = {"before_1m": round(before, 2)} | sampler.summary()
+        quiet = quiet and sampler.quiet() is True
         print(f"{n} tokens:", json.dumps(result["lengths"][str(n)], indent=1))
+    result["quiet"] = quiet
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(result))

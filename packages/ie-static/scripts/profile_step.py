@@ -14,6 +14,8 @@ The static worker's counters (`ie_static_stats`) split each phase's wall time in
 row-table refresh (`set_rows`), the model forward (taps included), the per-step harvest and
 slicing of captured rows (`harvest`), the final gather and encoding (`collect`), and what is left
 (scheduler, sampling, IPC, the front end). Ratios are medians over rounds of each round's ratio.
+Each phase starts after `SETTLE_S` idle seconds, so the other engine's post-step busy loop (vLLM's
+shared-memory queue spins for 1 s after its last read) does not run into it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cpu import MODEL, PROMPTS
+from ie_core.load_sampling import LoadSampler
 
+# vLLM's shared-memory queue reader busy-loops for 1 s after its last read (MessageQueue's
+# `busy_loop_s`); a phase starts only once the other engine has gone idle.
+SETTLE_S = 1.5
 PARTS = ("set_rows", "forward", "harvest", "collect")
 PHASES = (("gen_c1", 1, False), ("gen_c8", 8, False), ("all_c1", 1, True), ("all_c8", 8, True))
 
@@ -49,7 +55,7 @@ def stats(model: Any) -> dict[str, float]:
 
     if model.backend != "vllm-static":
         return {}
-    return dict(run(model._on_engine(model.engine.rpc("ie_static_stats")))[0])
+    return dict(run(model.flow.on_engine(model.engine.rpc("ie_static_stats")))[0])
 
 
 async def _job(model: Any, concurrency: int, new_tokens: int, capture: list[str] | None) -> int:
@@ -69,6 +75,7 @@ def timed(model: Any, concurrency: int, new_tokens: int, capture: list[str] | No
     from ie_core.runner import run
 
     before = stats(model)
+    time.sleep(SETTLE_S)
     t0 = time.perf_counter()
     tokens = run(_job(model, concurrency, new_tokens, capture))
     wall = time.perf_counter() - t0
@@ -81,6 +88,21 @@ def timed(model: Any, concurrency: int, new_tokens: int, capture: list[str] | No
         out["forwards"] = forwards
         out["ms_per_forward"] = {k: 1000 * v / max(forwards, 1) for k, v in split.items()}
     return out
+
+
+def one_round(engines: dict[str, Any], every: list[str], new_tokens: int) -> dict[str, Any]:
+    """Every phase on both engines, one after the other (capture phases on static only)."""
+    entry: dict[str, Any] = {"loadavg_start": os.getloadavg()[0]}
+    for phase, concurrency, capture in PHASES:
+        entry[phase] = {}
+        for backend, model in engines.items():
+            if capture and backend != "vllm-static":
+                continue
+            entry[phase][backend] = timed(
+                model, concurrency, new_tokens, every if capture else None
+            )
+    entry["loadavg_end"] = os.getloadavg()[0]
+    return entry
 
 
 def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -121,22 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     for model in engines.values():
         run(_job(model, 1, 4, None))  # warm-up
     run(_job(static, 1, 4, every))
-    rounds = []
-    for _ in range(args.rounds):
-        entry: dict[str, Any] = {"loadavg_start": os.getloadavg()[0]}
-        for phase, concurrency, capture in PHASES:
-            entry[phase] = {}
-            for backend, model in engines.items():
-                if capture and backend != "vllm-static":
-                    continue
-                entry[phase][backend] = timed(
-                    model, concurrency, args.new_tokens, every if capture else None
-                )
-        entry["loadavg_end"] = os.getloadavg()[0]
-        rounds.append(entry)
+    with LoadSampler() as sampler:
+        rounds = [one_round(engines, every, args.new_tokens) for _ in range(args.rounds)]
     for model in engines.values():
         run(model.shutdown())
     results = {"model": MODEL, "new_tokens": args.new_tokens, **summarize(rounds), "rounds": rounds}
+    results |= {"settle_s": SETTLE_S, "load": sampler.summary(), "quiet": sampler.quiet() is True}
     text = json.dumps(results, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")

@@ -157,7 +157,7 @@ def test_mixed_batch_of_steered_and_unsteered_requests(engines) -> None:
         assert got.generation.token_ids == want.generation.token_ids
         for a in sites:
             assert _close(got.cache[a], want.cache[a]) <= REL
-    stats = run(static._on_engine(static.engine.rpc("ie_static_stats")))
+    stats = run(static.flow.on_engine(static.engine.rpc("ie_static_stats")))
     assert stats[0]["registered"] == 0  # every slot and capture was released
 
 

@@ -14,6 +14,7 @@ from ie_core.errors import PointUnavailableError, SteeringSpecError, Unsupported
 from ie_core.steering import Additive, Orthogonal, PositionMask, ProjectionCap, steer_at
 from ie_vllm import payload
 from ie_vllm.layout import KEY_ARG, record_layout
+from ie_vllm.lens_decode import residual_rows
 from ie_vllm.registry import RequestSpec, Rows, SteerSpec
 from ie_vllm.resolve import SHARDED_POINTS, AttnGeom, PointTable, _refuse_rest
 from ie_vllm.worker import attention_rows
@@ -258,7 +259,7 @@ def test_bad_input_is_refused_before_the_engine() -> None:
     with pytest.raises(SteeringSpecError, match="capture-only"):
         model._steer_specs(steer_at("router_logits.1", Additive((1.0, 2.0, 3.0))), [1, 2])
     with pytest.raises(ValueError, match="d_model=4"):
-        model._lens_rows(torch.zeros(2, 5))
+        residual_rows(torch.zeros(2, 5), model.d_model)
     masked = model._steer_specs(
         steer_at(
             "resid_post.1", Additive((1.0, 0, 0, 0)), mask=PositionMask((1,), special_tokens=True)

@@ -7,10 +7,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from ie_core.address import AddressLike, check_layer, to_address
@@ -18,7 +17,6 @@ from ie_core.cache import ActivationCache
 from ie_core.capabilities import PointCapability
 from ie_core.errors import (
     BadPromptError,
-    EngineStoppedError,
     GradientUnavailableError,
     PointUnavailableError,
     PromptTooLongError,
@@ -41,23 +39,18 @@ from ie_core.protocol import (
 )
 from ie_core.runner import run
 from ie_core.steer_scope import mask_positions
-from ie_core.text_stream import TextStream as _TextStream
 
+from ie_vllm import lens_decode
 from ie_vllm import logprobs as lp
-from ie_vllm import payload
 from ie_vllm.channel import Channel, HookedChannel
-from ie_vllm.engine import Engine, Submission, new_key
+from ie_vllm.engine import Engine
 from ie_vllm.policy import SitePolicy
-from ie_vllm.registry import RequestSpec, SteerSpec
-
-T = TypeVar("T")
+from ie_vllm.registry import SteerSpec
+from ie_vllm.request import Flow, gather
 
 HOOKED = "vllm"
 GENERATE = "vllm-generate"
 DEFAULT_SAMPLING = SamplingParams()
-FULL_LOGITS_LIMIT = 64 * 2**20  # bytes of [rows, vocab] fp32 decode_residuals may ship back
-# Releases in flight: a shielded release outlives its cancelled caller, so keep a reference.
-_RELEASING: set[asyncio.Task[None]] = set()
 
 
 class VLLMModel:
@@ -87,6 +80,7 @@ class VLLMModel:
         self.policy = policy if policy is not None else SitePolicy(info.get("writable", ()))
         self._widths: dict[str, int] = dict(info.get("widths", {}))
         self._refused: dict[str, str] = dict(info.get("refused", {}))
+        self.flow = Flow(engine, self.channel, self._params, self._text)
 
     # --- construction --------------------------------------------------------------------------
 
@@ -254,70 +248,6 @@ class VLLMModel:
             logprobs=sampling.logprobs,
         )
 
-    # --- core request --------------------------------------------------------------------------
-
-    async def _on_engine(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run on the engine's loop (AsyncLLM is bound to it), from whichever loop awaits us."""
-        try:
-            self.engine.check_alive()
-        except EngineStoppedError:
-            coro.close()
-            raise
-        if asyncio.get_running_loop() is self.engine.loop:
-            return await coro
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.engine.loop))
-
-    async def _request(
-        self,
-        prompt_ids: tuple[int, ...],
-        sampling: SamplingParams,
-        captures: tuple[str, ...],
-        steer: tuple[SteerSpec, ...],
-        outputs: list[Any] | None = None,
-    ) -> tuple[tuple[int, ...], dict[str, torch.Tensor]]:
-        """Register, submit, wait, collect. Returns generated ids and rows per captured address;
-        the last CompletionOutput goes to `outputs` when given (per-step logprobs)."""
-        tracked = bool(captures or steer)
-        key = new_key()
-        sub = Submission(prompt_ids, self._params(key, sampling), key, key if tracked else None)
-        token_ids: tuple[int, ...] = ()
-        try:
-            if tracked:
-                await self._register(RequestSpec(key, captures, steer, len(prompt_ids)))
-            async for out in self.engine.stream(sub):
-                token_ids = tuple(out.outputs[0].token_ids)
-                if outputs is not None:
-                    outputs[:] = [out.outputs[0]]
-            rows: dict[str, torch.Tensor] = {}
-            if tracked:
-                n_rows = len(prompt_ids) + len(token_ids) - 1
-                rows = await self.channel.collect(key, 0, n_rows, True)
-                tracked = False
-            return token_ids, rows
-        finally:
-            if tracked:
-                await self._release(key)
-
-    async def _register(self, spec: RequestSpec) -> None:
-        """Register in every worker; call inside the try whose finally runs `_release`."""
-        await self.channel.register([spec])
-
-    async def _release(self, key: str) -> None:
-        """Release a key in every worker, even while the caller is being cancelled.
-
-        Shielded, so a cancel during the release cannot leave the entry and its hooks behind;
-        a registration still in flight when the caller was cancelled reaches the worker first
-        (one ordered channel), so this release drops it. A stopped engine has nothing to release.
-        """
-        task = asyncio.ensure_future(self._release_now(key))
-        _RELEASING.add(task)
-        task.add_done_callback(_RELEASING.discard)
-        await asyncio.shield(task)
-
-    async def _release_now(self, key: str) -> None:
-        with contextlib.suppress(EngineStoppedError):
-            await self.channel.release([key])
-
     # --- protocol ------------------------------------------------------------------------------
 
     async def capture(
@@ -340,10 +270,10 @@ class VLLMModel:
             self._check_length(ids, 1)  # capture samples one token
 
         async def one_prompt(ids: tuple[int, ...]) -> dict[str, torch.Tensor]:
-            _, rows = await self._request(ids, one, captures, self._steer_specs(steering, ids))
+            _, rows = await self.flow.run(ids, one, captures, self._steer_specs(steering, ids))
             return rows
 
-        results = await self._on_engine(_gather(*(one_prompt(p) for p in prompts)))
+        results = await self.flow.on_engine(gather(*(one_prompt(p) for p in prompts)))
         return self._batch_cache(captures, results, [len(p) for p in prompts])
 
     def _refuse_grad(self, grad: object, what: str) -> None:
@@ -394,7 +324,9 @@ class VLLMModel:
         captures = self._captures(addresses)
         steer = self._steer_specs(steering, ids)
         last: list[Any] = []
-        token_ids, rows = await self._on_engine(self._request(ids, sampling, captures, steer, last))
+        token_ids, rows = await self.flow.on_engine(
+            self.flow.run(ids, sampling, captures, steer, last)
+        )
         cache = ActivationCache({a: rows[a].unsqueeze(0) for a in captures})
         return GenerationCapture(self._generation(ids, token_ids, sampling, last), cache)
 
@@ -415,35 +347,10 @@ class VLLMModel:
         self._check_length(ids, sampling.max_new_tokens)
         captures = self._captures(addresses)
         steer = self._steer_specs(steering, ids)
-        agen = self._stream_capture(ids, sampling, captures, steer)
-        async for item in _bridge(agen, self.engine.loop, self._on_engine):
+        async for item in self.flow.bridge(
+            self.flow.stream_capture(ids, sampling, captures, steer)
+        ):
             yield item
-
-    async def _stream_capture(
-        self,
-        ids: tuple[int, ...],
-        sampling: SamplingParams,
-        captures: tuple[str, ...],
-        steer: tuple[SteerSpec, ...],
-    ) -> AsyncIterator[tuple[StreamChunk, ActivationCache]]:
-        key = new_key()
-        sub = Submission(ids, self._params(key, sampling), key, key)
-        have = 0
-        seen = 0
-        text = _TextStream(self._text)
-        try:
-            await self._register(RequestSpec(key, captures, steer, len(ids)))
-            async for out in self.engine.stream(sub):
-                new_tokens = list(out.outputs[0].token_ids)[seen:]
-                for tok in new_tokens:
-                    seen += 1
-                    stop = len(ids) + seen - 1
-                    rows = await self.channel.collect(key, have, stop, False)
-                    have = stop
-                    cache = ActivationCache({a: rows[a].unsqueeze(0) for a in captures})
-                    yield StreamChunk(tok, text.push(tok), _step(out, sampling, seen)), cache
-        finally:
-            await self._release(key)
 
     async def capture_attention(
         self, tokens: Prompt, layers: Sequence[int] | None = None
@@ -468,7 +375,7 @@ class VLLMModel:
         self._check_length(ids, sampling.max_new_tokens)
         steer = self._steer_specs(steering, ids)
         last: list[Any] = []
-        token_ids, _ = await self._on_engine(self._request(ids, sampling, (), steer, last))
+        token_ids, _ = await self.flow.on_engine(self.flow.run(ids, sampling, (), steer, last))
         return self._generation(ids, token_ids, sampling, last)
 
     async def generate_stream(
@@ -483,28 +390,8 @@ class VLLMModel:
         ids = self._prompt_ids(tokens)
         self._check_length(ids, sampling.max_new_tokens)
         steer = self._steer_specs(steering, ids)
-        async for item in _bridge(
-            self._stream_tokens(ids, sampling, steer), self.engine.loop, self._on_engine
-        ):
+        async for item in self.flow.bridge(self.flow.stream_tokens(ids, sampling, steer)):
             yield item
-
-    async def _stream_tokens(
-        self, ids: tuple[int, ...], sampling: SamplingParams, steer: tuple[SteerSpec, ...]
-    ) -> AsyncIterator[StreamChunk]:
-        key = new_key()
-        sub = Submission(ids, self._params(key, sampling), key, key if steer else None)
-        seen = 0
-        text = _TextStream(self._text)
-        try:
-            if steer:
-                await self._register(RequestSpec(key, (), steer, len(ids)))
-            async for out in self.engine.stream(sub):
-                for tok in list(out.outputs[0].token_ids)[seen:]:
-                    seen += 1
-                    yield StreamChunk(tok, text.push(tok), _step(out, sampling, seen))
-        finally:
-            if steer:
-                await self._release(key)
 
     def _generation(
         self,
@@ -526,42 +413,14 @@ class VLLMModel:
 
         return lens_generation_stream(self, tokens, addresses, params, **kw)
 
-    def _lens_rows(self, rows: Any) -> tuple[torch.Tensor, tuple[int, ...]]:
-        t = torch.as_tensor(rows)
-        if t.ndim == 0 or t.shape[-1] != self.d_model:
-            raise ValueError(
-                f"residual rows must end in d_model={self.d_model}, got shape {tuple(t.shape)}"
-            )
-        if not t.is_floating_point() or not torch.isfinite(t).all():
-            raise ValueError("residual rows must be finite floating-point values")
-        return t.reshape(-1, self.d_model).contiguous(), tuple(t.shape[:-1])
-
     async def decode_residuals(self, rows: Any, *, grad: bool = False) -> Any:
         """Full logits `[..., vocab]` (final norm, unembed, scale, softcap) for small inputs."""
         self._refuse_grad(grad or getattr(rows, "requires_grad", False), "decode_residuals")
-        flat, lead = self._lens_rows(rows)
-        vocab = int(self.info.get("vocab_size", 0)) or len(self.tokenizer)
-        size = flat.shape[0] * vocab * 4
-        if size > FULL_LOGITS_LIMIT:
-            raise UnsupportedOperationError(
-                f"decode_residuals would ship {size / 2**20:.0f} MiB of logits back from the "
-                f"worker (limit {FULL_LOGITS_LIMIT // 2**20} MiB); use decode_residuals_topk"
-            )
-        out = await self._on_engine(
-            self.engine.rpc_payload("ie_decode", payload.encode({"rows": flat}))
-        )
-        logits = out["logits"]
-        return logits.reshape(*lead, logits.shape[-1])
+        return await lens_decode.logits(self, rows)
 
     async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
         """Top-k ids and full-vocab probabilities, computed in the worker: `[..., k]` back."""
-        if not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive int, got {k!r}")
-        flat, lead = self._lens_rows(rows)
-        out = await self._on_engine(
-            self.engine.rpc_payload("ie_lens_topk", payload.encode({"rows": flat}), k)
-        )
-        return TopK(out["ids"].reshape(*lead, k), out["probs"].reshape(*lead, k))
+        return await lens_decode.topk(self, rows, k)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -582,7 +441,7 @@ class VLLMModel:
 
     async def stats(self) -> dict[str, Any]:
         """Worker registry and hook counts (tests check that everything was released)."""
-        return (await self._on_engine(self.engine.rpc("ie_stats")))[0]
+        return (await self.flow.on_engine(self.engine.rpc("ie_stats")))[0]
 
 
 def _refuse_ragged(lengths: list[int]) -> None:
@@ -594,43 +453,6 @@ def _refuse_ragged(lengths: list[int]) -> None:
             "ie_core.ragged.capture_ragged (right-padded, true lengths recorded) or capture "
             "them one at a time"
         )
-
-
-def _step(out: Any, sampling: SamplingParams, seen: int) -> Any:
-    """The logprobs of generated token `seen - 1` when asked for (cumulative outputs)."""
-    if sampling.logprobs is None:
-        return None
-    completion = out.outputs[0]
-    return lp.step(completion.logprobs[seen - 1], completion.token_ids[seen - 1], sampling.logprobs)
-
-
-async def _gather(*coros: Awaitable[T]) -> list[T]:
-    return list(await asyncio.gather(*coros))
-
-
-async def _bridge(
-    agen: AsyncIterator[T], engine_loop: asyncio.AbstractEventLoop, on_engine: Any
-) -> AsyncIterator[T]:
-    """Drive an async iterator that lives on the engine loop from any loop."""
-    if asyncio.get_running_loop() is engine_loop:
-        async for item in agen:
-            yield item
-        return
-
-    async def step() -> tuple[bool, T | None]:
-        try:
-            return True, await agen.__anext__()  # type: ignore[attr-defined]
-        except StopAsyncIteration:
-            return False, None
-
-    try:
-        while True:
-            ok, item = await on_engine(step())
-            if not ok:
-                return
-            yield item  # type: ignore[misc]
-    finally:
-        await on_engine(agen.aclose())  # type: ignore[attr-defined]
 
 
 def _load(model_id: str, backend: str, **kw: Any) -> VLLMModel:

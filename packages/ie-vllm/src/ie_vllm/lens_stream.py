@@ -1,4 +1,4 @@
-"""vLLM's streaming lens read-out: `_stream_capture` with the top-k taken in the worker
+"""vLLM's streaming lens read-out: `Flow.stream_capture` with the top-k taken in the worker
 (`LensWorkerMixin.ie_lens_collect_topk`) instead of shipping rows back. Served on backend 'vllm'
 with one tensor-parallel rank: the worker keeps rows on rank 0 and compute_logits would gather
 across ranks, so TP > 1 is refused, as are vllm-static (rows live in its static taps) and
@@ -14,6 +14,7 @@ from ie_core.address import AddressLike
 from ie_core.errors import UnsupportedOperationError
 from ie_core.lens_stream import LensStep
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK
+from ie_core.text_stream import TextStream
 
 from ie_vllm import payload
 from ie_vllm.engine import Submission, new_key
@@ -50,8 +51,6 @@ async def lens_generation_stream(
     transports: Mapping[str, torch.Tensor],
     steering: SteeringArg = None,
 ) -> AsyncIterator[LensStep]:
-    from ie_vllm.backend import _bridge
-
     check_served(model)
     ids = model._prompt_ids(tokens)
     model._check_length(ids, params.max_new_tokens)
@@ -59,7 +58,7 @@ async def lens_generation_stream(
     steer = model._steer_specs(steering, ids)
     wire = payload.encode(dict(transports)) if transports else {}
     agen = _stream(model, ids, params, captures, steer, k, wire)
-    async for item in _bridge(agen, model.engine.loop, model._on_engine):
+    async for item in model.flow.bridge(agen):
         yield item
 
 
@@ -72,14 +71,13 @@ async def _stream(
     k: int,
     wire: dict[str, Any],
 ) -> AsyncIterator[LensStep]:
-    from ie_vllm.backend import _TextStream
-
+    flow = model.flow
     key = new_key()
-    sub = Submission(ids, model._params(key, params), key, key)
+    sub = Submission(ids, flow.params(key, params), key, key)
     have = seen = 0
-    text = _TextStream(model._text)
+    text = TextStream(flow.text)
     try:
-        await model._register(RequestSpec(key, captures, steer, len(ids)))
+        await flow.register(RequestSpec(key, captures, steer, len(ids)))
         async for out in model.engine.stream(sub):
             for tok in list(out.outputs[0].token_ids)[seen:]:
                 seen += 1
@@ -91,4 +89,4 @@ async def _stream(
                 tops = {a: TopK(got[f"{a}|ids"], got[f"{a}|probs"]) for a in captures}
                 yield LensStep(StreamChunk(tok, text.push(tok)), tops)
     finally:
-        await model._release(key)
+        await flow.release(key)

@@ -1,0 +1,197 @@
+"""One request on the engine: register its captures and steering in the workers, submit it,
+collect its rows, release it (shielded, so a cancelled caller leaves nothing behind).
+
+`VLLMModel` validates and shapes; this module only moves a request through the engine, on the
+engine's own loop (`Flow.on_engine`), from whichever loop the caller awaits on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+from ie_core.cache import ActivationCache
+from ie_core.errors import EngineStoppedError
+from ie_core.protocol import SamplingParams, StreamChunk
+from ie_core.text_stream import TextStream
+
+from ie_vllm import logprobs as lp
+from ie_vllm.channel import Channel
+from ie_vllm.engine import Engine, Submission, new_key
+from ie_vllm.registry import RequestSpec, SteerSpec
+
+T = TypeVar("T")
+
+# Releases in flight: a shielded release outlives its cancelled caller, so keep a reference.
+_RELEASING: set[asyncio.Task[None]] = set()
+
+
+@dataclass(frozen=True)
+class Flow:
+    """The engine and the channel to its workers, plus how to build vLLM's sampling params and
+    decode text: everything a request needs once the model has checked its arguments."""
+
+    engine: Engine
+    channel: Channel
+    params: Callable[[str, SamplingParams], Any]  # (key, sampling) -> vllm.SamplingParams
+    text: Callable[[Sequence[int]], str]
+
+    async def on_engine(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run on the engine's loop (AsyncLLM is bound to it), from whichever loop awaits us."""
+        try:
+            self.engine.check_alive()
+        except EngineStoppedError:
+            coro.close()
+            raise
+        if asyncio.get_running_loop() is self.engine.loop:
+            return await coro
+        future = asyncio.run_coroutine_threadsafe(coro, self.engine.loop)
+        return await asyncio.wrap_future(future)
+
+    def bridge(self, agen: AsyncIterator[T]) -> AsyncIterator[T]:
+        """An async iterator living on the engine loop, driven from the caller's loop."""
+        return _bridge(agen, self.engine.loop, self.on_engine)
+
+    async def register(self, spec: RequestSpec) -> None:
+        """Register in every worker; call inside the try whose finally runs `release`."""
+        await self.channel.register([spec])
+
+    async def release(self, key: str) -> None:
+        """Release a key in every worker, even while the caller is being cancelled.
+
+        Shielded, so a cancel during the release cannot leave the entry and its hooks behind;
+        a registration still in flight when the caller was cancelled reaches the worker first
+        (one ordered channel), so this release drops it. A stopped engine has nothing to release.
+        """
+        task = asyncio.ensure_future(self._release_now(key))
+        _RELEASING.add(task)
+        task.add_done_callback(_RELEASING.discard)
+        await asyncio.shield(task)
+
+    async def _release_now(self, key: str) -> None:
+        with contextlib.suppress(EngineStoppedError):
+            await self.channel.release([key])
+
+    async def run(
+        self,
+        prompt_ids: tuple[int, ...],
+        sampling: SamplingParams,
+        captures: tuple[str, ...],
+        steer: tuple[SteerSpec, ...],
+        outputs: list[Any] | None = None,
+    ) -> tuple[tuple[int, ...], dict[str, torch.Tensor]]:
+        """Register, submit, wait, collect. Returns generated ids and rows per captured address;
+        the last CompletionOutput goes to `outputs` when given (per-step logprobs)."""
+        tracked = bool(captures or steer)
+        key = new_key()
+        sub = Submission(prompt_ids, self.params(key, sampling), key, key if tracked else None)
+        token_ids: tuple[int, ...] = ()
+        try:
+            if tracked:
+                await self.register(RequestSpec(key, captures, steer, len(prompt_ids)))
+            async for out in self.engine.stream(sub):
+                token_ids = tuple(out.outputs[0].token_ids)
+                if outputs is not None:
+                    outputs[:] = [out.outputs[0]]
+            rows: dict[str, torch.Tensor] = {}
+            if tracked:
+                n_rows = len(prompt_ids) + len(token_ids) - 1
+                rows = await self.channel.collect(key, 0, n_rows, True)
+                tracked = False
+            return token_ids, rows
+        finally:
+            if tracked:
+                await self.release(key)
+
+    async def stream_capture(
+        self,
+        ids: tuple[int, ...],
+        sampling: SamplingParams,
+        captures: tuple[str, ...],
+        steer: tuple[SteerSpec, ...],
+    ) -> AsyncIterator[tuple[StreamChunk, ActivationCache]]:
+        """Each generated token with the rows computed since the previous one."""
+        key = new_key()
+        sub = Submission(ids, self.params(key, sampling), key, key)
+        have = 0
+        seen = 0
+        text = TextStream(self.text)
+        try:
+            await self.register(RequestSpec(key, captures, steer, len(ids)))
+            async for out in self.engine.stream(sub):
+                for tok in list(out.outputs[0].token_ids)[seen:]:
+                    seen += 1
+                    stop = len(ids) + seen - 1
+                    rows = await self.channel.collect(key, have, stop, False)
+                    have = stop
+                    cache = ActivationCache({a: rows[a].unsqueeze(0) for a in captures})
+                    yield (
+                        StreamChunk(tok, text.push(tok), step_logprobs(out, sampling, seen)),
+                        cache,
+                    )
+        finally:
+            await self.release(key)
+
+    async def stream_tokens(
+        self, ids: tuple[int, ...], sampling: SamplingParams, steer: tuple[SteerSpec, ...]
+    ) -> AsyncIterator[StreamChunk]:
+        """Each generated token; registered in the workers only when steered."""
+        key = new_key()
+        sub = Submission(ids, self.params(key, sampling), key, key if steer else None)
+        seen = 0
+        text = TextStream(self.text)
+        try:
+            if steer:
+                await self.register(RequestSpec(key, (), steer, len(ids)))
+            async for out in self.engine.stream(sub):
+                for tok in list(out.outputs[0].token_ids)[seen:]:
+                    seen += 1
+                    yield StreamChunk(tok, text.push(tok), step_logprobs(out, sampling, seen))
+        finally:
+            if steer:
+                await self.release(key)
+
+
+def step_logprobs(out: Any, sampling: SamplingParams, seen: int) -> Any:
+    """The logprobs of generated token `seen - 1` when asked for (cumulative outputs)."""
+    if sampling.logprobs is None:
+        return None
+    completion = out.outputs[0]
+    return lp.step(completion.logprobs[seen - 1], completion.token_ids[seen - 1], sampling.logprobs)
+
+
+async def gather(*coros: Awaitable[T]) -> list[T]:
+    return list(await asyncio.gather(*coros))
+
+
+async def _bridge(
+    agen: AsyncIterator[T],
+    engine_loop: asyncio.AbstractEventLoop,
+    on_engine: Callable[[Coroutine[Any, Any, Any]], Awaitable[Any]],
+) -> AsyncIterator[T]:
+    if asyncio.get_running_loop() is engine_loop:
+        async for item in agen:
+            yield item
+        return
+
+    async def step() -> tuple[bool, T | None]:
+        try:
+            return True, await agen.__anext__()
+        except StopAsyncIteration:
+            return False, None
+
+    try:
+        while True:
+            ok, item = await on_engine(step())
+            if not ok:
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        await on_engine(agen.aclose())  # type: ignore[attr-defined]
+
+
+__all__ = ["Flow", "gather", "step_logprobs"]

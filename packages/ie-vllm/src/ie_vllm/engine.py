@@ -20,6 +20,7 @@ from ie_core.progress import progress_enabled
 
 from ie_vllm import payload
 from ie_vllm.layout import KEY_ARG
+from ie_vllm.watchdog import mark_client
 
 WORKER_EXTENSION = "ie_vllm.worker.IEWorkerExtension"
 DEFAULT_CPU_KVCACHE_GIB = "1"
@@ -34,7 +35,9 @@ def on_cpu() -> bool:
 
 
 def prepare_environment() -> None:
-    """Defaults that let the CPU engine start: a bounded KV cache (the default fraction fails)."""
+    """Defaults that let the CPU engine start: a bounded KV cache (the default fraction fails);
+    and this process named as the client its engine processes watch (`ie_vllm.watchdog`)."""
+    mark_client()
     if on_cpu():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KVCACHE_GIB)
 

@@ -17,6 +17,7 @@ from types import ModuleType
 from ie_core.models import resolve_model_path
 
 from ie_vllm.engine import DEFAULT_CPU_KVCACHE_GIB, WORKER_EXTENSION, on_cpu
+from ie_vllm.watchdog import mark_client
 
 BACKENDS = ("vllm", "vllm-generate")
 # Other backends served through a module named by an `ie.serve` entry point (ie-static's
@@ -149,6 +150,7 @@ def serve_command(argv: list[str]) -> int:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = binding
     os.environ["VLLM_PLUGINS"] = plugins_allowlist(os.environ.get("VLLM_PLUGINS"))
     os.environ[BACKEND_ENV] = args.backend
+    mark_client()  # the server keeps this pid across execv; its engine processes watch it
     os.execv(sys.executable, [sys.executable, "-m", "ie_vllm.serve_main", *vllm_argv])
     return 0  # not reached
 

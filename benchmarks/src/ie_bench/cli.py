@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from ie_core.cli import DefaultsHelpFormatter
+from ie_core.cli import tool_parser
 
 from ie_bench.cells import cell_path, load_cells, profiles_present
 from ie_bench.layout import ROOT_ENV, Layout, layout
@@ -242,23 +242,7 @@ def _allow_loaded_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ie bench",
-        description="The speed harness.",
-        epilog=__doc__,
-        formatter_class=DefaultsHelpFormatter,
-    )
-    parser.add_argument(
-        "--root",
-        type=Path,
-        help=f"folder to read and write (default: ${ROOT_ENV}, else the working directory; "
-        "inside a clone of interp-engine, its benchmarks/ layout)",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, formatter_class=DefaultsHelpFormatter)
-
+    parser, command = tool_parser("ie bench", "The speed harness.", __doc__, ROOT_ENV, "benchmarks")
     command("list", help="models, variants, workloads, profiles").set_defaults(fn=_cmd_list)
 
     cell = command("cell", help="run one (model, variant) cell in this process")

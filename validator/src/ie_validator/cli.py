@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ie_core.cli import DefaultsHelpFormatter
+from ie_core.cli import tool_parser
 from ie_core.errors import BackendNotInstalledError
 
 from ie_validator.layout import ROOT_ENV, Layout, layout
@@ -101,23 +101,13 @@ def _results_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def validate_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="ie validate",
-        description="Compare this project's tensors with other engines'.",
-        epilog=__doc__,
-        formatter_class=DefaultsHelpFormatter,
+    parser, command = tool_parser(
+        "ie validate",
+        "Compare this project's tensors with other engines'.",
+        __doc__,
+        ROOT_ENV,
+        "validator",
     )
-    parser.add_argument(
-        "--root",
-        type=Path,
-        help=f"folder to read and write (default: ${ROOT_ENV}, else the working directory; "
-        "inside a clone of interp-engine, its validator/ layout)",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, formatter_class=DefaultsHelpFormatter)
-
     run = command("run", help="validate models against engines, write results, render")
     run.add_argument(
         "models", nargs="*", help="model ids (default: every synthetic family + SmolLM2)"

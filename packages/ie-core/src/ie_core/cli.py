@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 
@@ -38,6 +38,28 @@ class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
         ):
             return text
         return f"{text} (default: %(default)s)"
+
+
+def tool_parser(
+    prog: str, description: str, epilog: str | None, root_env: str, layout: str
+) -> tuple[argparse.ArgumentParser, Callable[..., argparse.ArgumentParser]]:
+    """The parser of a tool that reads and writes one folder (`ie bench`, `ie validate`): its
+    `--root` option, and a function that adds a subcommand with the same help formatting."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, epilog=epilog, formatter_class=DefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        help=f"folder to read and write (default: ${root_env}, else the working directory; "
+        f"inside a clone of interp-engine, its {layout}/ layout)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, formatter_class=DefaultsHelpFormatter)
+
+    return parser, command
 
 
 USAGE = """usage: ie [--version] [--debug] <command> [args]

@@ -48,12 +48,12 @@ def test_outside_a_clone_they_use_the_folder(
 
 
 def _result(hf_id: str) -> ValidatorResult:
-    return ValidatorResult(
+    return ValidatorResult.model_validate(dict(
         hf_id=hf_id, engine="nnsight", reference="eager", verdict="pass", status="ok",
         captured_at="2026-01-01T00:00:00+00:00", dtype="float32", device="cpu", family="llama",
         architecture="LlamaForCausalLM", tier="raw_hf", prompt="p", token_ids=[1], layers=[0],
         versions={}, summary={"pass": 1, "warn": 0, "fail": 0, "n/a": 0},
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def test_validator_renders_a_results_folder_outside_a_clone(

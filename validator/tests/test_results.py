@@ -75,16 +75,16 @@ def test_transformer_lens_sandwich_gap_is_data() -> None:
 
 
 def _result(hf_id: str, engine: str, verdict: str = "pass") -> ValidatorResult:
-    point = PointResult(
+    point = PointResult.model_validate(dict(
         point="resid_post", layer=0, tier="raw_hf", status=verdict, cos=1.0, max_abs_diff=0.0,
         rel_diff=0.0,
-    )  # fmt: skip
-    return ValidatorResult(
+    ))  # fmt: skip
+    return ValidatorResult.model_validate(dict(
         hf_id=hf_id, engine=engine, reference="eager", verdict=verdict, status="ok",
         captured_at="2026-01-01T00:00:00+00:00", dtype="float32", device="cpu", family="llama",
         architecture="LlamaForCausalLM", tier="raw_hf", prompt="p", token_ids=[1, 2], layers=[0],
         versions={}, summary={"pass": 1, "warn": 0, "fail": 0, "n/a": 0}, points=[point],
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def test_rerunning_one_model_leaves_others_alone(tmp_path: Path) -> None:

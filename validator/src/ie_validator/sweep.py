@@ -161,25 +161,28 @@ def _result(model: ModelSpec, engine: str, reference: str, tier: Tier, ids: list
         # An engine that cannot load the model is unsupported; a crash on our side is a failure.
         else ("unsupported" if status == "engine_error" else "fail")
     )
-    return ValidatorResult(
-        hf_id=model.hf_id,
-        engine=engine,
-        reference=reference,
-        verdict=v,
-        status=status,
-        captured_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        dtype="float32",
-        device="cpu",
-        family=model.family,
-        architecture=model.architecture,
-        tier=tier.value,
-        prompt=PROMPT,
-        token_ids=ids,
-        layers=compared_layers(model.n_layers),
-        versions=versions,
-        summary={s.value: counts.get(s.value, 0) for s in Status},
-        points=points,
-        error=error,
+    # Validated here, so a record the dashboard would refuse fails when written, not ingested.
+    return ValidatorResult.model_validate(
+        dict(
+            hf_id=model.hf_id,
+            engine=engine,
+            reference=reference,
+            verdict=v,
+            status=status,
+            captured_at=dt.datetime.now(dt.UTC).replace(microsecond=0),
+            dtype="float32",
+            device="cpu",
+            family=model.family,
+            architecture=model.architecture,
+            tier=tier.value,
+            prompt=PROMPT,
+            token_ids=ids,
+            layers=compared_layers(model.n_layers),
+            versions=versions,
+            summary={s.value: counts.get(s.value, 0) for s in Status},
+            points=points,
+            error=error,
+        )
     )
 
 

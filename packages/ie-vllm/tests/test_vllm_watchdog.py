@@ -18,7 +18,8 @@ from vllm_support import requires_vllm
 
 SCRIPT = Path(__file__).with_name("vllm_orphan_check.py")
 MODEL = "ie-synthetic/llama"
-WAIT_S = 60.0
+WAIT_S = 60.0  # for the engine to stop after its client is killed (it takes a few seconds)
+OUTLIVE_S = 15.0  # negative control: alive this long after the client, it is not stopping
 
 
 def _alive(pids: list[int]) -> list[int]:
@@ -32,9 +33,9 @@ def _alive(pids: list[int]) -> list[int]:
     return out
 
 
-def _kill_client_and_watch(env: dict[str, str]) -> tuple[list[int], list[int]]:
+def _kill_client_and_watch(env: dict[str, str], wait_s: float) -> tuple[list[int], list[int]]:
     """Start the client, SIGKILL it once its engine is up; the engine pids and those still alive
-    WAIT_S later (the survivors are then killed, so the test leaves nothing behind)."""
+    `wait_s` later (the survivors are then killed, so the test leaves nothing behind)."""
     client = subprocess.Popen(
         [sys.executable, str(SCRIPT), MODEL], stdout=subprocess.PIPE, text=True, env=env
     )
@@ -48,7 +49,7 @@ def _kill_client_and_watch(env: dict[str, str]) -> tuple[list[int], list[int]]:
     finally:
         client.send_signal(signal.SIGKILL)
         client.wait(30)
-    deadline = time.monotonic() + WAIT_S
+    deadline = time.monotonic() + wait_s
     while _alive(pids) and time.monotonic() < deadline:
         time.sleep(1)
     left = _alive(pids)
@@ -60,7 +61,7 @@ def _kill_client_and_watch(env: dict[str, str]) -> tuple[list[int], list[int]]:
 @pytest.mark.slow
 @requires_vllm
 def test_a_killed_client_leaves_no_engine_process() -> None:
-    pids, left = _kill_client_and_watch({**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    pids, left = _kill_client_and_watch({**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}, WAIT_S)
     assert pids, "the engine should run in child processes"
     assert left == []
 
@@ -70,7 +71,7 @@ def test_a_killed_client_leaves_no_engine_process() -> None:
 def test_without_the_watchdog_the_engine_outlives_its_client() -> None:
     # Negative control: vLLM loads no plugin outside the allowlist, so nothing watches the client.
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_PLUGINS": "none-allowed"}
-    pids, left = _kill_client_and_watch(env)
+    pids, left = _kill_client_and_watch(env, OUTLIVE_S)
     assert pids and left, "without the watchdog the engine core should have outlived its client"
 
 

@@ -233,3 +233,13 @@ def test_a_workloads_run_would_not_silently_drop_a_cells_other_workloads(tmp_pat
     assert dropped_workloads(tmp_path, profile, [model], [variant], held) == {}
     assert dropped_workloads(tmp_path, profile, [model], [variant], None) == {}
     assert dropped_workloads(tmp_path / "empty", profile, [model], [variant], [held[0]]) == {}
+
+
+def test_a_written_cell_is_readable_by_others_and_reads_back(tmp_path: Path) -> None:
+    from ie_bench.cells import read_cell, write_cell
+
+    cell = make_cell("smollm2-135m", "vllm", decode=10.0, aggregate=40.0)
+    path = tmp_path / "cpu" / "cell.json"
+    write_cell(path, cell)
+    assert path.stat().st_mode & 0o777 == 0o644  # mkstemp's 0600 would hide it from others
+    assert read_cell(path) == cell

@@ -41,6 +41,7 @@ def write_cell(path: Path, cell: dict[str, Any]) -> None:
     with os.fdopen(fd, "w") as fh:
         json.dump(cell, fh, indent=2, sort_keys=True)
         fh.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a cell is a result for others to read
     os.replace(tmp, path)
 
 

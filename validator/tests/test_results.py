@@ -161,3 +161,19 @@ def test_a_vllm_cpu_refusal_is_explained_and_other_errors_are_not() -> None:
     crash = {"error": "load_model(backend='vllm') failed: RuntimeError: engine core died"}
     assert explain("vllm", "lfm2", crash) == ""
     assert explain("nnsight", "lfm2", refused) == ""
+
+
+def test_a_mixer_a_hybrid_layer_lacks_is_no_module_for_nnsight() -> None:
+    """HF hybrid layers (Granite-4.0-H) set the mixer they lack to None: nnsight's accessor walk
+    treats it as absent (an n/a row), not as a module to read from."""
+    from types import SimpleNamespace
+
+    import pytest
+    from ie_validator.engines.nnsight_engine import _envoy
+
+    layers = [SimpleNamespace(self_attn=None, mamba="m"), SimpleNamespace(self_attn="a")]
+    root = SimpleNamespace(model=SimpleNamespace(layers=layers))
+    assert _envoy(root, ["model", "layers", "1", "self_attn"]) == "a"
+    assert _envoy(root, ["model", "layers", "0", "mamba"]) == "m"
+    with pytest.raises(AttributeError):
+        _envoy(root, ["model", "layers", "0", "self_attn"])

@@ -14,8 +14,8 @@ from ie_eager.synthetic import FAMILIES, build
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 # Families whose trunk or attention needs invariants of its own (test_eager_new_families.py):
-# a multi-stream residual, linear-attention layers, latent attention, attention sinks.
-SPECIAL_SLUGS = ("deepseek-v3", "deepseek-v4", "gpt-oss", "lfm2", "qwen3-next")
+# a multi-stream residual, linear-attention (and Mamba2) layers, latent attention, attention sinks.
+SPECIAL_SLUGS = ("deepseek-v3", "deepseek-v4", "gpt-oss", "granitemoehybrid", "lfm2", "qwen3-next")
 FAMILY_SLUGS = sorted(set(FAMILIES) - set(SPECIAL_SLUGS))
 PROMPT = "The capital of France is Paris, and the capital of Japan is"
 

@@ -1,6 +1,6 @@
 """Invariants of the families with their own trunk or attention (fp32, CPU): DeepSeek-V4's four
 hyper-connection streams, Qwen3-Next's linear-attention layers and gated attention, DeepSeek-V3's
-latent attention, gpt-oss's attention sinks. Each compares against an independent computation
+latent attention, gpt-oss's attention sinks, LFM2's and Granite-4.0-H's hybrid layers. Each compares against an independent computation
 (HF's own outputs or a formula by hand from the module's parameters), with a negative control.
 
 Tolerance: 1e-5 absolute and relative (fp32, one backend; only summation order differs)."""
@@ -147,7 +147,7 @@ def test_gated_attention_z_is_probs_times_value_times_gate() -> None:
     assert not close(torch.sigmoid(raw[..., : sh.head_dim]).flatten(-2), gate)
 
 
-@pytest.mark.parametrize("slug", ["qwen3-next", "lfm2"])
+@pytest.mark.parametrize("slug", ["qwen3-next", "lfm2", "granitemoehybrid"])
 def test_linear_attention_layers_refuse_attention_points_per_layer(slug: str) -> None:
     model = synthetic_model(slug)
     softmax = softmax_layers(model)

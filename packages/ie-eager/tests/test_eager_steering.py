@@ -101,6 +101,7 @@ WRITE_FAMILIES = [
     "phi3",
     "gemma3",
     "granite",
+    "granitemoehybrid",
     "opt",
     "olmo2",
     "bloom",

@@ -124,6 +124,10 @@ def test_tokenizer_round_trips_and_has_a_chat_template(built: dict[str, Path]) -
         ("gemma2", {"attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0}),
         ("qwen3-moe", {"mlp_only_layers": [0], "decoder_sparse_step": 1}),
         ("granite", {"embedding_multiplier": 6.0, "residual_multiplier": 0.5}),
+        (
+            "granitemoehybrid",
+            {"residual_multiplier": 0.5, "num_local_experts": 4, "logits_scaling": 2.0},
+        ),
     ],
 )
 def test_family_quirks_survive_in_config(

@@ -35,6 +35,29 @@ EXPLANATIONS: dict[tuple[str, str], str] = {
         "nnterp 1.3 finds no attention module on every layer of this hybrid (gated-delta "
         "layers have linear_attn instead) and asks for attn_rename, so it cannot load the model"
     ),
+    ("transformer-lens", "granitemoehybrid"): (
+        "upstream bug, TransformerLens 4.3.0: its Granite-4.0-H adapter maps model.rotary_emb "
+        "even on a NoPE config (position_embedding_type None, as in the real Granite-4.0-H "
+        "checkpoints), where HF builds no rotary embedding, so the forward raises 'Original "
+        "component not set for model.rotary_emb'; the same build with position_embedding_type "
+        "'rope' runs"
+    ),
+    ("nnterp", "granitemoehybrid"): (
+        "nnterp 1.3 standardizes self_attn from layer 0, which HF sets to None on this hybrid's "
+        "Mamba2 layers (layer 0 is one), so its IO check reading attentions_input[0] fails "
+        "(RenamingError: Could not check the IO) and it cannot load the model"
+    ),
+    ("vllm", "granitemoehybrid"): (
+        "vLLM 0.32's CPU build loads and runs this model (its greedy tokens equal eager's), but "
+        "ie-vllm has no map of GraniteMoeHybridForCausalLM's modules on vLLM (no Profile in "
+        "ie_vllm/resolve.py), so the backend refuses every point with that reason; eager serves "
+        "them"
+    ),
+    ("vllm-static", "granitemoehybrid"): (
+        "vLLM 0.32's CPU build loads this model, but vllm-static taps through ie-vllm's map of "
+        "the architecture, which does not exist for GraniteMoeHybridForCausalLM, so the load is "
+        "refused with that reason (UnsupportedModelError); eager serves the points"
+    ),
     ("nnterp", "gpt-oss"): (
         "by design, nnterp 1.3: StandardizedTransformer checks at load that attention "
         "probabilities sum to 1, and gpt-oss's learned sinks take a share of every softmax row "

@@ -170,6 +170,28 @@ TRANSFORMER_LENS: Mapping[str, Table] = MappingProxyType(
                 "tensor is compared as resid_pre.0"
             ),
         ),
+        # Granite-4.0-H: hook_attn_out is scaled (this project's attn_out_post) and exists on
+        # attention layers only; with experts the bridge has no hook_mlp_out (the MLP branch is
+        # block_sparse_moe + shared_mlp summed inline); the router hangs under `moe.gate`.
+        "granitemoehybrid": _table(
+            _TL_BASE,
+            attn_out=Hook("blocks.{L}.attn.hook_out"),
+            mlp_out=Gap(
+                "TransformerLens' Granite-4.0-H bridge has no hook_mlp_out with experts: the "
+                "MLP branch is block_sparse_moe + shared_mlp summed inside the decoder layer"
+            ),
+            mlp_out_post=Gap(
+                "TransformerLens' Granite-4.0-H bridge has no hook_mlp_out with experts (no "
+                "module outputs the scaled MLP branch)"
+            ),
+            router_logits=Hook("blocks.{L}.moe.gate.hook_out"),
+            expert_weights=Hook("blocks.{L}.moe.gate.hook_expert_weights"),
+            expert_indices=Hook("blocks.{L}.moe.gate.hook_expert_indices"),
+            embeddings=Gap(
+                "TransformerLens' Granite bridges fold embedding_multiplier into their embedding "
+                "hooks; the scaled tensor is compared as resid_pre.0"
+            ),
+        ),
         "gpt-j": _table(_TL_BASE, **_TL_ONE_NORM),
         "phi": _table(_TL_BASE, **_TL_ONE_NORM),
         "cohere": _table(_TL_BASE, **_TL_ONE_NORM),
@@ -237,6 +259,10 @@ _GRANITE_SCALED = Gap(
     "Granite multiplies the sublayer output by residual_multiplier inside the decoder layer's "
     "forward; no module outputs the scaled tensor that is added to the residual"
 )
+_GRANITE_MOE_BRANCH = Gap(
+    "Granite-4.0-H adds block_sparse_moe(h) + shared_mlp(h) inside the decoder layer's forward; no "
+    "module outputs the sum"
+)
 _LLAMA = MappingProxyType(_llama_like())
 _SANDWICH_NN = {
     "attn_out_post": Hook(f"{_L}.post_attention_layernorm.output"),
@@ -290,6 +316,18 @@ NNSIGHT: Mapping[str, Table] = MappingProxyType(
             k_norm_out=Hook(f"{_L}.self_attn.k_norm.output", layout="bhsd"),
         ),
         "granite": _table(_LLAMA, attn_out_post=_GRANITE_SCALED, mlp_out_post=_GRANITE_SCALED),
+        # Granite-4.0-H: the MLP branch is block_sparse_moe + shared_mlp summed in the layer's
+        # forward; the router returns (indices, weights, logits). Mamba2 layers have no self_attn.
+        "granitemoehybrid": _table(
+            _LLAMA,
+            attn_out_post=_GRANITE_SCALED,
+            mlp_out_post=_GRANITE_SCALED,
+            mlp_in=Hook(f"{_L}.post_attention_layernorm.output"),
+            mlp_out=_GRANITE_MOE_BRANCH,
+            router_logits=Hook(f"{_L}.block_sparse_moe.router.output[2]"),
+            expert_weights=Hook(f"{_L}.block_sparse_moe.router.output[1]"),
+            expert_indices=Hook(f"{_L}.block_sparse_moe.router.output[0]"),
+        ),
         "olmo2": _table(
             _LLAMA,
             **{

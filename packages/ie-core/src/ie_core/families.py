@@ -193,6 +193,9 @@ FAMILIES: tuple[Family, ...] = (
        "Hybrid of gated short convolutions and QK-norm attention; final norm named embedding_norm.", "LiquidAI/LFM2-1.2B"),
     _f("glm4-moe", "GLM-4.5 (MoE)", "Glm4MoeForCausalLM", "gqa gated_mlp qk_norm moe shared_experts",
        "Sigmoid-routed MoE with a shared expert after dense first layers; partial rotary.", "zai-org/GLM-4.5-Air"),
+    _f("granitemoehybrid", "Granite-4.0-H (hybrid MoE)", "GraniteMoeHybridForCausalLM",
+       "gqa gated_mlp moe shared_experts sparse_only hybrid_linear_attention multipliers",
+       "Mamba2 layers between attention layers; routed experts plus a shared MLP summed inside the layer; Granite multipliers.", "ibm-granite/granite-4.0-h-tiny ibm-granite/granite-4.0-h-small"),
 )  # fmt: skip
 
 FAMILIES_BY_SLUG: dict[str, Family] = {f.slug: f for f in FAMILIES}

@@ -36,6 +36,11 @@ _ORDER = {name: i for i, name in enumerate(POINTS_BY_NAME)}
 _ORDER["resid_streams"] = _ORDER["resid_post"]
 # resid_mid needs the block input as the block sees it: after resid_pre's writes and read.
 _REMEMBER = (_ORDER["resid_pre"], 2, 0)
+# Kinds derived from a remembered base tensor (resid_mid; Granite-4.0-H's two-MLP branch).
+_DERIVED = ("sum", "branch")
+# A branch's routed-MLP output is remembered after every action at its site (path writes), so
+# the sum is what the layer adds.
+_REMEMBER_LAST = (len(_ORDER) + 1, 0, 0)
 # The session whose forward is running in this context; hooks of any other session pass.
 _ACTIVE: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "ie_eager_session", default=None
@@ -114,19 +119,19 @@ class Session:
 
         for i, w in enumerate(self.writes):
             add(w.resolved.tap, _Action(self._key(w.resolved, 0, i), "write", w.resolved, w))
-            if w.resolved.kind == "sum":
+            if w.resolved.kind in _DERIVED:
                 base = w.resolved.base
                 assert base is not None
-                add(base, _Action(_REMEMBER, "remember", w.resolved))
+                add(base, _Action(_remember_order(w.resolved), "remember", w.resolved))
         for i, r in enumerate(self.reads):
             if r.kind == "attention":
                 module, items = attn.setdefault(id(r.tap.module), (r.tap.module, []))
                 items.append(r)
                 continue
             add(r.tap, _Action(self._key(r, 1, i), "read", r))
-            if r.kind == "sum":
+            if r.kind in _DERIVED:
                 assert r.base is not None
-                add(r.base, _Action(_REMEMBER, "remember", r))
+                add(r.base, _Action(_remember_order(r), "remember", r))
         for site, actions in sites.items():
             actions.sort(key=lambda a: a.order)
             module = modules[site]
@@ -218,6 +223,8 @@ class Session:
 
     def _value(self, r: Resolved, raw: torch.Tensor) -> torch.Tensor:
         t = self._rows_view(r.tap.select.get(raw))
+        if r.kind == "branch":
+            t = self._seen_base[id(r)] + t
         if r.scale is not None:
             t = t * r.scale
         if r.kind == "sum":
@@ -233,9 +240,11 @@ class Session:
                 f"steering vector for {r.address} has width {w.width}, but the tensor there is "
                 f"{part.shape[-1]} wide on this model"
             )
-        h = part * r.scale if r.scale is not None else part
+        base = self._seen_base.get(id(r))
+        h = base + part if r.kind == "branch" else part
+        if r.scale is not None:
+            h = h * r.scale
         if r.kind == "sum":
-            base = self._seen_base[id(r)]
             h = base + h
         steered = apply_ops(h, w.ops, self._rows(w, h))
         _check_finite(r, h, steered)
@@ -243,6 +252,8 @@ class Session:
             steered = steered - base
         if r.scale is not None:
             steered = steered / r.scale
+        if r.kind == "branch":
+            steered = steered - base  # the routed MLP's share stays; the shared MLP's output moves
         return r.tap.select.put(raw, steered.to(raw.dtype).reshape(flat.shape))
 
     def _rows(self, w: Write, h: torch.Tensor) -> torch.Tensor | None:
@@ -293,6 +304,10 @@ class Session:
 
         self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))
+
+
+def _remember_order(r: Resolved) -> tuple[int, int, int]:
+    return _REMEMBER if r.kind == "sum" else _REMEMBER_LAST
 
 
 def _check_finite(r: Resolved, before: torch.Tensor, after: torch.Tensor) -> None:

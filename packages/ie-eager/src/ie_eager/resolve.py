@@ -1,13 +1,11 @@
 """Point resolution: each address becomes a real module, an input or output position on it, and how
 to cut the tensor out (a slice of a fused projection, a head flatten), or a documented derivation
-(`resid_mid` = `resid_pre` + `attn_out_post`; attention scores and probabilities recorded from the
-family's own softmax call)."""
+(`resid_mid` = `resid_pre` + `attn_out_post`; Granite-4.0-H's `mlp_out` = routed + shared MLP;
+attention scores and probabilities recorded from the family's own softmax call)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from ie_core.address import Address, AddressLike, check_layer, to_address
@@ -17,8 +15,13 @@ from ie_core.points import POINTS, Point
 from torch import nn
 
 from ie_eager import structure as st
+from ie_eager.resolved import Resolved, Tap
+from ie_eager.resolved import block_tap as _block_tap
+from ie_eager.resolved import tap_on as _tap
 from ie_eager.selectors import Grouped, GroupSlice, LastSlice, Selector, Stream, Whole
 from ie_eager.structure import Block, Structure
+
+__all__ = ["ATTENTION_INTERNALS", "Resolved", "Resolver", "Tap"]
 
 # Points inside softmax attention: refused on the linear-attention / SSM layers of hybrid families.
 ATTENTION_INTERNALS = frozenset(
@@ -38,47 +41,7 @@ _HC_POINTS = {
 }
 
 
-@dataclass(frozen=True)
-class Tap:
-    """A tensor position on a real module: its input hidden states or output element `item`."""
-
-    path: str
-    module: nn.Module = None  # type: ignore[assignment]
-    io: Literal["in", "out"] = "out"
-    item: int = 0
-    select: Selector = Whole()  # noqa: RUF009 - frozen, so one shared default is safe
-
-    @property
-    def site(self) -> tuple[int, str]:
-        return id(self.module), self.io
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """How one address is produced. kind: `tap` reads `tap` (times `scale`); `sum` is `base` plus
-    `tap` (times `scale`), added in the model's own order; `attention` records the softmax."""
-
-    address: Address
-    kind: Literal["tap", "sum", "attention"]
-    tap: Tap
-    width: int | None
-    writable: bool
-    scale: float | None = None
-    base: Tap | None = None
-
-
 # --- resolution ------------------------------------------------------------------------------
-
-
-def _tap(block: Block, owner: tuple[str, nn.Module] | None, io: str = "out", **kw) -> Tap | None:
-    if owner is None:
-        return None
-    path = f"{block.path}.{owner[0]}" if owner[0] else block.path
-    return Tap(path, owner[1], io, **kw)  # type: ignore[arg-type]
-
-
-def _block_tap(block: Block, io: str) -> Tap:
-    return Tap(block.path, block.module, io)  # type: ignore[arg-type]
 
 
 class Resolver:
@@ -96,6 +59,7 @@ class Resolver:
         self.family = family
         self.model = model
         self._cache: dict[Address, Resolved] = {}
+        self._router_orders: dict[type, tuple[str, ...]] = {}  # output item order per router class
 
     @property
     def n_layers(self) -> int:
@@ -291,20 +255,9 @@ class Resolver:
         if name in ("mlp_pre", "mlp_pre_linear", "mlp_act"):
             return self._mlp_inner(point, address, b)
         if name in ("router_logits", "expert_weights", "expert_indices"):
-            router = b.sub(b.mlp, st.ROUTER_NAMES) if b.moe else None
-            if router is None:
-                if self.family is not None and not self.family.has_point(point):
-                    raise self._missing(point, "")
-                raise self._refuse(
-                    point, f"layer {b.index} has a dense MLP, not a mixture of experts"
-                )
-            item = {"router_logits": 0, "expert_weights": 1, "expert_indices": 2}[name]
-            # Routers return (logits [tokens, E], top-k weights, top-k indices) in HF 5.x.
-            weight = getattr(router[1], "weight", None)
-            n_experts = int(weight.shape[0]) if weight is not None else None
-            top_k = getattr(router[1], "top_k", None)
-            width = n_experts if item == 0 else (int(top_k) if top_k else None)
-            return tap(_tap(b, router, "out", item=item), width, "")
+            return self._router(point, address, b)
+        if name in ("mlp_out", "mlp_out_post") and b.sibling_mlp is not None:
+            return self._mlp_branch(address, b, post=name == "mlp_out_post")
         if name == "mlp_out":
             return tap(self._mlp_out(b), d, "no MLP module found")
         if name == "mlp_out_post":
@@ -349,7 +302,45 @@ class Resolver:
             return _tap(b, b.sub(b.attn, st.O_PROJ_NAMES), "out")
         return _tap(b, b.attn, "out")
 
+    def _router(self, point: Point, address: Address, b: Block) -> Resolved:
+        router = b.sub(b.mlp, st.ROUTER_NAMES) if b.moe else None
+        if router is None:
+            if self.family is not None and not self.family.has_point(point):
+                raise self._missing(point, "")
+            raise self._refuse(point, f"layer {b.index} has a dense MLP, not a mixture of experts")
+        weight = getattr(router[1], "weight", None)
+        n_experts = int(weight.shape[0]) if weight is not None else None
+        top_k = getattr(router[1], "top_k", None)
+        order = self._router_order(_tap(b, router, "out"), n_experts, top_k)  # type: ignore[arg-type]
+        item = order.index(point.name)
+        width = n_experts if point.name == "router_logits" else (int(top_k) if top_k else None)
+        return Resolved(address, "tap", _tap(b, router, "out", item=item), width, point.writable)  # type: ignore[arg-type]
+
+    def _router_order(self, t: Tap, n_experts: int | None, top_k: int | None) -> tuple[str, ...]:
+        """HF 5.x routers return (logits [tokens, E], top-k weights, top-k indices), but
+        Granite-4.0-H's returns (indices, weights, logits): one probe per router class says which
+        (item 0 is top_k wide, not n_experts)."""
+        usual = ("router_logits", "expert_weights", "expert_indices")
+        cls = type(t.module)
+        if cls not in self._router_orders:
+            flipped = False
+            if self.probe is not None and n_experts and top_k and n_experts != top_k:
+                flipped = self.probe(t, 3)[-1] == top_k
+            self._router_orders[cls] = usual[::-1] if flipped else usual
+        return self._router_orders[cls]
+
+    def _mlp_branch(self, address: Address, b: Block, *, post: bool) -> Resolved:
+        """Granite-4.0-H adds `(block_sparse_moe(h) + shared_mlp(h)) * residual_multiplier` inline:
+        mlp_out is the sum, read from both outputs (the routed MLP runs first), and a write lands
+        on the shared MLP's output only, so the sum takes the written value."""
+        scale = self.s.residual_multiplier if post else None
+        routed, shared = _tap(b, b.mlp, "out"), _tap(b, b.sibling_mlp, "out")
+        assert routed is not None and shared is not None
+        return Resolved(address, "branch", shared, self.s.shapes.d_model, True, scale, routed)
+
     def _mlp_in(self, b: Block) -> Tap | None:
+        if b.pre_mlp_norm is not None:
+            return _tap(b, b.pre_mlp_norm, "out")  # both MLPs read it: a write reaches both
         if b.mlp is not None and b.mlp[1] is b.module:
             return _tap(b, b.sub(b.mlp, st.PLAIN_IN_NAMES), "in")
         return _tap(b, b.mlp, "in")

@@ -20,7 +20,11 @@ MLP_HC_NAMES = ("ffn_hc",)
 STREAM_HEAD_NAMES = ("hc_head",)
 MLA_KV_NAMES = ("kv_b_proj",)
 SHARED_KV_NAMES = ("kv_proj",)  # DeepSeek-V4: one projection read as both key and value
-MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe", "ffn")
+MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe", "ffn", "shared_mlp")
+# An always-on MLP beside the routed one whose outputs the block adds inline (Granite-4.0-H:
+# `block_sparse_moe(h) + shared_mlp(h)`), and the norm whose output both read.
+SIBLING_MLP_NAMES = ("shared_mlp",)
+PRE_MLP_NORM_NAMES = ("post_attention_layernorm",)
 Q_NORM_NAMES = ("q_norm", "q_layernorm", "query_layernorm")
 K_NORM_NAMES = ("k_norm", "k_layernorm", "key_layernorm")
 V_PROJ_NAMES = ("v_proj", "value")
@@ -120,6 +124,9 @@ class Block:
     mixer: str | None = None  # the linear-attention / SSM / conv module name on hybrid layers
     attn_hc: tuple[str, nn.Module] | None = None  # hyper-connections (multi-stream trunks)
     mlp_hc: tuple[str, nn.Module] | None = None
+    # Granite-4.0-H: an MLP beside `mlp`, summed with it in the block forward, and their input norm.
+    sibling_mlp: tuple[str, nn.Module] | None = None
+    pre_mlp_norm: tuple[str, nn.Module] | None = None
 
     def sub(
         self, owner: tuple[str, nn.Module] | None, names: tuple[str, ...]
@@ -190,6 +197,9 @@ def _block(index: int, path: str, block: nn.Module, config: Any) -> Block:
     post_mlp = child(block, POST_MLP_NORM_NAMES)
     post_attn = child(block, POST_ATTN_NORM_NAMES) if post_mlp is not None else None
     adds_residual = attn is not None and "residual" in inspect.signature(attn[1].forward).parameters
+    sibling = child(block, SIBLING_MLP_NAMES)
+    if sibling is not None and (mlp is None or sibling[1] is mlp[1]):
+        sibling = None  # a dense Granite-4.0-H layer: the shared MLP is the only MLP
     return Block(
         index=index,
         path=path,
@@ -203,6 +213,8 @@ def _block(index: int, path: str, block: nn.Module, config: Any) -> Block:
         mixer=mixer,
         attn_hc=child(block, ATTN_HC_NAMES),
         mlp_hc=child(block, MLP_HC_NAMES),
+        sibling_mlp=sibling,
+        pre_mlp_norm=child(block, PRE_MLP_NORM_NAMES) if sibling is not None else None,
     )
 
 

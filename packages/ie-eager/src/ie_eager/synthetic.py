@@ -296,6 +296,14 @@ _FAMILY_LIST: tuple[FamilySpec, ...] = (
             "hybrid: gated short-convolution layers between QK-norm attention layers",
             **_LLAMA_SHAPE, layer_types=["conv", "full_attention"] * 2,
             block_auto_adjust_ff_dim=False),
+    # Granite-4.0-H: NoPE attention as in the real checkpoints; Mamba2 heads of 32 over 2 x d.
+    _family("granitemoehybrid", "GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig",
+            "hybrid: Mamba2 layers between attention layers, MoE + shared MLP, Granite multipliers",
+            **{**_LLAMA_SHAPE, "intermediate_size": 128}, shared_intermediate_size=256,
+            num_local_experts=4, num_experts_per_tok=2,
+            layer_types=["linear_attention", "full_attention"] * 2, mamba_n_heads=8,
+            mamba_d_state=16, mamba_chunk_size=16, embedding_multiplier=6.0,
+            residual_multiplier=0.5, attention_multiplier=0.125, logits_scaling=2.0),
 )  # fmt: skip
 
 FAMILIES: dict[str, FamilySpec] = {spec.slug: spec for spec in _FAMILY_LIST}

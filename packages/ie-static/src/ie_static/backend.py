@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 from ie_core.address import Address
-from ie_core.errors import PointUnavailableError, UnsupportedOperationError
+from ie_core.errors import PointUnavailableError, UnsupportedModelError, UnsupportedOperationError
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
@@ -185,6 +185,11 @@ def _refuse_unresolved(declared: Any, info: dict[str, Any], architecture: str) -
             "or use backend='vllm'"
         )
     if not info["reads"]:
+        reasons = set(dict(info.get("refused", {})).values())
+        if len(reasons) == 1:
+            # Every point refused for one reason (ie-vllm has no map of this architecture): the
+            # backend cannot serve the model at all, and says why as hooked vLLM does per point.
+            raise UnsupportedModelError(reasons.pop())
         raise PointUnavailableError(
             f"none of the declared static_points exist on {architecture}; "
             f"refused: {info.get('refused', {})}"

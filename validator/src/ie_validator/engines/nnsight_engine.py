@@ -28,6 +28,8 @@ def _envoy(root: Any, parts: list[str]) -> Any:
     node = root
     for part in parts:
         node = node[int(part)] if part.isdigit() else getattr(node, part)
+        if node is None:  # HF hybrid layers set the mixer they lack to None (Granite-4.0-H)
+            raise AttributeError(part)
     return node
 
 

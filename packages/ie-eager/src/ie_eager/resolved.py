@@ -1,0 +1,56 @@
+"""What an address resolves to on eager: a tensor position on a real module (`Tap`) and how the
+point is produced from it (`Resolved`). The resolver builds these; the hooks act on them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ie_core.address import Address
+from torch import nn
+
+from ie_eager.selectors import Selector, Whole
+from ie_eager.structure import Block
+
+
+@dataclass(frozen=True)
+class Tap:
+    """A tensor position on a real module: its input hidden states or output element `item`."""
+
+    path: str
+    module: nn.Module = None  # type: ignore[assignment]
+    io: Literal["in", "out"] = "out"
+    item: int = 0
+    select: Selector = Whole()  # noqa: RUF009 - frozen, so one shared default is safe
+
+    @property
+    def site(self) -> tuple[int, str]:
+        return id(self.module), self.io
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """How one address is produced. kind: `tap` reads `tap` (times `scale`); `sum` is `base` plus
+    `tap` (times `scale`), added in the model's own order; `branch` is (`base` + `tap`) times
+    `scale`, two modules the block sums inline (Granite-4.0-H's routed and shared MLPs; `base`
+    runs first, and a write changes only `tap`); `attention` records the softmax."""
+
+    address: Address
+    kind: Literal["tap", "sum", "branch", "attention"]
+    tap: Tap
+    width: int | None
+    writable: bool
+    scale: float | None = None
+    base: Tap | None = None
+
+
+def tap_on(block: Block, owner: tuple[str, nn.Module] | None, io: str = "out", **kw) -> Tap | None:
+    """A tap on `owner` (a block child found by name), or None when the block has no such child."""
+    if owner is None:
+        return None
+    path = f"{block.path}.{owner[0]}" if owner[0] else block.path
+    return Tap(path, owner[1], io, **kw)  # type: ignore[arg-type]
+
+
+def block_tap(block: Block, io: str) -> Tap:
+    return Tap(block.path, block.module, io)  # type: ignore[arg-type]

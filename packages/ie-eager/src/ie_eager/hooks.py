@@ -232,6 +232,15 @@ class Session:
         # Clone: some blocks add into a sublayer's output in place afterwards (Falcon's `+=`).
         return t.clone() if self.keep_graph else t.detach().clone()
 
+    def _base(self, r: Resolved) -> torch.Tensor:
+        """The first term of a summed point, recorded earlier in this forward."""
+        base = self._seen_base.get(id(r))
+        if base is None:
+            raise RuntimeError(
+                f"{r.address}: the first term of this sum was not recorded earlier in the forward"
+            )
+        return base
+
     def _write(self, r: Resolved, w: Write, raw: torch.Tensor) -> torch.Tensor:
         flat = r.tap.select.get(raw)
         part = self._rows_view(flat)
@@ -240,7 +249,7 @@ class Session:
                 f"steering vector for {r.address} has width {w.width}, but the tensor there is "
                 f"{part.shape[-1]} wide on this model"
             )
-        base = self._seen_base.get(id(r))
+        base = self._base(r) if r.kind in ("branch", "sum") else part  # read by those kinds only
         h = base + part if r.kind == "branch" else part
         if r.scale is not None:
             h = h * r.scale

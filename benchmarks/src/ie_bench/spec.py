@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from ie_core.load_sampling import SETTLE_S
+
 Direction = Literal["higher", "lower"]
 
 # Stands for the mid-stack layer inside a variant's load kwargs: a static write site has to be named
@@ -81,10 +83,8 @@ class Profile:
     # How the repeats become a figure: "best" (each metric's best repeat, as the paired static
     # script and the quiet figures do: the least disturbed run) or "median".
     aggregate: str = "best"
-    # Idle seconds before each timed step of an interleaved group: a vLLM worker busy-loops on its
-    # shared-memory queue for 1 s after its last step (shm_broadcast.py `busy_loop_s`), which
-    # would otherwise compete with the next variant's step.
-    settle_s: float = 1.5
+    # Idle seconds before each timed step of an interleaved group (ie_core.load_sampling.SETTLE_S).
+    settle_s: float = SETTLE_S
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -32,11 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cpu import MODEL, PROMPTS
-from ie_core.load_sampling import LoadSampler
+from ie_core.load_sampling import SETTLE_S, LoadSampler
 
-# vLLM's shared-memory queue reader busy-loops for 1 s after its last read (MessageQueue's
-# `busy_loop_s`); a phase starts only once the other engine has gone idle.
-SETTLE_S = 1.5
 PARTS = ("set_rows", "forward", "harvest", "collect")
 PHASES = (("gen_c1", 1, False), ("gen_c8", 8, False), ("all_c1", 1, True), ("all_c8", 8, True))
 

@@ -30,14 +30,11 @@ from typing import Any
 
 import httpx
 from ie_core import Additive, SamplingParams, load_model, steer_at
-from ie_core.load_sampling import LoadSampler
+from ie_core.load_sampling import SETTLE_S, LoadSampler
 from ie_core.runner import run
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "http_overhead.json"
 PROMPT_TOKENS = 384  # + --new-tokens must stay within the 512 positions both engines get
-# vLLM's shared-memory queue reader busy-loops for 1 s after its last read (MessageQueue's
-# `busy_loop_s`, vllm/distributed/device_communicators/shm_broadcast.py); wait that out.
-SETTLE_S = 1.5
 
 
 def _port() -> int:

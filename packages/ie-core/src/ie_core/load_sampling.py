@@ -16,6 +16,10 @@ from typing import Any
 from ie_core.benchmark_load import MAX_FOREIGN
 
 SAMPLE_EVERY_S = 2.0
+# Idle seconds before a timed step when several vLLM engines share the machine: an idle worker
+# busy-loops on its shared-memory queue for 1 s after its last read (`busy_loop_s` in vLLM's
+# shm_broadcast.py), which would run into the next engine's step.
+SETTLE_S = 1.5
 
 
 def _stat(path: Path) -> tuple[str, int] | None:
@@ -98,4 +102,4 @@ class LoadSampler:
         return None if not f else sum(f) / len(f) <= MAX_FOREIGN
 
 
-__all__ = ["SAMPLE_EVERY_S", "LoadSampler", "foreign_runnable"]
+__all__ = ["SAMPLE_EVERY_S", "SETTLE_S", "LoadSampler", "foreign_runnable"]

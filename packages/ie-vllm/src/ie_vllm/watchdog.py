@@ -44,11 +44,11 @@ def wait_for_exit(pid: int) -> None:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: it exists, owned by someone else
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 

@@ -9,12 +9,11 @@ point equals eager within 1e-4, greedy tokens and lens, two masked specs at one 
 merged-mask negative control) plus each family's refusals.
 
 CI starts one engine (gpt-oss, the layout the others do not already exercise). glm4-moe and olmo3
-run with IE_VLLM_NEW_FAMILIES=all; their committed answers come from `ie points --sweep`.
+run with IE_FULL_SUITE=1; their committed answers come from `ie points --sweep`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,8 +44,9 @@ REFUSED = {
     "glm4-moe": [("mlp_act.1", "fused MoE kernel"), ("router_logits.0", "dense MLP layer")],
     "olmo3": [("attn_probs.3", "Transformers modeling backend"), ("router_logits.0", "")],
 }
-_ALL = os.environ.get("IE_VLLM_NEW_FAMILIES") == "all"
-FAMILIES = sorted(SERVED) if _ALL else ["gpt-oss"]
+FAMILIES = [
+    f if f == "gpt-oss" else pytest.param(f, marks=pytest.mark.full) for f in sorted(SERVED)
+]
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

@@ -49,6 +49,7 @@ def test_plain_script_runs_and_shutdown_leaves_no_engine_process(tp1: dict[str, 
     assert all(reason == "" for reason in tp1["refused"].values())
 
 
+@pytest.mark.full  # tests/test_serve_tp2.py runs TP=2 in CI
 def test_tensor_parallel_2_matches_tp1_and_refuses_sharded_points(tp1: dict[str, Any]) -> None:
     if (os.cpu_count() or 1) < 2:
         pytest.skip("TP=2 on CPU needs two cores")

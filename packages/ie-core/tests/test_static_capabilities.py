@@ -29,6 +29,13 @@ FAMILIES_BY_SLUG = {f.slug: f for f in REGISTERED}
 HOOKED_PARTIAL_REASONS_OLD_FORM: frozenset[str] = frozenset({"qwen2-moe"})
 
 
+# Points hooked vLLM reads from two modules' outputs (ie-vllm's `SiteDef.companions`), which a
+# static tap, inside one module's forward, cannot: Granite-4.0-H sums its routed and shared MLPs.
+TWO_MODULE_POINTS: dict[str, frozenset[str]] = {
+    "granitemoehybrid": frozenset({"mlp_out", "mlp_out_post"})
+}
+
+
 def _comparable(family: str, cap: PointCapability) -> PointCapability:
     if family in HOOKED_PARTIAL_REASONS_OLD_FORM and cap.served and cap.reason:
         return dataclasses.replace(cap, reason="<partly served>")
@@ -55,10 +62,15 @@ def test_static_answer_follows_the_hooked_answer_and_the_marks(family: str) -> N
     static, hooked = STATIC.for_family(family), HOOKED.for_family(family)
     assert static is not None and hooked is not None, family
     assert set(static) == {p.name for p in POINTS}
+    two_module = TWO_MODULE_POINTS.get(family, frozenset())
+    for name in two_module:
+        assert hooked[name].served and not static[name].served, (family, name)
+        assert static[name].reason.startswith(f"{name} is the sum of two modules"), static[name]
     wrong = {
         name: (static[name], expected_static(name, hooked[name]))
         for name in static
-        if _comparable(family, static[name])
+        if name not in two_module
+        and _comparable(family, static[name])
         != _comparable(family, expected_static(name, hooked[name]))
     }
     assert wrong == {}, f"{family}: committed vllm-static answer vs expected"

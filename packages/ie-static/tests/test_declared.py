@@ -132,6 +132,28 @@ def test_site_plan_shares_sites_and_maps_attention_maps_to_q_and_k() -> None:
     assert "read only" in plan.refused["resid_mid.0"]
 
 
+def test_a_site_that_needs_another_modules_output_is_refused_with_its_reason() -> None:
+    """Granite-4.0-H's mlp_out is read at the shared MLP plus a companion hook on the routed one;
+    a static tap sits in one module's forward, so both the read and the write are refused."""
+    from ie_static.sites import plan_sites
+    from ie_vllm import PointTable, SiteDef
+    from torch import nn
+
+    companion = ((nn.Identity(), lambda m, a, o: None),)
+    branch = SiteDef(
+        "mlp_out.0", nn.Identity(), "post", lambda a, k, o: o, None, 4, companions=companion
+    )
+    plain = SiteDef("resid_post.0", nn.Identity(), "post", lambda a, k, o: o, None, 4)
+    table = PointTable(n_layers=1, d_model=4, sites={"mlp_out.0": branch, "resid_post.0": plain})
+    table.addresses = {"mlp_out.0": "mlp_out.0", "resid_post.0": "resid_post.0"}
+    table.widths = dict.fromkeys(table.addresses, 4)
+    table.writable = set(table.addresses)
+    plan = plan_sites(table, ["mlp_out.0", "resid_post.0"], ["mlp_out.0", "resid_post.0"], "X")
+    assert "backend='vllm'" in plan.refused["mlp_out.0"]
+    assert plan.reads == {"resid_post.0": ("resid_post.0",)}
+    assert plan.writes == {"resid_post.0": "resid_post.0"}
+
+
 def test_a_model_with_no_map_is_an_unsupported_model_with_the_one_reason() -> None:
     """Every declared point refused for one reason (ie-vllm has no map of the architecture, as
     on Granite-4.0-H): the load is an UnsupportedModelError quoting it, so the capability sweep

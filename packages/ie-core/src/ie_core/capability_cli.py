@@ -65,10 +65,12 @@ def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
     families = args.family or list(synthetic_families())
     result = sweep(args.backend, families, load_model, shlex.join(argv))
     if args.family and out.exists():
-        # A partial sweep updates its families and keeps the others' answers.
+        # A partial sweep updates its families and keeps the others' answers; the file names the
+        # backend-wide command, which reproduces all of them.
         old = parse_capabilities(json.loads(out.read_text()))
         models = {**old.models, **result.models}
-        result = CapabilityFile(args.backend, result.command, result.versions, models)
+        command = f"ie points --sweep --backend {args.backend}"
+        result = CapabilityFile(args.backend, command, result.versions, models)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(result.dumps())
     for model, (_family, caps) in result.models.items():

@@ -145,7 +145,7 @@ def check_claims(model: Any, claims: Mapping[str, PointCapability]) -> list[Mism
     return out
 
 
-def _versions(backend: str) -> dict[str, str]:
+def versions(backend: str) -> dict[str, str]:
     names = ["torch", "transformers"] + (["vllm"] if backend != "eager" else [])
     out = {}
     for name in names:
@@ -206,7 +206,7 @@ def sweep(
             print(f"  left out: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
         models[f"{SYNTHETIC_PREFIX}{family}"] = (family, caps)
-    return CapabilityFile(backend, command, _versions(backend), models)
+    return CapabilityFile(backend, command, versions(backend), models)
 
 
 def synthetic_families() -> tuple[str, ...]:

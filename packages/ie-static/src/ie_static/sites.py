@@ -38,6 +38,19 @@ def _reason(table: PointTable, address: str, architecture: str) -> str:
     )
 
 
+def _needs_companions(table: PointTable, address: str) -> str:
+    """A refusal if the address's site reads another module's output too (a static tap sees one
+    module's forward), else ''."""
+    site = table.sites.get(table.addresses.get(address, ""))
+    if site is None or not site.companions:
+        return ""
+    return (
+        f"{address.split('.')[0]} is the sum of two modules' outputs that the layer adds inline (routed "
+        "experts and a shared MLP); a static tap sits in one module's forward, so it cannot read "
+        "or write the sum; use backend='vllm'"
+    )
+
+
 def plan_sites(
     table: PointTable, reads: Sequence[str], writes: Sequence[str], architecture: str
 ) -> SitePlan:
@@ -52,11 +65,17 @@ def plan_sites(
             if not all(n in table.sites for n in names):
                 plan.refused[address] = f"{address}: vLLM's attention layer has no q/k inputs here"
                 continue
+        elif why := _needs_companions(table, address):
+            plan.refused[address] = why
+            continue
         else:
             names = (table.addresses[address],)
         plan.reads[address] = names
     for address in writes:
         if address in plan.refused:
+            continue
+        if why := _needs_companions(table, address):
+            plan.refused[address] = why
             continue
         if address not in table.writable:
             plan.refused[address] = (

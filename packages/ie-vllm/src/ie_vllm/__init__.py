@@ -35,8 +35,8 @@ _EXPORTS = {
     "ATTN_POINTS": "worker",
     "attention_rows": "worker",
     "capture_sites": "worker",
-    "PointTable": "resolve",
-    "SiteDef": "resolve",
+    "PointTable": "point_table",
+    "SiteDef": "point_table",
     "BatchLayout": "layout",
     "record_layout": "layout",
     "Rows": "registry",
@@ -61,12 +61,12 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.entry import require_engine as require_engine
     from ie_vllm.layout import BatchLayout as BatchLayout
     from ie_vllm.layout import record_layout as record_layout
+    from ie_vllm.point_table import PointTable as PointTable
+    from ie_vllm.point_table import SiteDef as SiteDef
     from ie_vllm.policy import SitePolicy as SitePolicy
     from ie_vllm.registry import RequestSpec as RequestSpec
     from ie_vllm.registry import Rows as Rows
     from ie_vllm.registry import SteerSpec as SteerSpec
-    from ie_vllm.resolve import PointTable as PointTable
-    from ie_vllm.resolve import SiteDef as SiteDef
     from ie_vllm.runner_adapter import LoadedModel as LoadedModel
     from ie_vllm.runner_adapter import loaded_model as loaded_model
     from ie_vllm.runner_adapter import tp_rank as tp_rank

@@ -15,6 +15,7 @@ import torch
 
 __all__ = [
     "Args",
+    "BranchSum",
     "Kwargs",
     "Reader",
     "Writer",
@@ -172,6 +173,41 @@ def head_slice(groups: int, per: int, index: int, head_dim: int, batched: bool =
         return (full, *out[1:]) if isinstance(out, tuple) else full
 
     return read, write
+
+
+class BranchSum:
+    """Two sibling modules whose outputs the layer adds inline (Granite-4.0-H's routed and shared
+    MLPs): a hook on the first remembers its output, the site on the second reads the sum.
+
+    `companion` is that first hook; it is installed with the site and replaces the remembered
+    output on every forward. A write `new` to the sum (times `scale`) becomes
+    `new / scale - routed` at the second module, so the layer's own addition yields `new / scale`.
+    """
+
+    def __init__(self) -> None:
+        self.first: torch.Tensor | None = None
+
+    def companion(self, _module: Any, _args: Args, output: Any) -> None:
+        self.first = _first(output)
+
+    def _routed(self, like: torch.Tensor) -> torch.Tensor:
+        first = self.first
+        if first is None or first.shape != like.shape:
+            raise RuntimeError(
+                "the routed MLP's output of this forward was not seen before the shared one"
+            )
+        return first
+
+    def rw(self, scale: float = 1.0) -> tuple[Reader, Writer]:
+        def read(_a: Args, _k: Kwargs, out: Any) -> torch.Tensor:
+            shared = _first(out)
+            return _flat(self._routed(shared) + shared) * scale
+
+        def write(_a: Args, _k: Kwargs, out: Any, new: torch.Tensor) -> Any:
+            shared = _first(out)
+            return (new / scale).reshape(shared.shape) - self._routed(shared)
+
+        return read, write
 
 
 def qkv_arg(index: int) -> tuple[Reader, Writer | None]:

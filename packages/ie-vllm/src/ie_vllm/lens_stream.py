@@ -13,12 +13,9 @@ import torch
 from ie_core.address import AddressLike
 from ie_core.errors import UnsupportedOperationError
 from ie_core.lens_stream import LensStep
-from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK
-from ie_core.text_stream import TextStream
+from ie_core.protocol import SamplingParams, SteeringArg, TopK
 
 from ie_vllm import payload
-from ie_vllm.engine import Submission, new_key
-from ie_vllm.registry import RequestSpec, SteerSpec
 
 if TYPE_CHECKING:
     from ie_vllm.backend import VLLMModel
@@ -57,36 +54,11 @@ async def lens_generation_stream(
     captures = model._captures(addresses)
     steer = model._steer_specs(steering, ids)
     wire = payload.encode(dict(transports)) if transports else {}
-    agen = _stream(model, ids, params, captures, steer, k, wire)
-    async for item in model.flow.bridge(agen):
-        yield item
 
+    async def topk(key: str, start: int, stop: int) -> dict[str, TopK]:
+        got = await model.engine.rpc_payload("ie_lens_collect_topk", key, start, stop, k, wire)
+        return {a: TopK(got[f"{a}|ids"], got[f"{a}|probs"]) for a in captures}
 
-async def _stream(
-    model: VLLMModel,
-    ids: tuple[int, ...],
-    params: SamplingParams,
-    captures: tuple[str, ...],
-    steer: tuple[SteerSpec, ...],
-    k: int,
-    wire: dict[str, Any],
-) -> AsyncIterator[LensStep]:
-    flow = model.flow
-    key = new_key()
-    sub = Submission(ids, flow.params(key, params), key, key)
-    have = seen = 0
-    text = TextStream(flow.text)
-    try:
-        await flow.register(RequestSpec(key, captures, steer, len(ids)))
-        async for out in model.engine.stream(sub):
-            for tok in list(out.outputs[0].token_ids)[seen:]:
-                seen += 1
-                stop = len(ids) + seen - 1
-                got = await model.engine.rpc_payload(
-                    "ie_lens_collect_topk", key, have, stop, k, wire
-                )
-                have = stop
-                tops = {a: TopK(got[f"{a}|ids"], got[f"{a}|probs"]) for a in captures}
-                yield LensStep(StreamChunk(tok, text.push(tok)), tops)
-    finally:
-        await flow.release(key)
+    steps = model.flow.stream_steps(ids, params, captures, steer, topk)
+    async for chunk, tops in model.flow.bridge(steps):
+        yield LensStep(chunk, tops)

@@ -48,6 +48,12 @@ class Profile:
     # add. (Granite's embedding_multiplier also acts outside the embedding module, in HF as in
     # vLLM, so `embeddings` is the module's own output there, as eager reads it.)
     residual_multiplier: str | None = None
+    # Token mixers some layers have instead of attention (Granite-4.0-H's Mamba2 `mamba`): their
+    # input and output are attn_in / attn_out; value, z and the attention maps do not exist there.
+    mixers: tuple[str, ...] = ()
+    # A dense MLP the layer runs beside the routed one and sums inline (Granite-4.0-H's
+    # `shared_mlp`): mlp_out is the sum, and mlp_in the norm output both read.
+    shared_mlp: str | None = None
 
 
 LLAMA = Profile(layers="model.layers", embed="model.embed_tokens", final_norm="model.norm")
@@ -139,6 +145,16 @@ PROFILES: dict[str, Profile] = {
         parallel=True,
     ),
     "GraniteForCausalLM": replace(_UNFUSED, residual_multiplier="residual_multiplier"),
+    # Granite-4.0-H: layers called with keywords return (stream, resid_mid); the next layer takes
+    # only the stream. Mamba2 or attention per layer; routed experts plus a shared MLP.
+    "GraniteMoeHybridForCausalLM": replace(
+        _UNFUSED,
+        first_out=True,
+        mlps=("block_sparse_moe",),
+        residual_multiplier="residual_multiplier",
+        mixers=("mamba",),
+        shared_mlp="shared_mlp",
+    ),
     "CohereForCausalLM": replace(_UNFUSED, first_out=True, parallel=True),
     "StableLmForCausalLM": replace(_UNFUSED, first_out=True),
     # vLLM-native gpt-oss: fused (hidden, residual) pair, but positions sit between them, the

@@ -107,14 +107,16 @@ class Flow:
             if tracked:
                 await self.release(key)
 
-    async def stream_capture(
+    async def stream_steps(
         self,
         ids: tuple[int, ...],
         sampling: SamplingParams,
         captures: tuple[str, ...],
         steer: tuple[SteerSpec, ...],
-    ) -> AsyncIterator[tuple[StreamChunk, ActivationCache]]:
-        """Each generated token with the rows computed since the previous one."""
+        collect: Callable[[str, int, int], Awaitable[T]],
+    ) -> AsyncIterator[tuple[StreamChunk, T]]:
+        """Each generated token with `collect(key, start, stop)` of the positions computed since
+        the previous one (the worker keeps the request registered until the stream ends)."""
         key = new_key()
         sub = Submission(ids, self.params(key, sampling), key, key)
         have = 0
@@ -126,15 +128,27 @@ class Flow:
                 for tok in list(out.outputs[0].token_ids)[seen:]:
                     seen += 1
                     stop = len(ids) + seen - 1
-                    rows = await self.channel.collect(key, have, stop, False)
+                    got = await collect(key, have, stop)
                     have = stop
-                    cache = ActivationCache({a: rows[a].unsqueeze(0) for a in captures})
-                    yield (
-                        StreamChunk(tok, text.push(tok), step_logprobs(out, sampling, seen)),
-                        cache,
-                    )
+                    chunk = StreamChunk(tok, text.push(tok), step_logprobs(out, sampling, seen))
+                    yield chunk, got
         finally:
             await self.release(key)
+
+    def stream_capture(
+        self,
+        ids: tuple[int, ...],
+        sampling: SamplingParams,
+        captures: tuple[str, ...],
+        steer: tuple[SteerSpec, ...],
+    ) -> AsyncIterator[tuple[StreamChunk, ActivationCache]]:
+        """Each generated token with the rows computed since the previous one."""
+
+        async def rows(key: str, start: int, stop: int) -> ActivationCache:
+            got = await self.channel.collect(key, start, stop, False)
+            return ActivationCache({a: got[a].unsqueeze(0) for a in captures})
+
+        return self.stream_steps(ids, sampling, captures, steer, rows)
 
     async def stream_tokens(
         self, ids: tuple[int, ...], sampling: SamplingParams, steer: tuple[SteerSpec, ...]

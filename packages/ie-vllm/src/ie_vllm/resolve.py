@@ -9,7 +9,6 @@ hook's arguments or output, and how to write steered rows back. vLLM's decoder l
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ie_core.families import family_for_architecture
@@ -17,6 +16,7 @@ from ie_core.points import POINTS, Point, Service, get_point
 from torch import nn
 
 from ie_vllm.access import (
+    BranchSum,
     Reader,
     Writer,
     column_slice,
@@ -29,6 +29,7 @@ from ie_vllm.access import (
     qkv_arg,
     scaled_out,
 )
+from ie_vllm.point_table import AttnGeom, PointTable, SiteDef
 from ie_vllm.profiles import Profile, profile_for
 
 # Points whose vLLM tensor is one head- or neuron-shard per rank under tensor parallelism.
@@ -36,61 +37,6 @@ SHARDED_POINTS = frozenset(
     {"q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out", "value", "z", "mlp_act",
      "attn_scores", "attn_probs"}
 )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class SiteDef:
-    """One hook: `pre` reads (args, kwargs), `post` reads the output; `write` None = read only."""
-
-    name: str
-    module: nn.Module
-    hook: str  # "pre" | "post"
-    read: Reader
-    write: Writer | None
-    width: int
-    # "residual_pair": the hooked tensor is the sum of a `(hidden, residual)` output, which a
-    # read-only static tap can read without materializing; "tensor" otherwise.
-    kind: str = "tensor"
-
-
-@dataclass(frozen=True)
-class AttnGeom:
-    """What recomputing attention scores needs, read from vLLM's attention layer."""
-
-    heads: int
-    kv_heads: int
-    head_dim: int
-    scale: float
-    softcap: float
-    window: int | None
-    alibi: tuple[float, ...] = ()  # per-head ALiBi slopes (BLOOM), added as slope * key position
-    # Per-head learned sink logits (gpt-oss): a column each softmax row includes and drops.
-    sinks: tuple[float, ...] = ()
-
-
-@dataclass
-class PointTable:
-    """Every address this model serves (-> site name) and every refusal (-> reason)."""
-
-    n_layers: int
-    d_model: int
-    sites: dict[str, SiteDef] = field(default_factory=dict)
-    addresses: dict[str, str] = field(default_factory=dict)
-    writable: set[str] = field(default_factory=set)
-    refused: dict[str, str] = field(default_factory=dict)  # address or bare point name -> reason
-    attn: dict[int, AttnGeom] = field(default_factory=dict)
-    widths: dict[str, int] = field(default_factory=dict)  # address -> width
-
-    def info(self) -> dict[str, Any]:
-        """Plain data for the host: widths, writability, refusals, attention geometry."""
-        return {
-            "n_layers": self.n_layers,
-            "d_model": self.d_model,
-            "widths": dict(self.widths),
-            "writable": sorted(self.writable),
-            "refused": dict(self.refused),
-            "attn_heads": {layer: g.heads for layer, g in self.attn.items()},
-        }
 
 
 def get_module(root: nn.Module, path: str) -> nn.Module | None:
@@ -217,11 +163,46 @@ def _resolve_layer(
         add(f"attn_out_post.{i}", site(f"attn_out_post.{i}", attn, "post", rw, d_model))
     elif attn is not None:
         add(f"attn_out_post.{i}", table.sites[f"attn_out.{i}"])
+    if attn is None:
+        _resolve_mixer(table, profile, i, layer, add, site, d_model, mult)
 
     if not _is_parallel(profile, hf_config):
         _resolve_resid_mid(profile, i, layer, add, site, d_model)
 
     _resolve_mlp(table, profile, architecture, i, layer, add, site, d_model, mult)
+
+
+def _resolve_mixer(
+    table: PointTable,
+    profile: Profile,
+    i: int,
+    layer: nn.Module,
+    add: Callable[..., None],
+    site: Callable[..., SiteDef],
+    d_model: int,
+    mult: float | None,
+) -> None:
+    """A layer whose token mixer is not attention (Mamba2): attn_in / attn_out are its input and
+    output; the attention-only points are refused at this layer."""
+    name, mixer = next(
+        ((n, m) for n in profile.mixers if (m := getattr(layer, n, None)) is not None), ("", None)
+    )
+    if mixer is None:
+        return
+    add(f"attn_in.{i}", site(f"attn_in.{i}", mixer, "pre", pre_arg("hidden_states", 0), d_model))
+    add(f"attn_out.{i}", site(f"attn_out.{i}", mixer, "post", post_out(), d_model))
+    if mult is not None:
+        rw = scaled_out(mult)
+        add(f"attn_out_post.{i}", site(f"attn_out_post.{i}", mixer, "post", rw, d_model))
+    else:
+        add(f"attn_out_post.{i}", table.sites[f"attn_out.{i}"])
+    why = (
+        f"layer {i} mixes tokens with {type(mixer).__name__} ({name}), a state-space layer with "
+        "no softmax attention, heads' scores or value projection; its input and output are "
+        "attn_in and attn_out"
+    )
+    for point in ("value", "z", "attn_scores", "attn_probs"):
+        table.refused[f"{point}.{i}"] = why
 
 
 def _is_parallel(profile: Profile, hf_config: Any) -> bool:
@@ -276,6 +257,11 @@ def _resolve_mlp(
     if profile.block_mlp is not None:
         # OPT keeps fc1 / fc2 on the decoder layer: mlp_in is fc1's input, mlp_out fc2's output.
         first, last = (getattr(layer, n, None) for n in profile.block_mlp)
+    shared = getattr(layer, profile.shared_mlp, None) if profile.shared_mlp else None
+    if mlp is not None and shared is not None:
+        _resolve_branch_mlp(profile, i, layer, mlp, shared, add, site, d_model, mult)
+        _resolve_router(table, profile, architecture, i, mlp, add, site)
+        return
     if mlp is not None or (first is not None and last is not None):
         src_in, src_out = (mlp, mlp) if mlp is not None else (first, last)
         name_in = "hidden_states" if mlp is not None else "input_"
@@ -294,19 +280,8 @@ def _resolve_mlp(
                 "unreachable on vLLM: the experts of this sparse layer run in one fused MoE "
                 "kernel, so no down-projection input exists; use backend='eager'"
             )
-        router = getattr(mlp, profile.router, None) if mlp is not None else None
-        experts = getattr(mlp, "experts", None)
-        if router is not None and experts is not None:
-            n_exp = int(
-                getattr(router, "output_size", 0) or getattr(experts, "global_num_experts", 0)
-            )
-            add(
-                f"router_logits.{i}",
-                site(f"router_logits.{i}", router, "post", post_out(), n_exp),
-                writable=False,
-            )
-        elif _family_has(architecture, "router_logits"):
-            table.refused[f"router_logits.{i}"] = f"layer {i} is a dense MLP layer with no router"
+    if mlp is not None:
+        _resolve_router(table, profile, architecture, i, mlp, add, site)
 
     post_mlp = getattr(layer, profile.post_mlp_norm, None) if profile.post_mlp_norm else None
     if post_mlp is not None:
@@ -318,6 +293,49 @@ def _resolve_mlp(
         add(f"mlp_out_post.{i}", site(f"mlp_out_post.{i}", src, "post", rw, d_model))
     elif f"mlp_out.{i}" in table.widths:
         add(f"mlp_out_post.{i}", table.sites[f"mlp_out.{i}"])
+
+
+def _resolve_router(
+    table: PointTable,
+    profile: Profile,
+    architecture: str,
+    i: int,
+    mlp: nn.Module,
+    add: Callable[..., None],
+    site: Callable[..., SiteDef],
+) -> None:
+    router = getattr(mlp, profile.router, None)
+    experts = getattr(mlp, "experts", None)
+    if router is not None and experts is not None:
+        n_exp = int(getattr(router, "output_size", 0) or getattr(experts, "global_num_experts", 0))
+        rw = post_out()
+        add(f"router_logits.{i}", site(f"router_logits.{i}", router, "post", rw, n_exp), False)
+    elif _family_has(architecture, "router_logits"):
+        table.refused[f"router_logits.{i}"] = f"layer {i} is a dense MLP layer with no router"
+
+
+def _resolve_branch_mlp(
+    profile: Profile,
+    i: int,
+    layer: nn.Module,
+    routed: nn.Module,
+    shared: nn.Module,
+    add: Callable[..., None],
+    site: Callable[..., SiteDef],
+    d_model: int,
+    mult: float | None,
+) -> None:
+    """Routed experts and a shared MLP summed inline (Granite-4.0-H): mlp_in is the pre-MLP
+    norm's output, which both read (the routed one a copy taken after it); mlp_out is the sum,
+    read at the shared MLP (which runs second) with the routed output a companion hook kept."""
+    norm = getattr(layer, profile.pre_mlp_norm, None)
+    if norm is not None:
+        add(f"mlp_in.{i}", site(f"mlp_in.{i}", norm, "post", post_out(), d_model))
+    for name, scale in ((f"mlp_out.{i}", 1.0), (f"mlp_out_post.{i}", mult or 1.0)):
+        branch = BranchSum()
+        read, write = branch.rw(scale)
+        companion = ((routed, branch.companion),)
+        add(name, SiteDef(name, shared, "post", read, write, d_model, companions=companion))
 
 
 def _family_has(architecture: str, point: str) -> bool:

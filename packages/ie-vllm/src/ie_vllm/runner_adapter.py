@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ie_vllm.resolve import PointTable, resolve
+from ie_vllm.point_table import PointTable
+from ie_vllm.resolve import resolve
 
 Forward = Callable[..., Any]
 

@@ -20,8 +20,8 @@ from ie_core.steering import SteeringOp
 from ie_vllm import payload
 from ie_vllm.layout import BatchLayout, RequestRows, record_layout
 from ie_vllm.lens_worker import LensWorkerMixin
+from ie_vllm.point_table import AttnGeom, PointTable, SiteDef
 from ie_vllm.registry import Entry, Registry, RequestSpec, Rows
-from ie_vllm.resolve import AttnGeom, PointTable, SiteDef
 from ie_vllm.runner_adapter import loaded_model, tp_rank, wrap_model_forward
 
 ATTN_POINTS = ("attn_scores", "attn_probs")
@@ -293,7 +293,9 @@ def _acquire(state: WorkerState, sites: Iterable[str]) -> None:
     for name in sites:
         state.counts[name] = state.counts.get(name, 0) + 1
         if state.counts[name] == 1:
-            state.handles[name] = [_make_hook(state, state.table.sites[name])]
+            site = state.table.sites[name]
+            companions = [m.register_forward_hook(hook) for m, hook in site.companions]
+            state.handles[name] = [*companions, _make_hook(state, site)]
 
 
 def _release(state: WorkerState, sites: Iterable[str]) -> None:

@@ -22,6 +22,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,9 @@ def _capture(model: Any, ids: list[int], addresses: list[str]) -> tuple[dict[str
     return out, first_error
 
 
-def _compare(got: dict[str, Any], want: dict[str, Any], addresses: list[str]) -> dict[str, Any]:
+def _compare(
+    got: Mapping[str, Any], want: Mapping[str, Any], addresses: list[str]
+) -> dict[str, Any]:
     """address -> max abs diff (float), or an error string."""
     from vllm_parity import max_abs_diffs
 
@@ -189,7 +192,7 @@ def _render_md(backend: str, parity: dict[str, Any], command: str) -> str:
 def main() -> None:
     from ie_eager.synthetic import FAMILIES
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--backend", default="vllm", choices=("vllm", "vllm-static"))
     parser.add_argument("--family", action="append", help="family slug (repeatable; default all)")
     parser.add_argument("--tol", type=float, default=TOL)

@@ -6,6 +6,7 @@ attention scores and probabilities recorded from the family's own softmax call).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from ie_core.address import Address, AddressLike, check_layer, to_address
@@ -58,6 +59,7 @@ class Resolver:
         self.s = structure
         self.family = family
         self.model = model
+        self.config: Any = getattr(model, "config", None)  # HF's config (absent on bare modules)
         self._cache: dict[Address, Resolved] = {}
         self._router_orders: dict[type, tuple[str, ...]] = {}  # output item order per router class
 
@@ -387,9 +389,9 @@ class Resolver:
                 f"{kv}) x head_dim {hd}; its layout is unknown",
             )
         config = (
-            self.model.config.get_text_config()
-            if hasattr(self.model.config, "get_text_config")
-            else self.model.config
+            self.config.get_text_config()
+            if hasattr(self.config, "get_text_config")
+            else self.config
         )
         name = fused[0].rsplit(".", 1)[-1]
         if name == "query_key_value" and getattr(config, "new_decoder_architecture", False):
@@ -410,7 +412,7 @@ class Resolver:
         """MLA (DeepSeek-V3): kv_b_proj decompresses the shared latent into per-head [k_nope | v];
         `value` is the per-head v part, n_heads x v_head_dim (what attention mixes), not the
         latent, which feeds keys as well."""
-        config = self.model.config.get_text_config()
+        config = self.config.get_text_config()
         heads, nope, v_dim = self.s.shapes.n_heads, config.qk_nope_head_dim, config.v_head_dim
         sel = GroupSlice(heads, nope, nope + v_dim)
         return Resolved(address, "tap", _tap(b, mla, "out", select=sel), heads * v_dim, True)  # type: ignore[arg-type]

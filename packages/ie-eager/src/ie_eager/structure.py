@@ -55,8 +55,9 @@ def child(module: nn.Module, names: tuple[str, ...]) -> tuple[str, nn.Module] | 
     return None
 
 
-def out_features(linear: nn.Module) -> int:
+def out_features(module: nn.Module) -> int:
     """Output width of a Linear or a GPT-2 style Conv1D (weight stored [in, out])."""
+    linear: Any = module  # the attributes are read after the hasattr checks
     if hasattr(linear, "out_features"):
         return int(linear.out_features)
     if hasattr(linear, "nf"):
@@ -64,7 +65,8 @@ def out_features(linear: nn.Module) -> int:
     return int(linear.weight.shape[0])
 
 
-def in_features(linear: nn.Module) -> int:
+def in_features(module: nn.Module) -> int:
+    linear: Any = module
     if hasattr(linear, "in_features"):
         return int(linear.in_features)
     if hasattr(linear, "nf"):
@@ -234,7 +236,7 @@ def _container_child(
     return (f"{container_path}.{found[0]}" if container_path else found[0], found[1])
 
 
-def analyze(model: nn.Module, config: Any, text_config: Any, n_layers: int) -> Structure:
+def analyze(model: Any, config: Any, text_config: Any, n_layers: int) -> Structure:
     layers_path, layers = find_layers(model, n_layers)
     blocks = tuple(_block(i, f"{layers_path}.{i}", b, text_config) for i, b in enumerate(layers))
     container_path = layers_path.rsplit(".", 1)[0] if "." in layers_path else ""

@@ -8,8 +8,8 @@ hook's arguments or output, and how to write steered rows back. vLLM's decoder l
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 from ie_core.families import family_for_architecture
 from ie_core.points import POINTS, Point, Service, get_point
@@ -103,7 +103,7 @@ def resolve(model: nn.Module, architecture: str, hf_config: Any, tp_size: int = 
     if norm is not None:
         add("final_norm", site("final_norm", norm, "post", post_out(bt), d_model))
 
-    for i, layer in enumerate(layers):
+    for i, layer in enumerate(cast("Iterable[nn.Module]", layers)):
         if layer.__class__.__name__ == "PPMissingLayer":
             continue
         _resolve_layer(table, profile, architecture, hf_config, i, layer, add, site, d_model)

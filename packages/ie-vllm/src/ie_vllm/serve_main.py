@@ -22,6 +22,7 @@ def main(argv: list[str]) -> None:
     (cmd,) = serve.cmd_init()
     cmd.subparser_init(subparsers).set_defaults(dispatch_function=cmd.cmd)
     args = parser.parse_args(argv)
+    assert args is not None  # argparse exits on bad arguments; vLLM's parser types it optional
     configure_logging_from_args(args)
     cmd.validate(args)
     args.dispatch_function(args)

@@ -134,7 +134,9 @@ def _vllm_available() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _vllm_available(), reason="vLLM is not installed")
-@pytest.mark.parametrize("backend", ["vllm", "vllm-static"])
+# vllm-static's cards follow hooked vLLM's (packages/ie-core/tests/test_static_capabilities.py);
+# its engine check is long form only (one more compiled engine).
+@pytest.mark.parametrize("backend", ["vllm", pytest.param("vllm-static", marks=pytest.mark.full)])
 def test_vllm_cards_equal_what_vllm_does_on_llama(dashboard: Database, backend: str) -> None:
     """One engine per backend (llama): its own answer holds, and so do the cards where the
     committed sweep answered (else the cards claim nothing)."""

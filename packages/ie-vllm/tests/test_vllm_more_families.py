@@ -45,9 +45,9 @@ REFUSED = {
 }
 
 
-# CI starts gpt-neox (Transformers backend, parallel block) and bloom (ALiBi, HF-made modules);
-# the other three are long form only (IE_FULL_SUITE=1).
-CI_FAMILIES = {"gpt-neox", "bloom"}
+# CI starts gpt-neox (Transformers backend, parallel block); the other four are long form only
+# (IE_FULL_SUITE=1).
+CI_FAMILIES = {"gpt-neox"}
 FAMILIES = [
     f if f in CI_FAMILIES else pytest.param(f, marks=pytest.mark.full) for f in sorted(SERVED)
 ]

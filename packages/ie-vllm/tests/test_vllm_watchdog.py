@@ -67,6 +67,7 @@ def test_a_killed_client_leaves_no_engine_process() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.full  # a fact about vLLM, checked in the long form; it needs an engine of its own
 @requires_vllm
 def test_without_the_watchdog_the_engine_outlives_its_client() -> None:
     # Negative control: vLLM loads no plugin outside the allowlist, so nothing watches the client.

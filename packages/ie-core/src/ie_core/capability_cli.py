@@ -58,7 +58,7 @@ def _live(backend: str, family: str) -> Capabilities:
 def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
     import json
 
-    from ie_core.capability_sweep import sweep, synthetic_families
+    from ie_core.capability_sweep import sweep, sweep_command, synthetic_families
     from ie_core.loading import load_model
 
     out = args.out or Path(str(capability_path(args.backend)))
@@ -69,7 +69,7 @@ def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
         # backend-wide command, which reproduces all of them.
         old = parse_capabilities(json.loads(out.read_text()))
         models = {**old.models, **result.models}
-        command = f"ie points --sweep --backend {args.backend}"
+        command = sweep_command(args.backend)
         result = CapabilityFile(args.backend, command, result.versions, models)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(result.dumps())

@@ -145,6 +145,11 @@ def check_claims(model: Any, claims: Mapping[str, PointCapability]) -> list[Mism
     return out
 
 
+def sweep_command(backend: str) -> str:
+    """The command a capability file names: the backend-wide sweep reproduces every entry."""
+    return f"ie points --sweep --backend {backend}"
+
+
 def versions(backend: str) -> dict[str, str]:
     names = ["torch", "transformers"] + (["vllm"] if backend != "eager" else [])
     out = {}

@@ -13,6 +13,7 @@ from ie_core.steering import (
     Orthogonal,
     ProjectionCap,
 )
+from ie_core.interventions import Patch, Scale
 from ie_static import ops
 from ie_static.tables import TableShape, WriteTable
 
@@ -35,6 +36,13 @@ EVERY_KIND = {
     "lens_ablate": (LensAblate(_vec(5)),),
     "lens_swap": (LensSwap(_vec(6), _vec(7)),),
     "chain": (Additive(_vec(8), -1.5), Orthogonal(_vec(9), 2.0), LensSwap(_vec(10), _vec(11))),
+    "scale": (Scale(0.5),),
+    "zero_ablate": (Scale(0.0),),
+    "scale_heads": (Scale(-2.0, heads=(1, 3), head_dim=6),),
+    "patch_everywhere": (Patch(_vec(12)),),
+    "patch_positions": (Patch([_vec(13), _vec(14)], positions=(1, 3)),),
+    "patch_broadcast_heads": (Patch(_vec(15), positions=(0, 2, 3), heads=(2,), head_dim=6),),
+    "patch_then_steer": (Patch([_vec(16)], positions=(2,)), Additive(_vec(17), 0.5), Scale(3.0)),
 }
 
 SHAPE = TableShape(slots=4, ops=3, masks=2, positions=16)
@@ -48,9 +56,8 @@ def _inputs(n: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, t
 
 
 def _run(table: WriteTable, x, positions, row_slot, masks) -> torch.Tensor:
-    return ops.write_tap(
-        x, positions, row_slot, table.active, table.coef, table.vecs, table.mask_idx, masks
-    )
+    a, c, v, m, *affine = table.tensors()
+    return ops.write_tap(x, positions, row_slot, a, c, v, m, masks, *affine)
 
 
 @pytest.mark.parametrize("name", list(EVERY_KIND))
@@ -62,7 +69,7 @@ def test_each_kind_matches_apply_ops(name: str) -> None:
     row_slot = torch.tensor([2] * 10, dtype=torch.int32)
     masks = torch.zeros(SHAPE.slots, SHAPE.masks, SHAPE.positions, dtype=torch.bool)
     got = _run(table, x, positions, row_slot, masks)
-    want = apply_ops(x, chain)
+    want = apply_ops(x, chain, positions=positions)
     assert (got - want).abs().max().item() <= TOL
     # Negative control: the steering moved the rows, so equality above is not vacuous.
     assert (want - x).abs().max().item() > 1e-2
@@ -175,9 +182,8 @@ def test_ops_survive_torch_compile() -> None:
 
     def f(x, positions):
         y = torch.relu(x) * 2.0
-        y = ops.write_tap(
-            y, positions, row_slot, table.active, table.coef, table.vecs, table.mask_idx, masks
-        )
+        a, c, v, m, *affine = table.tensors()
+        y = ops.write_tap(y, positions, row_slot, a, c, v, m, masks, *affine)
         ops.read_tap(y, buf)
         return y + 1.0
 

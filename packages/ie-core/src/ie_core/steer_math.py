@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from ie_core.errors import SteeringSpecError
+from ie_core.interventions import Hook, Patch, Scale
 from ie_core.steering import (
     Additive,
     LensAblate,
@@ -87,6 +88,9 @@ def check_ops_fit(ops: Sequence[SteeringOp], dtype: torch.dtype, where: str) -> 
         elif isinstance(op, ProjectionCap):
             peak = max(abs(b) for b in (op.min, op.max) if b is not None)
             what = f"projection bound {peak:g}"
+        elif isinstance(op, Patch):
+            peak = max(abs(x) for row in op.values for x in row)
+            what = f"patch value {peak:g}"
         else:
             continue
         if peak > limit:
@@ -97,16 +101,73 @@ def check_ops_fit(ops: Sequence[SteeringOp], dtype: torch.dtype, where: str) -> 
             )
 
 
+def head_columns(op: Patch | Scale, width: int, device: torch.device) -> torch.Tensor | None:
+    """Bool `[width]`: the columns of `op.heads` (None when the op targets every column)."""
+    if not op.heads or op.head_dim is None:
+        return None
+    cols = torch.zeros(width, dtype=torch.bool, device=device)
+    for h in op.heads:
+        cols[h * op.head_dim : (h + 1) * op.head_dim] = True
+    return cols
+
+
+def patch_rows(
+    op: Patch, positions: torch.Tensor | None, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values `[..., width]` fp32, hit `[...]` bool): the row each position gets, and where."""
+    values = torch.tensor(op.values, dtype=torch.float32, device=x.device)
+    if op.positions is None:
+        return values[0].expand_as(x), torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device)
+    if positions is None:
+        raise RuntimeError("a Patch at given positions needs the rows' positions")
+    wanted = torch.tensor(op.positions, dtype=torch.long, device=x.device)
+    match = positions.to(x.device).long().unsqueeze(-1) == wanted  # [..., m]
+    index = match.int().argmax(-1) if values.shape[0] > 1 else torch.zeros_like(positions).long()
+    return values[index.to(x.device)], match.any(-1)
+
+
+def apply_op(x: torch.Tensor, op: SteeringOp, positions: torch.Tensor | None) -> torch.Tensor:
+    """One op on fp32 rows `x`: a replacement for `Patch` / `Scale`, else `x + op_delta`."""
+    if isinstance(op, Scale):
+        cols = head_columns(op, x.shape[-1], x.device)
+        return x * op.factor if cols is None else torch.where(cols, x * op.factor, x)
+    if isinstance(op, Hook):
+        return _run_hook(op, x)
+    if isinstance(op, Patch):
+        values, hit = patch_rows(op, positions, x)
+        cols = head_columns(op, x.shape[-1], x.device)
+        where = hit.unsqueeze(-1) if cols is None else hit.unsqueeze(-1) & cols
+        return torch.where(where, values, x)
+    return x + op_delta(x, op)
+
+
+def _run_hook(op: Hook, x: torch.Tensor) -> torch.Tensor:
+    out = op.fn(x, op.address)
+    if out is None:
+        return x
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+        shape = getattr(out, "shape", type(out).__name__)
+        raise SteeringSpecError(
+            f"the hook at {op.address} returned {shape}; return None or a tensor shaped like its "
+            f"input {tuple(x.shape)}"
+        )
+    return out.float()
+
+
 def apply_ops(
-    h: torch.Tensor, ops: Sequence[SteeringOp], rows: torch.Tensor | None = None
+    h: torch.Tensor,
+    ops: Sequence[SteeringOp],
+    rows: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Apply `ops` in order to `h` ([..., width]); `rows` (bool, h.shape[:-1]) selects what is steered.
 
-    Returns a new tensor; unselected rows are bit-identical to the input.
+    `positions` (int, h.shape[:-1]) are the rows' absolute sequence positions, which a `Patch` at
+    given positions needs. Returns a new tensor; unselected rows are bit-identical to the input.
     """
     x = h.float()
     for op in ops:
-        x = x + op_delta(x, op)
+        x = apply_op(x, op, positions)
     out = x.to(h.dtype)
     if rows is None:
         return out

@@ -6,131 +6,24 @@ stored as tuples of floats so a spec is hashable, comparable and torch-free.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from ie_core.address import Address, AddressLike, to_address
 from ie_core.errors import SteeringSpecError
+from ie_core.interventions import Hook, Patch, Scale, check_heads
 from ie_core.points import get_point
-
-Vector = tuple[float, ...]
-
-
-class ArrayLike(Protocol):
-    """A numpy array or torch tensor: anything with `tolist()`."""
-
-    def tolist(self) -> Any: ...
-    def __len__(self) -> int: ...
-
-
-# What a spec accepts; it always stores a `Vector`.
-VectorLike = Vector | Sequence[float] | ArrayLike
-
-
-# The math runs in float32 (`steer_math`): values are checked against its range, not float64's.
-FLOAT32_MAX = 3.4028234663852886e38
-FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
-
-
-def real_number(value: Any, label: str) -> float:
-    """A finite real that float32 can hold: int, float, numpy scalar or 0-d real tensor.
-
-    Strings, bools and complex numbers are refused rather than coerced."""
-    if getattr(value, "ndim", None) == 0 and hasattr(value, "item") and _real_dtype(value):
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise SteeringSpecError(
-            f"{label} must be a real number (int or float), got {type(value).__name__} "
-            f"{value!r}; pass a float"
-        )
-    value = float(value)
-    if not math.isfinite(value):
-        raise SteeringSpecError(f"{label} must be finite, got {value}")
-    if abs(value) > FLOAT32_MAX:
-        raise SteeringSpecError(
-            f"{label} = {value:g} overflows float32 (max {FLOAT32_MAX:.4g}), the dtype the "
-            "steering math runs in; use a smaller value"
-        )
-    return value
-
-
-def integer(value: Any, label: str) -> int:
-    """A non-negative int (numpy ints too); bools, floats and strings are refused."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise SteeringSpecError(
-            f"{label} must be an int, got {type(value).__name__} {value!r}; floats are not "
-            "truncated and bools are not ints"
-        )
-    if value < 0:
-        raise SteeringSpecError(f"{label} must be >= 0, got {value}")
-    return int(value)
-
-
-def _real_dtype(values: Any) -> bool:
-    name = str(getattr(values, "dtype", "")).removeprefix("torch.")
-    return "complex" not in name and name != "bool"
-
-
-def as_vector(values: Any, label: str = "vector") -> Vector:
-    """A 1-D vector of real numbers, finite and not all zero in float32 (list, numpy, torch)."""
-    if isinstance(values, str | bytes | numbers.Number):
-        raise SteeringSpecError(
-            f"{label} must be a 1-D sequence of numbers, got {type(values).__name__}"
-        )
-    ndim = getattr(values, "ndim", None)
-    if ndim is not None and ndim != 1:
-        shape = tuple(getattr(values, "shape", ()))
-        raise SteeringSpecError(
-            f"{label} must be 1-D, got shape {shape}; pick one row (e.g. v[0]) rather than "
-            "letting it be flattened"
-        )
-    if ndim is not None and not _real_dtype(values):
-        raise SteeringSpecError(
-            f"{label} has dtype {values.dtype}; steering vectors are real numbers (a complex "
-            "vector would lose its imaginary part)"
-        )
-    if hasattr(values, "detach"):
-        values = values.detach().cpu().tolist()
-    elif hasattr(values, "tolist"):
-        values = values.tolist()
-    try:
-        items = list(values)
-    except TypeError:
-        raise SteeringSpecError(
-            f"{label} must be a 1-D sequence of numbers, got {type(values).__name__}"
-        ) from None
-    vec = tuple(_element(x, label, i) for i, x in enumerate(items))
-    if not vec:
-        raise SteeringSpecError(f"{label} is empty")
-    peak = max(abs(x) for x in vec)
-    if peak < FLOAT32_MIN_NORMAL:
-        raise SteeringSpecError(
-            f"{label} is all zeros or too small for float32, the dtype the steering math runs "
-            f"in (largest entry {peak:g}, below its smallest normal {FLOAT32_MIN_NORMAL:.3g}, "
-            "where the direction loses precision); a direction needs a non-zero vector: "
-            "rescale it"
-        )
-    return vec
-
-
-def _element(x: Any, label: str, i: int) -> float:
-    if isinstance(x, list | tuple):
-        raise SteeringSpecError(f"{label} must be 1-D; element {i} is a sequence")
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise SteeringSpecError(f"{label}[{i}] must be a real number, got {type(x).__name__} {x!r}")
-    value = float(x)
-    if not math.isfinite(value):
-        raise SteeringSpecError(f"{label} contains NaN or infinite values (at {i})")
-    if abs(value) > FLOAT32_MAX:
-        raise SteeringSpecError(
-            f"{label}[{i}] = {value:g} overflows float32 (max {FLOAT32_MAX:.4g}), the dtype "
-            "the steering math runs in; rescale the vector"
-        )
-    return value
-
+from ie_core.spec_values import (
+    FLOAT32_MAX,
+    FLOAT32_MIN_NORMAL,
+    ArrayLike,
+    Vector,
+    VectorLike,
+    as_vector,
+    integer,
+    real_number,
+)
 
 @dataclass(frozen=True)
 class Additive:
@@ -233,7 +126,10 @@ class LensSwap:
             )
 
 
-SteeringOp = Additive | Orthogonal | ProjectionCap | LensSteer | LensAblate | LensSwap
+SteeringOp = (
+    Additive | Orthogonal | ProjectionCap | LensSteer | LensAblate | LensSwap | Patch | Scale | Hook
+)
+# Ops that travel as JSON; a `Hook` holds a Python function and never leaves its process.
 OP_KINDS: dict[str, type] = {
     "additive": Additive,
     "orthogonal": Orthogonal,
@@ -241,10 +137,17 @@ OP_KINDS: dict[str, type] = {
     "lens_steer": LensSteer,
     "lens_ablate": LensAblate,
     "lens_swap": LensSwap,
+    "patch": Patch,
+    "scale": Scale,
 }
 
 
-def op_width(op: SteeringOp) -> int:
+def op_width(op: SteeringOp) -> int | None:
+    """The width an op's own values fix; None for `Scale` and `Hook`, which fit any width."""
+    if isinstance(op, Scale | Hook):
+        return None
+    if isinstance(op, Patch):
+        return op.width
     if isinstance(op, LensSwap):
         return len(op.source)
     if isinstance(op, LensSteer | LensAblate):
@@ -334,7 +237,7 @@ class Steering:
                 raise SteeringSpecError(
                     f"unknown steering op {op!r}; use one of {', '.join(OP_KINDS)}"
                 )
-        widths = {op_width(op) for op in ops}
+        widths = {w for w in map(op_width, ops) if w is not None}
         if len(widths) > 1:
             raise SteeringSpecError(f"ops at one site have different widths {sorted(widths)}")
         object.__setattr__(self, "ops", ops)
@@ -344,8 +247,9 @@ class Steering:
             object.__setattr__(self, "stream", integer(self.stream, "stream"))
 
     @property
-    def width(self) -> int:
-        return op_width(self.ops[0])
+    def width(self) -> int | None:
+        """The ops' width, or None when every op is a `Scale` (which fits any width)."""
+        return next((w for w in map(op_width, self.ops) if w is not None), None)
 
     def addresses(self) -> tuple[Address, ...]:
         if not self.layers:
@@ -353,8 +257,12 @@ class Steering:
         return tuple(Address(self.point, layer, self.stream) for layer in self.layers)
 
     def check_width(self, expected: int) -> None:
-        """Refuse a vector whose width is not the point's width on this model."""
-        if self.width != expected:
+        """Refuse a vector whose width is not the point's width on this model (and heads that
+        do not split it)."""
+        for op in self.ops:
+            if isinstance(op, Patch | Scale):
+                check_heads(op.heads, op.head_dim, expected, f"{self.point}: {op.kind}")
+        if self.width is not None and self.width != expected:
             raise SteeringSpecError(
                 f"steering vector for {self.point!r} has width {self.width}, "
                 f"but the point is {expected} wide on this model"

@@ -27,6 +27,12 @@ RESERVED_XARGS = ("ie_key",)
 
 
 def op_to_wire(op: SteeringOp) -> dict[str, Any]:
+    if op.kind == "hook":
+        raise UnsupportedOperationError(
+            "a Hook runs your Python function, which is never sent to a server (it would be "
+            "arbitrary code there); express it as ops (Patch, Scale, Additive, ...) or load the "
+            "model in-process with backend='eager'"
+        )
     data = {f.name: getattr(op, f.name) for f in dataclasses.fields(op) if f.init}
     return {"kind": op.kind, **{k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}}
 

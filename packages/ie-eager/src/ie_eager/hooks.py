@@ -54,7 +54,7 @@ class Write:
     resolved: Resolved
     ops: tuple[SteeringOp, ...]
     masked: tuple[frozenset[int], ...]
-    width: int
+    width: int | None  # None: every op fits any width (Scale, Hook)
 
 
 @dataclass
@@ -244,7 +244,7 @@ class Session:
     def _write(self, r: Resolved, w: Write, raw: torch.Tensor) -> torch.Tensor:
         flat = r.tap.select.get(raw)
         part = self._rows_view(flat)
-        if part.shape[-1] != w.width:
+        if w.width is not None and part.shape[-1] != w.width:
             raise SteeringSpecError(
                 f"steering vector for {r.address} has width {w.width}, but the tensor there is "
                 f"{part.shape[-1]} wide on this model"
@@ -255,7 +255,7 @@ class Session:
             h = h * r.scale
         if r.kind == "sum":
             h = base + h
-        steered = apply_ops(h, w.ops, self._rows(w, h))
+        steered = apply_ops(h, w.ops, self._rows(w, h), self._positions(h))
         _check_finite(r, h, steered)
         if r.kind == "sum":
             steered = steered - base
@@ -264,6 +264,11 @@ class Session:
         if r.kind == "branch":
             steered = steered - base  # the routed MLP's share stays; the shared MLP's output moves
         return r.tap.select.put(raw, steered.to(raw.dtype).reshape(flat.shape))
+
+    def _positions(self, h: torch.Tensor) -> torch.Tensor:
+        """Absolute positions of `h`'s rows ([batch, seq]): the forward starts at `offset`."""
+        seq = h.shape[1]
+        return torch.arange(self.offset, self.offset + seq, device=h.device).expand(h.shape[:2])
 
     def _rows(self, w: Write, h: torch.Tensor) -> torch.Tensor | None:
         if not any(w.masked):

@@ -19,6 +19,7 @@ class StaticConfig:
     slots: int = 16  # steered requests in flight at once
     ops: int = 4  # ops per write site per request
     masks: int = 4  # distinct position masks per request
+    patch_rows: int = 16  # rows one Patch may write per site per request
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -34,4 +35,5 @@ class StaticConfig:
             slots=int(data["slots"]),
             ops=int(data["ops"]),
             masks=int(data["masks"]),
+            patch_rows=int(data.get("patch_rows", 16)),
         )

@@ -55,6 +55,7 @@ def plan_launch(
     slots: int,
     max_ops: int,
     masks: int,
+    patch_rows: int = 16,
     dtype: Any = None,
     max_model_len: int | None = None,
     buffer_gib: float = DEFAULT_BUFFER_GIB,
@@ -77,14 +78,14 @@ def plan_launch(
         )
     n_layers = int(getattr(text, "num_hidden_layers", 0) or getattr(text, "n_layer", 0))
     declared = declared_sets(static_points, static_writes, n_layers, family)
-    config = StaticConfig(declared.reads, declared.writes, slots, max_ops, masks)
+    config = StaticConfig(declared.reads, declared.writes, slots, max_ops, masks, patch_rows)
     cpu = on_cpu()
     max_len = int(max_model_len or getattr(text, "max_position_embeddings", 2048))
     plan = plan_buffers(
         read_widths=[estimated_width(a.split(".")[0], text) for a in declared.reads],
         write_widths=[estimated_width(a.split(".")[0], text) for a in declared.writes],
         dtype_bytes=_dtype_bytes(dtype, hf, cpu),
-        shape=TableShape(slots, max_ops, masks, max_len),
+        shape=TableShape(slots, max_ops, masks, max_len, patch_rows),
         budget_bytes=int(buffer_gib * GIB),
         requested_rows=requested_rows,
         default_rows=DEFAULT_ROWS_CPU if cpu else DEFAULT_ROWS_GPU,

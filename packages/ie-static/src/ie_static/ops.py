@@ -10,6 +10,8 @@ Every op kind reduces to one form per op slot k (see `tables.encode_op`):
     p = h . u_k ;  g = a*p + b*(clamp(p, lo, hi) - p) + c*|h| + e ;  h <- h + g * w_k
 computed in fp32 and cast back, so one branch-free kernel serves any mix of ops and requests,
 which is what a CUDA graph needs (it replays the kernels recorded at capture, not Python).
+Replacing ops (`Patch`, `Scale`) take an affine slot instead: h <- h * mul_k + row, where the row
+is the slot's patch row for the position (zero for a scale), so a patch writes its values exactly.
 """
 
 from __future__ import annotations
@@ -78,6 +80,16 @@ def _(h: torch.Tensor, r: torch.Tensor, buf: torch.Tensor) -> None:
     return None
 
 
+def _patch_rows(
+    positions: torch.Tensor, slot: torch.Tensor, patch_pos: torch.Tensor, patch_vals: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hit [n], row [n, D]): whether each row's slot patches its position, and with what."""
+    pp = patch_pos[slot]  # [n, R]
+    match = (pp == positions.unsqueeze(-1)) | (pp == -2)
+    first = match.to(torch.int32).argmax(-1)
+    return match.any(-1), patch_vals[slot, first]
+
+
 def steer_rows(
     x: torch.Tensor,
     positions: torch.Tensor,
@@ -87,19 +99,27 @@ def steer_rows(
     vecs: torch.Tensor,
     mask_idx: torch.Tensor,
     masks: torch.Tensor,
+    affine: torch.Tensor,
+    is_patch: torch.Tensor,
+    mul: torch.Tensor,
+    patch_pos: torch.Tensor,
+    patch_vals: torch.Tensor,
 ) -> torch.Tensor:
     """Branch-free steering of `x` ([n, D]); shapes:
 
     row_slot [R] int (request slot of each row, -1 = unsteered), positions [>=n] int,
     active [S, K] bool, coef [S, K, 6] fp32, vecs [S, K, 2, D] fp32 (u, w),
-    mask_idx [S, K] int (-1 = no mask), masks [S, Q, P] bool (True = prompt position not steered).
+    mask_idx [S, K] int (-1 = no mask), masks [S, Q, P] bool (True = prompt position not steered),
+    affine / is_patch [S, K] bool, mul [S, K, D] fp32, patch_pos [S, Rp] int, patch_vals [S, Rp, D].
     Rows with no op on are returned bit-identical.
     """
     n = x.shape[0]
     slot = row_slot[:n].long()
     valid = slot >= 0
     s = slot.clamp(min=0)
-    pos = positions[:n].long().clamp(0, masks.shape[2] - 1)
+    absolute = positions[:n].long()
+    pos = absolute.clamp(0, masks.shape[2] - 1)
+    hit, row = _patch_rows(absolute, s, patch_pos, patch_vals)
     h = x.float()
     any_on = torch.zeros_like(valid)
     for k in range(coef.shape[1]):
@@ -113,7 +133,10 @@ def steer_rows(
         capped = torch.minimum(torch.maximum(p, c[:, LO]), c[:, HI]) - p
         g = c[:, ALPHA] * p + c[:, BETA] * capped + c[:, GAMMA] * h.norm(dim=-1) + c[:, CONST]
         g = torch.where(on, g, torch.zeros_like(g))
-        h = h + g.unsqueeze(-1) * w
+        patching = is_patch[s, k]
+        replaced = h * mul[s, k] + torch.where(patching.unsqueeze(-1), row, torch.zeros_like(row))
+        replace = on & affine[s, k] & (hit | ~patching)
+        h = torch.where(replace.unsqueeze(-1), replaced, h + g.unsqueeze(-1) * w)
         any_on = any_on | on
     return torch.where(any_on.unsqueeze(-1), h.to(x.dtype), x)
 
@@ -128,13 +151,21 @@ def write_tap(
     vecs: torch.Tensor,
     mask_idx: torch.Tensor,
     masks: torch.Tensor,
+    affine: torch.Tensor,
+    is_patch: torch.Tensor,
+    mul: torch.Tensor,
+    patch_pos: torch.Tensor,
+    patch_vals: torch.Tensor,
 ) -> torch.Tensor:
     """`x` with each row's steering applied (a new tensor; `x` is untouched)."""
     _rows_guard(x.shape[0], row_slot.shape[0], "write_tap")
     # Outside graph capture the host knows whether any row is steered this step; skip the math.
     if not STEP.any_steered and not _graph_capturing(x):
         return x.clone()
-    return steer_rows(x, positions, row_slot, active, coef, vecs, mask_idx, masks)
+    return steer_rows(
+        x, positions, row_slot, active, coef, vecs, mask_idx, masks,
+        affine, is_patch, mul, patch_pos, patch_vals,
+    )  # fmt: skip
 
 
 @write_tap.register_fake
@@ -147,5 +178,10 @@ def _(
     vecs: torch.Tensor,
     mask_idx: torch.Tensor,
     masks: torch.Tensor,
+    affine: torch.Tensor,
+    is_patch: torch.Tensor,
+    mul: torch.Tensor,
+    patch_pos: torch.Tensor,
+    patch_vals: torch.Tensor,
 ) -> torch.Tensor:
     return torch.empty_like(x)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ie_core.errors import PointUnavailableError, SteeringSpecError, UnsupportedOperationError
+from ie_core.interventions import Patch
 from ie_vllm import SitePolicy, SteerSpec
 
 from ie_static.config import StaticConfig
@@ -71,11 +72,33 @@ class StaticPolicy(SitePolicy):
                     f"{n} steering ops at {address} exceed this engine's {self.config.ops} per "
                     f"site; reload with static_max_ops={n}"
                 )
+        _check_patches(specs, self.config.patch_rows)
         if len(masks) > self.config.masks:
             raise SteeringSpecError(
                 f"{len(masks)} distinct position masks in one request exceed this engine's "
                 f"{self.config.masks}; reload with static_masks={len(masks)}"
             )
+
+
+def _check_patches(specs: tuple[SteerSpec, ...], rows: int) -> None:
+    """One Patch per site per request, of at most `rows` positions (the patch table's size)."""
+    seen: set[str] = set()
+    for s in specs:
+        for op in s.ops:
+            if not isinstance(op, Patch):
+                continue
+            if s.address in seen:
+                raise SteeringSpecError(
+                    f"two Patch ops at {s.address} in one request; vllm-static holds one per "
+                    "site: merge them into one Patch over every position, or use backend='vllm'"
+                )
+            seen.add(s.address)
+            n = 1 if op.positions is None else len(op.positions)
+            if n > rows:
+                raise SteeringSpecError(
+                    f"a Patch of {n} positions at {s.address} exceeds this engine's {rows} patch "
+                    f"rows per site; reload with static_patch_rows={n}, or use backend='vllm'"
+                )
 
 
 __all__ = ["StaticPolicy", "reload_hint"]

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 from ie_core.errors import SteeringSpecError
-from ie_core.steer_math import unit_vector
+from ie_core.interventions import Patch, Scale
+from ie_core.steer_math import head_columns, unit_vector
 from ie_core.steering import (
     Additive,
     LensAblate,
@@ -44,6 +45,8 @@ def encode_op(op: SteeringOp) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     coef = torch.zeros(N_COEF, dtype=torch.float32)
     coef[LO], coef[HI] = -math.inf, math.inf
     width = op_width(op)
+    if width is None:
+        raise SteeringSpecError(f"{op.kind} has no vector to encode; it is an affine op")
     if isinstance(op, Additive):
         coef[CONST] = 1.0
         return coef, torch.zeros(width), op.coeff * _vec(op.vector)
@@ -78,37 +81,59 @@ def encode_op(op: SteeringOp) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 @dataclass(frozen=True)
 class TableShape:
-    """Sizes fixed at load: request slots S, op slots K per site, masks Q per slot, positions P."""
+    """Sizes fixed at load: request slots S, op slots K per site, masks Q per slot, positions P,
+    and R patch rows per slot and site (the rows one `Patch` may write)."""
 
     slots: int
     ops: int
     masks: int
     positions: int
+    patch_rows: int = 16
+
+
+# `patch_pos` entries: an unused row, and a row written at every position (`Patch(positions=None)`).
+UNUSED, EVERY = -1, -2
 
 
 @dataclass
 class WriteTable:
-    """One write site's parameters: which op slots are on, their coefficients and vectors."""
+    """One write site's parameters: which op slots are on, their coefficients and vectors, and
+    for replacing ops (`Patch`, `Scale`) h <- h * mul + patch row, the row chosen by position."""
 
     active: torch.Tensor  # [S, K] bool
     coef: torch.Tensor  # [S, K, 6] fp32
     vecs: torch.Tensor  # [S, K, 2, D] fp32
     mask_idx: torch.Tensor  # [S, K] int32, -1 = unmasked
+    affine: torch.Tensor  # [S, K] bool: the slot replaces (h * mul + row) instead of adding
+    is_patch: torch.Tensor  # [S, K] bool: the affine slot adds the slot's patch row where it hits
+    mul: torch.Tensor  # [S, K, D] fp32
+    patch_pos: torch.Tensor  # [S, R] int64: the position each patch row is written at
+    patch_vals: torch.Tensor  # [S, R, D] fp32 (zero outside the patched heads' columns)
 
     @classmethod
     def empty(cls, shape: TableShape, width: int, device: torch.device) -> WriteTable:
-        s, k = shape.slots, shape.ops
+        s, k, r = shape.slots, shape.ops, shape.patch_rows
         return cls(
             active=torch.zeros(s, k, dtype=torch.bool, device=device),
             coef=torch.zeros(s, k, N_COEF, dtype=torch.float32, device=device),
             vecs=torch.zeros(s, k, 2, width, dtype=torch.float32, device=device),
             mask_idx=torch.full((s, k), -1, dtype=torch.int32, device=device),
+            affine=torch.zeros(s, k, dtype=torch.bool, device=device),
+            is_patch=torch.zeros(s, k, dtype=torch.bool, device=device),
+            mul=torch.ones(s, k, width, dtype=torch.float32, device=device),
+            patch_pos=torch.full((s, r), UNUSED, dtype=torch.long, device=device),
+            patch_vals=torch.zeros(s, r, width, dtype=torch.float32, device=device),
         )
 
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The tables in the write tap's argument order."""
+        return (
+            self.active, self.coef, self.vecs, self.mask_idx,
+            self.affine, self.is_patch, self.mul, self.patch_pos, self.patch_vals,
+        )  # fmt: skip
+
     def nbytes(self) -> int:
-        return sum(
-            t.numel() * t.element_size() for t in (self.active, self.coef, self.vecs, self.mask_idx)
-        )
+        return sum(t.numel() * t.element_size() for t in self.tensors())
 
     def fill(self, slot: int, ops: Sequence[tuple[SteeringOp, int]]) -> None:
         """Put `(op, mask index)` pairs, in order, into `slot`; the rest of the slot turns off."""
@@ -118,23 +143,64 @@ class WriteTable:
                 f"{len(ops)} steering ops at one site exceed this vllm-static engine's "
                 f"{k_max} op slots per site; reload with static_max_ops={len(ops)} or more"
             )
+        if sum(isinstance(op, Patch) for op, _ in ops) > 1:
+            raise SteeringSpecError(
+                "vllm-static holds one Patch per site per request (its patch rows are one table "
+                "per slot); merge the patches into one Patch with every position, or use "
+                "backend='vllm'"
+            )
         self.clear(slot)
         for k, (op, mask) in enumerate(ops):
-            coef, u, w = encode_op(op)
-            self.coef[slot, k] = coef.to(self.coef.device)
-            self.vecs[slot, k, 0] = u.to(self.vecs.device)
-            self.vecs[slot, k, 1] = w.to(self.vecs.device)
+            if isinstance(op, Patch | Scale):
+                self._fill_affine(slot, k, op)
+            else:
+                coef, u, w = encode_op(op)
+                self.coef[slot, k] = coef.to(self.coef.device)
+                self.vecs[slot, k, 0] = u.to(self.vecs.device)
+                self.vecs[slot, k, 1] = w.to(self.vecs.device)
             self.mask_idx[slot, k] = mask
             self.active[slot, k] = True
+
+    def _fill_affine(self, slot: int, k: int, op: Patch | Scale) -> None:
+        width = self.mul.shape[-1]
+        cols = head_columns(op, width, self.mul.device)
+        every = torch.ones(width, dtype=torch.bool, device=self.mul.device) if cols is None else cols
+        self.coef[slot, k, LO], self.coef[slot, k, HI] = -math.inf, math.inf
+        self.affine[slot, k] = True
+        if isinstance(op, Scale):
+            self.mul[slot, k] = torch.where(every, op.factor, 1.0)
+            return
+        positions = (EVERY,) if op.positions is None else op.positions
+        rows_max = self.patch_pos.shape[1]
+        if len(positions) > rows_max:
+            raise SteeringSpecError(
+                f"a Patch of {len(positions)} positions exceeds this vllm-static engine's "
+                f"{rows_max} patch rows per site; reload with static_patch_rows={len(positions)} "
+                "or more, or use backend='vllm'"
+            )
+        values = _vec(op.values).to(self.mul.device)
+        if values.shape[0] == 1:
+            values = values.expand(len(positions), -1)
+        self.is_patch[slot, k] = True
+        self.mul[slot, k] = torch.where(every, 0.0, 1.0)
+        n = len(positions)
+        self.patch_pos[slot, :n] = torch.tensor(positions, dtype=torch.long)
+        self.patch_vals[slot, :n] = torch.where(every, values, 0.0)
 
     def clear(self, slot: int) -> None:
         self.active[slot] = False
         self.coef[slot] = 0.0
         self.vecs[slot] = 0.0
         self.mask_idx[slot] = -1
+        self.affine[slot] = False
+        self.is_patch[slot] = False
+        self.mul[slot] = 1.0
+        self.patch_pos[slot] = UNUSED
+        self.patch_vals[slot] = 0.0
 
 
 def table_bytes(shape: TableShape, width: int) -> int:
     """Bytes of one site's `WriteTable` (see `WriteTable.empty`)."""
-    s, k = shape.slots, shape.ops
-    return s * k * (1 + 4 * N_COEF + 4 * 2 * width + 4)
+    s, k, r = shape.slots, shape.ops, shape.patch_rows
+    per_op = 1 + 4 * N_COEF + 4 * 2 * width + 4 + 2 + 4 * width
+    return s * k * per_op + s * r * (8 + 4 * width)

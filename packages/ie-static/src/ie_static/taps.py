@@ -50,10 +50,10 @@ class Site:
         """Write then read `x` (captures are post-intervention)."""
         if self.table is not None:
             t = self.table
+            a, c, v, m, *affine = t.tensors()
             x = torch.ops.ie_static.write_tap(
-                x, self.step.positions, self.step.row_slot,
-                t.active, t.coef, t.vecs, t.mask_idx, self.step.masks,
-            )  # fmt: skip
+                x, self.step.positions, self.step.row_slot, a, c, v, m, self.step.masks, *affine
+            )
         if self.buf is not None:
             torch.ops.ie_static.read_tap(x, self.buf)
         return x

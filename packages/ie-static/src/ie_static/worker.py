@@ -158,6 +158,7 @@ def _install(runner: Any, vllm_config: Any, config: StaticConfig) -> StaticState
         ops=config.ops,
         masks=config.masks,
         positions=int(vllm_config.model_config.max_model_len),
+        patch_rows=config.patch_rows,
     )
     step = StepInputs(
         positions=runner.positions,

@@ -206,6 +206,14 @@ class VLLMModel:
     ) -> tuple[SteerSpec, ...]:
         specs: list[SteerSpec] = []
         for s in steering_tuple(steering):
+            if any(op.kind == "hook" for op in s.ops):
+                raise UnsupportedOperationError(
+                    f"a Hook at {s.point} runs a Python function, and backend {self.backend!r} "
+                    "runs its forward in vLLM's worker processes, where ie-vllm does not ship "
+                    "your callables (they would run outside this process's state and locks); "
+                    "express the intervention as ops (Patch, Scale, Additive, ...), which every "
+                    "backend runs, or use backend='eager' for your own hooks"
+                )
             for addr in s.addresses():
                 text = self._check(addr)
                 if not self.policy.can_write(text):

@@ -249,12 +249,13 @@ def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor |
         r = it.rows
         if new is None:
             new = h.clone()
+        positions = torch.from_numpy(r.positions()).to(h.device)
         for ops, masked in it.steps:
             mask = None
             if masked:
                 keep = [p not in masked for p in r.positions()]
                 mask = torch.tensor(keep, dtype=torch.bool, device=h.device)
-            new[r.start : r.end] = apply_ops(new[r.start : r.end], ops, mask)
+            new[r.start : r.end] = apply_ops(new[r.start : r.end], ops, mask, positions)
     src = h if new is None else new
     for it in items:
         if it.capture:

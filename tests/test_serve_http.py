@@ -395,3 +395,43 @@ def test_the_api_key_is_enforced(server: str) -> None:
         assert r.status_code == 401, (path, r.status_code)
     ok = httpx.get(f"{server}/v1/ie/info", headers={"Authorization": f"Bearer {KEY}"})
     assert ok.status_code == 200 and ok.json()["n_layers"] == 4
+
+
+def test_remote_patch_sweep_and_ablation_equal_eager(server: str, remote: Any, ref: Any) -> None:
+    """Patch and Scale ride the steering wire; a Hook never leaves the client."""
+    from ie_core.errors import UnsupportedOperationError
+    from ie_core.interventions import Scale
+    from ie_core.patching import Metric, patch_sweep
+    from ie_core.user_hooks import run_with_hooks
+
+    clean, corrupt = (
+        ref.to_tokens(PROMPT),
+        ref.to_tokens("A slow grey cat walks under the busy dog"),
+    )
+    corrupt = corrupt[: len(clean)] + clean[len(corrupt) :]
+    metric = Metric(
+        "logit_0_minus_1", lambda logits, ids: logits[:, ids[0]] - logits[:, ids[1]], (5, 7)
+    )
+    got = patch_sweep(remote, clean, corrupt, metric=metric, layers=(0, 1))
+    want = patch_sweep(ref, clean, corrupt, metric=metric, layers=(0, 1))
+    assert float((got.values - want.values).abs().max()) <= TOL_EAGER * max(
+        1.0, float(want.values.abs().max())
+    )
+    assert float((got.values - got.corrupt).abs().max()) > 100 * TOL_EAGER  # patching mattered
+    zero = steer_at("mlp_out.0", Scale(0.0))
+    a = run(remote.capture([clean], ["mlp_out.0", "resid_post.1"], steering=zero))
+    assert float(a["mlp_out.0"].abs().max()) == 0.0
+    with pytest.raises(UnsupportedOperationError, match="never sent to a server"):
+        run_with_hooks(remote, [clean], [("resid_pre.1", lambda x, addr: x)])
+    body = {
+        "prompts": [clean],
+        "addresses": ["resid_post.0"],
+        "steering": [{"point": "resid_pre", "layers": [1], "ops": [{"kind": "hook"}]}],
+    }
+    r = httpx.post(
+        f"{server}/v1/ie/capture",
+        json=body,
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=120,
+    )
+    assert r.status_code == 400 and "unknown steering op" in r.json()["error"]["message"], r.text

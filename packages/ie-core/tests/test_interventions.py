@@ -18,7 +18,11 @@ W, HEAD = 8, 4  # two heads of four columns
 def _reference(h: torch.Tensor, positions: list[int], op: Patch | Scale) -> torch.Tensor:
     """The definition, one row and one column at a time."""
     out = h.clone()
-    cols = range(W) if not op.heads else [c for hd in op.heads for c in range(hd * HEAD, hd * HEAD + HEAD)]
+    cols = (
+        range(W)
+        if not op.heads
+        else [c for hd in op.heads for c in range(hd * HEAD, hd * HEAD + HEAD)]
+    )
     for i, p in enumerate(positions):
         if isinstance(op, Scale):
             for c in cols:

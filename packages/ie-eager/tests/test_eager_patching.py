@@ -52,7 +52,9 @@ def _with_hidden(args: tuple, kwargs: dict, new: torch.Tensor) -> tuple[tuple, d
     return (new, *args[1:]), kwargs
 
 
-def _hf_last_logits(model: EagerModel, ids: list[int], hooks: list[tuple[Any, str, Callable]]) -> torch.Tensor:
+def _hf_last_logits(
+    model: EagerModel, ids: list[int], hooks: list[tuple[Any, str, Callable]]
+) -> torch.Tensor:
     handles = []
     for module, kind, fn in hooks:
         if kind == "pre":
@@ -80,7 +82,9 @@ def _hf_block_inputs(model: EagerModel, ids: list[int]) -> dict[int, torch.Tenso
     return seen
 
 
-def _hf_resid_pre_patch(model: EagerModel, ids: list[int], layer: int, pos: int, row: torch.Tensor) -> torch.Tensor:
+def _hf_resid_pre_patch(
+    model: EagerModel, ids: list[int], layer: int, pos: int, row: torch.Tensor
+) -> torch.Tensor:
     def pre(_m: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         h = _hidden_arg(args, kwargs).clone()
         h[:, pos] = row
@@ -107,15 +111,21 @@ def test_resid_pre_sweep_equals_hand_written_hf_hooks(model: EagerModel, sweep: 
     source = _hf_block_inputs(model, clean_ids)
     want = torch.tensor(
         [
-            [_diff(model, _hf_resid_pre_patch(model, corrupt_ids, layer, p, source[layer][0, p]))
-             for p in range(len(corrupt_ids))]
+            [
+                _diff(model, _hf_resid_pre_patch(model, corrupt_ids, layer, p, source[layer][0, p]))
+                for p in range(len(corrupt_ids))
+            ]
             for layer in LAYERS
         ]
     )
     scale = want.abs().max()
     assert (sweep.values - want).abs().max() <= TOL * scale
-    assert sweep.clean == pytest.approx(_diff(model, _hf_last_logits(model, clean_ids, [])), abs=1e-4)
-    assert sweep.corrupt == pytest.approx(_diff(model, _hf_last_logits(model, corrupt_ids, [])), abs=1e-4)
+    assert sweep.clean == pytest.approx(
+        _diff(model, _hf_last_logits(model, clean_ids, [])), abs=1e-4
+    )
+    assert sweep.corrupt == pytest.approx(
+        _diff(model, _hf_last_logits(model, corrupt_ids, [])), abs=1e-4
+    )
     # The sweep finds the known result: the subject token early, the last token late.
     norm = sweep.normalized()
     assert norm[0, 2] > 0.5 and norm[-1, -1] > 0.5 and norm[-1, 2].abs() < 0.1
@@ -151,7 +161,9 @@ def test_head_sweep_equals_hand_written_o_proj_hooks(model: EagerModel) -> None:
     def patched(h: int) -> float:
         def pre(_m: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
             z = args[0].clone()
-            z[..., h * head_dim : (h + 1) * head_dim] = seen[0][..., h * head_dim : (h + 1) * head_dim]
+            z[..., h * head_dim : (h + 1) * head_dim] = seen[0][
+                ..., h * head_dim : (h + 1) * head_dim
+            ]
             return (z, *args[1:]), kwargs
 
         return _diff(model, _hf_last_logits(model, corrupt_ids, [(o_proj, "pre", pre)]))
@@ -167,7 +179,9 @@ def test_zero_and_mean_ablation_equal_hand_written_hooks(model: EagerModel) -> N
     cache = run(model.capture([ids], ["lm_head"], steering=steer_at("mlp_out.6", Scale(0.0))))
     assert (cache["lm_head"][0, -1] - want).abs().max() <= TOL * want.abs().max()
     mean = mean_activation(model, [CLEAN, CORRUPT, "Paris is a city in France"], "mlp_out.6")
-    want_mean = _hf_last_logits(model, ids, [(mlp, "post", lambda _m, _a, out: mean.expand_as(out))])
+    want_mean = _hf_last_logits(
+        model, ids, [(mlp, "post", lambda _m, _a, out: mean.expand_as(out))]
+    )
     cache = run(model.capture([ids], ["lm_head"], steering=steer_at("mlp_out.6", Patch(mean))))
     assert (cache["lm_head"][0, -1] - want_mean).abs().max() <= TOL * want_mean.abs().max()
     assert (want_mean - want).abs().max() > 1e-2  # the two ablations differ
@@ -258,7 +272,9 @@ def test_attribution_equals_hand_written_gradients(model: EagerModel) -> None:
 
         return pre
 
-    handles = [_layers(model)[i].register_forward_pre_hook(add(i), with_kwargs=True) for i in layers]
+    handles = [
+        _layers(model)[i].register_forward_pre_hook(add(i), with_kwargs=True) for i in layers
+    ]
     try:
         logits = model.hf_model(torch.tensor([corrupt_ids])).logits[0, -1]
     finally:
@@ -268,7 +284,10 @@ def test_attribution_equals_hand_written_gradients(model: EagerModel) -> None:
     score = logits[a] - logits[w]
     score.backward()
     want = torch.stack(
-        [float(score) + ((source[i] - base[i]) * offsets[i].grad).sum(-1)[0].detach() for i in layers]
+        [
+            float(score) + ((source[i] - base[i]) * offsets[i].grad).sum(-1)[0].detach()
+            for i in layers
+        ]
     )
     assert (got.values - want).abs().max() <= 1e-4 * want.abs().max()
     # Negative control: the estimate is not the unpatched score everywhere.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ie_core.interventions import Patch, Scale
 from ie_core.steer_math import apply_ops
 from ie_core.steering import (
     Additive,
@@ -13,7 +14,6 @@ from ie_core.steering import (
     Orthogonal,
     ProjectionCap,
 )
-from ie_core.interventions import Patch, Scale
 from ie_static import ops
 from ie_static.tables import TableShape, WriteTable
 

@@ -13,6 +13,8 @@ import asyncio
 import pytest
 import torch
 from ie_core.errors import PointUnavailableError, SteeringSpecError
+from ie_core.interventions import Patch, Scale
+from ie_core.patching import logit_diff, patch_sweep_async
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import (
@@ -193,3 +195,51 @@ def test_self_test_reads_and_sentinel_write(engines) -> None:
     report = run(static.self_test())
     assert report["read_norm"] > 0
     assert report["base"] != report["steered"]
+
+
+CLEAN = "The Eiffel Tower is in the city of"
+CORRUPT = "The Colosseum is in the city of"
+
+
+def test_patch_sweep_and_ablations_equal_hooked(engines) -> None:
+    """The sweep at resid_pre.4 (a declared write site) cell for cell, zero and mean ablation of
+    mlp_out.4 and a patch of every position, against the hooked engine (itself equal to eager's
+    sweep, which equals hand-written HF hooks)."""
+    static, hooked = engines
+    metric = logit_diff(" Paris", " Rome")
+    got = run(patch_sweep_async(static, CLEAN, CORRUPT, metric=metric, layers=(4,)))
+    want = run(patch_sweep_async(hooked, CLEAN, CORRUPT, metric=metric, layers=(4,)))
+    scale = float(want.values.abs().max())
+    assert (got.values - want.values).abs().max() <= REL * scale
+    assert float(got.normalized()[0, 2]) > 0.5  # the subject token carries the answer
+    same = run(patch_sweep_async(static, CLEAN, CLEAN, metric=metric, layers=(4,)))
+    assert (same.values - same.clean).abs().max() <= REL * scale
+    rows = run(hooked.capture(CLEAN, ["mlp_out.4"]))["mlp_out.4"][0]
+    specs = [
+        steer_at("mlp_out.4", Scale(0.0)),
+        steer_at("mlp_out.4", Patch(rows.mean(0))),
+        steer_at("mlp_out.4", Patch(rows[:9], positions=tuple(range(9)))),
+        steer_at("mlp_out.4", Scale(0.5), Patch(rows[2], positions=(2, 5))),
+    ]
+    sites = ["mlp_out.4", "resid_post.29"]
+    for spec in specs:
+        a = run(static.capture(CORRUPT, sites, steering=spec))
+        b = run(hooked.capture(CORRUPT, sites, steering=spec))
+        for site in sites:
+            assert _close(a[site], b[site]) <= REL, (spec, site)
+    zeroed = run(static.capture(CORRUPT, ["mlp_out.4"], steering=specs[0]))["mlp_out.4"]
+    assert zeroed.abs().max() == 0  # exact: h * 0
+
+
+def test_patch_table_limits_are_refused_before_a_forward(engines) -> None:
+    static, _ = engines
+    two = steer_at(
+        "mlp_out.4", Patch([0.0] * WIDTH, positions=(1,)), Patch([1.0] * WIDTH, positions=(2,))
+    )
+    with pytest.raises(SteeringSpecError, match="one per site"):
+        run(static.capture(CORRUPT, ["mlp_out.4"], steering=two))
+    wide = steer_at("mlp_out.4", Patch([0.0] * WIDTH, positions=tuple(range(17))))
+    with pytest.raises(SteeringSpecError, match="static_patch_rows=17"):
+        run(static.capture(CORRUPT * 3, ["mlp_out.4"], steering=wide))
+    stats = run(static.flow.on_engine(static.engine.rpc("ie_static_stats")))
+    assert stats[0]["registered"] == 0

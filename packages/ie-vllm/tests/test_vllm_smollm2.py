@@ -15,9 +15,12 @@ from typing import Any
 import pytest
 import torch
 from ie_core import Additive, Orthogonal, PositionMask, ProjectionCap, SamplingParams, steer_at
-from ie_core.errors import LayerOutOfRangeError, PointUnavailableError
+from ie_core.errors import LayerOutOfRangeError, PointUnavailableError, UnsupportedOperationError
+from ie_core.interventions import Patch, Scale
+from ie_core.patching import logit_diff, patch_sweep, patch_sweep_async
 from ie_core.protocol import SyncModel
 from ie_core.runner import run
+from ie_core.user_hooks import run_with_hooks
 from vllm_parity import PROMPT_TEXT, by_point, max_abs_diffs, scaled_diffs, servable_addresses
 from vllm_support import requires_vllm
 
@@ -262,3 +265,83 @@ def test_sync_mirror_and_refusals_on_the_real_engine(smollm2: Any) -> None:
         sync.capture("Hello", ["resid_post.30"])
     stats = run(smollm2.stats())
     assert stats["registered"] == 0 and stats["hooks"] == {}
+
+
+# -- causal interventions: patching sweeps, ablation, isolation ------------------------------------
+
+CLEAN = "The Eiffel Tower is in the city of"
+CORRUPT = "The Colosseum is in the city of"
+
+
+def test_patch_sweep_equals_eager_and_self_patch_is_the_identity(
+    smollm2: Any, smollm2_eager: Any
+) -> None:
+    """Eager's sweep equals hand-written HF hooks (test_eager_patching.py); here vLLM equals it."""
+    metric = logit_diff(" Paris", " Rome")
+    layers = (0, 9, 29)
+    got = patch_sweep(smollm2, CLEAN, CORRUPT, metric=metric, layers=layers)
+    want = patch_sweep(smollm2_eager, CLEAN, CORRUPT, metric=metric, layers=layers)
+    scale = float(want.values.abs().max())
+    assert (got.values - want.values).abs().max() <= CROSS * scale
+    assert abs(got.clean - want.clean) <= CROSS * scale
+    # The clean run patched into itself (every cell batched with the others) changes nothing.
+    same = patch_sweep(smollm2, CLEAN, CLEAN, metric=metric, layers=(4, 20))
+    assert (same.values - same.clean).abs().max() <= WITHIN * scale
+    # Negative control: patching matters (the subject token restores most of the answer).
+    assert float(got.normalized()[0, 2]) > 0.5
+    heads = patch_sweep(smollm2, CLEAN, CORRUPT, metric=metric, point="z", layers=(8,), heads=True)
+    want_heads = patch_sweep(
+        smollm2_eager, CLEAN, CORRUPT, metric=metric, point="z", layers=(8,), heads=True
+    )
+    assert (heads.values - want_heads.values).abs().max() <= CROSS * scale
+
+
+def _mixed(i: int, d: int, source: Any) -> tuple[list[str], Any]:
+    """Request i of the isolation test: a patch, a scale, steering, or nothing."""
+    kind = i % 4
+    layer = 2 + i % 7
+    if kind == 0:
+        pos = i % 9
+        patch = Patch.from_cache(source, f"resid_pre.{layer}", (pos,))
+        return ["resid_post.20"], steer_at(f"resid_pre.{layer}", patch)
+    if kind == 1:
+        return ["resid_post.20", f"mlp_out.{layer}"], steer_at(f"mlp_out.{layer}", Scale(i / 10))
+    if kind == 2:
+        return ["resid_post.20"], steer_at(f"resid_post.{layer}", Additive(_unit(d, i), 6.0))
+    return ["resid_post.20", f"z.{layer}"], None
+
+
+def test_thirty_two_mixed_patch_requests_each_equal_their_serial_run(smollm2: Any) -> None:
+    ids = smollm2.to_tokens(CORRUPT)
+    source = run(smollm2.capture([smollm2.to_tokens(CLEAN)], [f"resid_pre.{i}" for i in range(30)]))
+    requests = [_mixed(i, smollm2.d_model, source) for i in range(32)]
+
+    async def together() -> list[Any]:
+        return list(
+            await asyncio.gather(*(smollm2.capture([ids], p, steering=s) for p, s in requests))
+        )
+
+    batched = run(together())
+    for i, (points, spec) in enumerate(requests):
+        alone = run(smollm2.capture([ids], points, steering=spec))
+        assert max(scaled_diffs(batched[i], alone, points).values()) <= WITHIN, i
+    plain = run(smollm2.capture([ids], ["resid_post.20"]))
+    assert (batched[0]["resid_post.20"] - plain["resid_post.20"]).abs().max() > 1e-2
+    assert (batched[3]["resid_post.20"] - plain["resid_post.20"]).abs().max() == 0
+
+
+def test_a_cancelled_sweep_leaves_the_worker_registry_empty(smollm2: Any) -> None:
+    async def cancel_midway() -> None:
+        task = asyncio.ensure_future(
+            patch_sweep_async(smollm2, CLEAN, CORRUPT, metric=logit_diff(" Paris", " Rome"))
+        )
+        await asyncio.sleep(1.0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0.5)
+
+    run(cancel_midway())
+    stats = run(smollm2.stats())
+    assert stats["registered"] == 0 and stats["hooks"] == {}, stats
+    with pytest.raises(UnsupportedOperationError, match="does not ship"):
+        run_with_hooks(smollm2, "Hello", [("resid_pre.1", lambda x, a: x)])

@@ -14,6 +14,7 @@ from ie_core.api import (
 )
 from ie_core.cache import ActivationCache
 from ie_core.families import FAMILIES, Family, Trait, family_for_architecture, get_family
+from ie_core.interventions import Hook, Patch, Scale
 from ie_core.loading import available_backends, load_model
 from ie_core.points import POINTS, Point, get_point
 from ie_core.protocol import (
@@ -49,15 +50,18 @@ __all__ = [
     "Family",
     "Generation",
     "GenerationCapture",
+    "Hook",
     "InterpModel",
     "LensAblate",
     "LensSteer",
     "LensSwap",
     "Orthogonal",
+    "Patch",
     "Point",
     "PositionMask",
     "ProjectionCap",
     "SamplingParams",
+    "Scale",
     "Steering",
     "StreamChunk",
     "SyncModel",

@@ -135,7 +135,9 @@ class Patch:
             return self.values[0]
         if position not in self.positions:
             return None
-        return self.values[0] if len(self.values) == 1 else self.values[self.positions.index(position)]
+        return (
+            self.values[0] if len(self.values) == 1 else self.values[self.positions.index(position)]
+        )
 
     @classmethod
     def from_cache(

@@ -58,8 +58,9 @@ def single_token(model: Any, token: TokenLike) -> int:
 
 def logit_diff(answer: TokenLike, wrong: TokenLike) -> Metric:
     """logit[answer] - logit[wrong] at the last position (equal to the log-prob difference)."""
-    return Metric("logit_diff", lambda logits, ids: logits[:, ids[0]] - logits[:, ids[1]],
-                  (answer, wrong))
+    return Metric(
+        "logit_diff", lambda logits, ids: logits[:, ids[0]] - logits[:, ids[1]], (answer, wrong)
+    )
 
 
 def answer_prob(answer: TokenLike) -> Metric:
@@ -125,7 +126,10 @@ def prompt_token_ids(model: InterpModel, prompt: Prompt) -> list[int]:
 
 
 async def mean_activation_async(
-    model: InterpModel, prompts: Sequence[Prompt], address: str, positions: Sequence[int] | None = None
+    model: InterpModel,
+    prompts: Sequence[Prompt],
+    address: str,
+    positions: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """The mean `[width]` row of `address` over `prompts` (and `positions`, default all): the
     value a mean ablation writes with `Patch(mean)`."""
@@ -221,7 +225,9 @@ async def patch_sweep_async(
     )
 
 
-def patch_sweep(model: InterpModel | SyncModel, clean: Prompt, corrupt: Prompt, **kw: Any) -> SweepResult:
+def patch_sweep(
+    model: InterpModel | SyncModel, clean: Prompt, corrupt: Prompt, **kw: Any
+) -> SweepResult:
     """Synchronous `patch_sweep_async` (see there), for scripts and notebooks."""
     return run(patch_sweep_async(unwrap(model), clean, corrupt, **kw))
 

@@ -16,14 +16,12 @@ from ie_core.interventions import Hook, Patch, Scale, check_heads
 from ie_core.points import get_point
 from ie_core.spec_values import (
     FLOAT32_MAX,
-    FLOAT32_MIN_NORMAL,
-    ArrayLike,
-    Vector,
     VectorLike,
     as_vector,
     integer,
     real_number,
 )
+
 
 @dataclass(frozen=True)
 class Additive:

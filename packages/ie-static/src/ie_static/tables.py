@@ -164,7 +164,9 @@ class WriteTable:
     def _fill_affine(self, slot: int, k: int, op: Patch | Scale) -> None:
         width = self.mul.shape[-1]
         cols = head_columns(op, width, self.mul.device)
-        every = torch.ones(width, dtype=torch.bool, device=self.mul.device) if cols is None else cols
+        every = (
+            torch.ones(width, dtype=torch.bool, device=self.mul.device) if cols is None else cols
+        )
         self.coef[slot, k, LO], self.coef[slot, k, HI] = -math.inf, math.inf
         self.affine[slot, k] = True
         if isinstance(op, Scale):

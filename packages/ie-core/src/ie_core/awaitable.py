@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
-from ie_core.errors import InterpError
+from ie_core.errors import NotAwaitedError
 
 # The protocol's coroutine methods (generate_stream is an async iterator; `for` on it already fails).
 GUARDED = (
@@ -27,10 +27,6 @@ GUARDED = (
     "warmup",
     "shutdown",
 )
-
-
-class NotAwaitedError(InterpError, TypeError, AttributeError):
-    """An async model method's result used without `await`."""
 
 
 def _advice(method: str) -> str:

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ie_core.cli import DefaultsHelpFormatter
+from ie_core.cli import DefaultsHelpFormatter, SuggestingParser
 
 from ie_dashboard.config import database_url, default_db_path
 
@@ -22,7 +22,7 @@ COMMANDS = ("serve", "seed", "export", "screenshots")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="ie dashboard",
         description="Points cheat sheet, throughput cards and validation matrix (FastAPI + htmx + SQLite).",
         epilog=__doc__,

@@ -395,3 +395,14 @@ def test_the_api_key_is_enforced(server: str) -> None:
         assert r.status_code == 401, (path, r.status_code)
     ok = httpx.get(f"{server}/v1/ie/info", headers={"Authorization": f"Bearer {KEY}"})
     assert ok.status_code == 200 and ok.json()["n_layers"] == 4
+
+
+def test_the_remote_key_can_come_from_the_environment(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the openai client reads OPENAI_API_KEY, the remote backend reads IE_API_KEY."""
+    monkeypatch.setenv("IE_API_KEY", KEY)
+    assert load_model(server, backend="remote").n_layers == 4
+    monkeypatch.setenv("IE_API_KEY", "not-the-key")  # negative control: the variable is sent
+    with pytest.raises(Exception, match="401|[Uu]nauthorized"):
+        load_model(server, backend="remote")

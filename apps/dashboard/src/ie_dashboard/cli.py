@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
         "serve",
         formatter_class=DefaultsHelpFormatter,
         help="serve the dashboard (the default command)",
+        description="Serve the dashboard. Writes (the ingest API) need a token: set "
+        "IE_DASHBOARD_TOKEN=<secret> and send it as `Authorization: Bearer <secret>`; without "
+        "the variable the ingest API is off and the pages are read only.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     serve.add_argument("--port", type=int, default=8000, help="TCP port")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from ie_core.errors import UnsupportedOperationError
+
 from ie_dashboard.app import create_app
 from ie_dashboard.db import Database
 from ie_dashboard.serve import background_server
@@ -27,7 +29,10 @@ def chromium_path() -> str:
     """Debian's chromium (Playwright's own browser download is not used)."""
     path = shutil.which("chromium") or (CHROMIUM if Path(CHROMIUM).exists() else None)
     if path is None:
-        raise RuntimeError("chromium not found; install it with `apt-get install -y chromium`")
+        raise UnsupportedOperationError(
+            "screenshots need Debian's chromium, which is not found; install it with "
+            "`apt-get install -y chromium`"
+        )
     return path
 
 
@@ -37,9 +42,10 @@ def take_screenshots(
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        raise RuntimeError(
-            "screenshots need Playwright's Python package (`pip install playwright`, no browser "
-            "download) and Debian's chromium (`apt-get install -y chromium`)"
+        raise UnsupportedOperationError(
+            "screenshots need Playwright's Python package, which is not installed: "
+            "`pip install 'ie-dashboard[screenshots]'` (no browser download), and Debian's "
+            "chromium (`apt-get install -y chromium`)"
         ) from None
 
     out.mkdir(parents=True, exist_ok=True)

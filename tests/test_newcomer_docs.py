@@ -18,6 +18,8 @@ def test_every_docs_page_is_in_the_mkdocs_nav() -> None:
 def test_readme_override_pins_the_locked_torchvision() -> None:
     lock = (ROOT / "uv.lock").read_text()
     locked = re.search(r'name = "torchvision"\nversion = "([^"]+)"', lock)
-    pinned = re.search(r"printf 'torch==[^\\]+\\ntorchvision==([0-9.]+)", (ROOT / "README.md").read_text())
+    pinned = re.search(
+        r"printf 'torch==[^\\]+\\ntorchvision==([0-9.]+)", (ROOT / "README.md").read_text()
+    )
     assert locked and pinned, "the lock or the README's override line moved"
     assert pinned.group(1) == locked.group(1)

@@ -404,5 +404,5 @@ def test_the_remote_key_can_come_from_the_environment(
     monkeypatch.setenv("IE_API_KEY", KEY)
     assert load_model(server, backend="remote").n_layers == 4
     monkeypatch.setenv("IE_API_KEY", "not-the-key")  # negative control: the variable is sent
-    with pytest.raises(Exception, match="401|[Uu]nauthorized"):
+    with pytest.raises(Exception, match=r"401|[Uu]nauthorized"):
         load_model(server, backend="remote")

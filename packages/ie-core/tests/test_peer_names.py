@@ -69,7 +69,7 @@ def test_our_grammar_is_unchanged() -> None:
     ],
 )
 def test_a_near_miss_names_the_nearest_point(text: str, error: type, hint: str) -> None:
-    with pytest.raises(error, match="nearest|did you mean") as raised:
+    with pytest.raises(error, match=r"nearest|did you mean") as raised:
         to_address(text, check=True)
     assert hint in str(raised.value)
 

@@ -80,7 +80,7 @@ class Pending(Coroutine[Any, Any, Any]):
             warnings.warn(_advice(self._method) + "; this call never ran", RuntimeWarning, 2)
 
 
-def _guarded(method: Callable[..., Coroutine[Any, Any, Any]], name: str) -> Callable[..., Pending]:
+def _guarded(method: Callable[..., Any], name: str) -> Callable[..., Pending]:
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Pending:
         return Pending(method(*args, **kwargs), name)

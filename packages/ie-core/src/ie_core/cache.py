@@ -52,7 +52,8 @@ class ActivationCache(Mapping[Address, Any]):
 
     def with_heads(self, n_heads: int | None, n_kv_heads: int | None) -> ActivationCache:
         """This cache, knowing the model's head counts so `heads()` needs no argument."""
-        out = ActivationCache(self._data)
+        out = ActivationCache()
+        out._data = dict(self._data)
         out._heads = (n_heads, n_kv_heads)
         return out
 
@@ -77,7 +78,9 @@ class ActivationCache(Mapping[Address, Any]):
             )
         width = tensor.shape[-1]
         if width % count:
-            raise UnsupportedOperationError(f"{address} is {width} wide, not a multiple of {count} heads")
+            raise UnsupportedOperationError(
+                f"{address} is {width} wide, not a multiple of {count} heads"
+            )
         return tensor.reshape(*tensor.shape[:-1], count, width // count)
 
     def to_dict(self) -> dict[str, Any]:

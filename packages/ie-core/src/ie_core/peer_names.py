@@ -57,7 +57,9 @@ def _matchers() -> tuple[tuple[re.Pattern[str], PeerName], ...]:
     out = []
     for peer in peer_names():
         head, _, tail = peer.pattern.partition(_LAYER)
-        body = re.escape(head) + (r"(0|[1-9][0-9]*)" + re.escape(tail) if _LAYER in peer.pattern else "")
+        body = re.escape(head) + (
+            r"(0|[1-9][0-9]*)" + re.escape(tail) if _LAYER in peer.pattern else ""
+        )
         out.append((re.compile(body), peer))
     return tuple(out)
 

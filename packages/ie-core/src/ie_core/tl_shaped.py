@@ -71,7 +71,9 @@ class TLShaped:
             ids = self.model.to_tokens(text, prepend_bos=prepend_bos)
             return [ids] if batch else ids
         if not isinstance(text, Sequence) or not all(isinstance(t, str) for t in text):
-            raise BadPromptError(f"to_tokens takes a string or a list of strings, got {text!r}"[:120])
+            raise BadPromptError(
+                f"to_tokens takes a string or a list of strings, got {text!r}"[:120]
+            )
         return [self.model.to_tokens(t, prepend_bos=prepend_bos) for t in text]
 
     def to_str_tokens(self, text: Any, *, prepend_bos: bool = True) -> list[str]:

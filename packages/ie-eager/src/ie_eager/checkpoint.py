@@ -86,7 +86,10 @@ def hub_unreachable(repo_id: str, hub: dict[str, Any], timeout_s: float = 3.0) -
     if isinstance(cached, str):
         return None
     url = urlparse(constants.ENDPOINT)
-    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    host, port = (
+        url.hostname or "huggingface.co",
+        url.port or (443 if url.scheme == "https" else 80),
+    )
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as exc:

@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
         "--db", help="read this database instead of seeding a fresh one from the committed JSON"
     )
     shots.add_argument("--root", type=Path, help=root_help)
+    shots.add_argument(
+        "--widths",
+        default="",
+        help="also each page at these window widths, e.g. 400,1400 (writes PAGE-WIDTH.png)",
+    )
     return parser
 
 
@@ -155,7 +160,8 @@ def _run(args: argparse.Namespace) -> int:
         else:
             from ie_dashboard.screenshots import take_screenshots
 
-            for path in take_screenshots(db, args.out):
+            widths = tuple(int(w) for w in args.widths.split(",") if w.strip())
+            for path in take_screenshots(db, args.out, widths=widths):
                 print(f"wrote {path}")
         db.dispose()
     return 1 if failed else 0

@@ -37,8 +37,14 @@ def chromium_path() -> str:
 
 
 def take_screenshots(
-    db: Database, out: Path, arch: str = "llama", point: str = "resid_post.9"
+    db: Database,
+    out: Path,
+    arch: str = "llama",
+    point: str = "resid_post.9",
+    widths: tuple[int, ...] = (),
 ) -> list[Path]:
+    """The three pages at 1560 px (`cheatsheet.png`, ...); with `widths`, also each page at each
+    width (`cheatsheet-400.png`, ...), the narrow and laptop views docs/img shows."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -64,6 +70,15 @@ def take_screenshots(
             cell.click()
             page.wait_for_selector("#run .run")
         written.append(_shot(page, out / "validation.png"))
+        for width in widths:
+            page.set_viewport_size({"width": width, "height": 1000})
+            for name, path in (
+                ("cheatsheet", f"/?arch={arch}&point={point}"),
+                ("throughput", "/throughput"),
+                ("validation", "/validation"),
+            ):
+                page.goto(base + path, wait_until="networkidle")
+                written.append(_shot(page, out / f"{name}-{width}.png"))
         browser.close()
     return written
 

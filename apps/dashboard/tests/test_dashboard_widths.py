@@ -85,3 +85,13 @@ def test_the_diagram_reaches_lm_head_at_1400(base_url: str, browser) -> None:  #
         )
     finally:
         page.close()
+
+
+def test_the_validation_footer_is_one_short_sentence(base_url: str, browser) -> None:  # type: ignore[no-untyped-def]
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        page.goto(f"{base_url}/validation", wait_until="networkidle")
+        footer = page.locator("footer").inner_text()
+        assert "folders under validator/results/" in footer and len(footer) < 200, footer
+    finally:
+        page.close()

@@ -8,6 +8,7 @@ multiplier, softcap), so they are the model's real logits on every backend, stee
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -91,7 +92,7 @@ class TLShaped:
     def to_string(self, ids: Any) -> str | list[str]:
         """Text of one id, a row of ids (str) or a batch of rows (list of str)."""
         ndim = getattr(ids, "ndim", None)
-        if ndim == 0 or isinstance(ids, int):
+        if ndim == 0 or isinstance(ids, numbers.Integral):
             return self.model.to_string([int(ids)])
         if ndim == 2 or (ndim is None and len(ids) and not _is_id(ids[0])):
             return [self.model.to_string(_row(r)) for r in ids]
@@ -99,11 +100,13 @@ class TLShaped:
 
 
 def _is_id(x: Any) -> bool:
-    return isinstance(x, int) or getattr(x, "ndim", None) == 0
+    return isinstance(x, numbers.Integral) or getattr(x, "ndim", None) == 0
 
 
 def _row(ids: Any) -> list[int]:
     values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in values):
+    if not isinstance(values, list) or not all(
+        isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in values
+    ):
         raise BadPromptError(f"expected one row of integer token ids, got {ids!r}"[:120])
-    return values
+    return [int(i) for i in values]

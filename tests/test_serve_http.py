@@ -435,3 +435,14 @@ def test_remote_patch_sweep_and_ablation_equal_eager(server: str, remote: Any, r
         timeout=120,
     )
     assert r.status_code == 400 and "unknown steering op" in r.json()["error"]["message"], r.text
+
+
+def test_the_remote_key_can_come_from_the_environment(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the openai client reads OPENAI_API_KEY, the remote backend reads IE_API_KEY."""
+    monkeypatch.setenv("IE_API_KEY", KEY)
+    assert load_model(server, backend="remote").n_layers == 4
+    monkeypatch.setenv("IE_API_KEY", "not-the-key")  # negative control: the variable is sent
+    with pytest.raises(Exception, match=r"401|[Uu]nauthorized"):
+        load_model(server, backend="remote")

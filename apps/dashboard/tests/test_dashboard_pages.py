@@ -85,6 +85,14 @@ def test_multi_stream_trunks_address_residual_points_with_a_stream(client: TestC
     assert "stream-0" not in plain
 
 
+def test_a_stream_deep_link_renders_that_stream(client: TestClient) -> None:
+    page = client.get("/", params={"arch": "deepseek-v4", "point": "resid_post.3.stream-1"}).text
+    assert '<code class="addr">resid_post.3.stream-1</code>' in page
+    assert '"resid_post.3.stream-0"' not in page  # the copied address is stream 1 too
+    one = client.get("/", params={"arch": "llama", "point": "resid_post.3.stream-1"})
+    assert one.status_code == 404 and "one residual stream" in one.text
+
+
 @pytest.mark.parametrize(
     ("params", "needle"),
     [

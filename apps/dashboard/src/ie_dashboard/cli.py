@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ie_core.cli import DefaultsHelpFormatter
+from ie_core.cli import DefaultsHelpFormatter, SuggestingParser
 
 from ie_dashboard.config import database_url, default_db_path
 
@@ -22,7 +22,7 @@ COMMANDS = ("serve", "seed", "export", "screenshots")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="ie dashboard",
         description="Points cheat sheet, throughput cards and validation matrix (FastAPI + htmx + SQLite).",
         epilog=__doc__,
@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
         "serve",
         formatter_class=DefaultsHelpFormatter,
         help="serve the dashboard (the default command)",
+        description="Serve the dashboard. Writes (the ingest API) need a token: set "
+        "IE_DASHBOARD_TOKEN=<secret> and send it as `Authorization: Bearer <secret>`; without "
+        "the variable the ingest API is off and the pages are read only.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     serve.add_argument("--port", type=int, default=8000, help="TCP port")
@@ -75,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
         "--db", help="read this database instead of seeding a fresh one from the committed JSON"
     )
     shots.add_argument("--root", type=Path, help=root_help)
+    shots.add_argument(
+        "--widths",
+        default="",
+        help="also each page at these window widths, e.g. 400,1400 (writes PAGE-WIDTH.png)",
+    )
     return parser
 
 
@@ -152,7 +160,8 @@ def _run(args: argparse.Namespace) -> int:
         else:
             from ie_dashboard.screenshots import take_screenshots
 
-            for path in take_screenshots(db, args.out):
+            widths = tuple(int(w) for w in args.widths.split(",") if w.strip())
+            for path in take_screenshots(db, args.out, widths=widths):
                 print(f"wrote {path}")
         db.dispose()
     return 1 if failed else 0

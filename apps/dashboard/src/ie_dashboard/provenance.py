@@ -7,6 +7,7 @@ page never claims results it does not hold.
 
 from __future__ import annotations
 
+import posixpath
 from collections import Counter
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from sqlmodel import Session, select
 from ie_dashboard.tables import BenchmarkCellRow, ValidatorRunRow
 
 LOAD_COMMAND = "ie dashboard seed --root PATH"
+MAX_LISTED = 3  # source folders named one by one in the footer; more are summed under their parent
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,16 @@ class Provenance:
     def sentence(self) -> str:
         if not self.by_source:
             return f"no {self.kind} loaded (load a results folder with `{LOAD_COMMAND}`)"
-        parts = ", ".join(
-            f"{n} POSTed to the API" if where == "api" else f"{n} from {where}/"
-            for where, n in self.by_source
-        )
-        return f"{self.total} {self.kind}: {parts}"
+        api = [n for where, n in self.by_source if where == "api"]
+        files = [(where, n) for where, n in self.by_source if where != "api"]
+        parts = [f"{api[0]} POSTed to the API"] if api else []
+        if len(files) > MAX_LISTED:  # one folder per model: name their parent, not 34 paths
+            parent = posixpath.commonpath([where for where, _ in files]) or "."
+            count = sum(n for _, n in files)
+            parts.append(f"{count} from {len(files)} folders under {parent}/")
+        else:
+            parts += [f"{n} from {where}/" for where, n in files]
+        return f"{self.total} {self.kind}: {', '.join(parts)}"
 
 
 def _folder(source: str) -> str:

@@ -67,7 +67,7 @@ def _render(template: str, links: Links, **ctx: object) -> str:
 
 
 def card_context(
-    session: Session, arch: views.Architecture, point: str, layer: int | None
+    session: Session, arch: views.Architecture, point: str, layer: int | None, stream: int = 0
 ) -> dict[str, object]:
     presence = arch.presence[point]
     serving = views.serving(presence, arch.slug)
@@ -77,17 +77,21 @@ def card_context(
         layer = served[0] if served and snippets.SAMPLE_LAYER not in served else None
     model = arch.examples[0] if arch.examples else f"ie-synthetic/{arch.slug}"
     multi = "multi_stream" in arch.trait_names()
+    if stream and not (multi and point in snippets.STREAM_POINTS):
+        raise views.NotFound(
+            f"{point} on {arch.name} has one residual stream; drop '.stream-{stream}'"
+        )
     return {
         "arch": arch,
         "presence": presence,
         "p": presence.point,
         "layer": layer,
-        "address": snippets.address_for(presence.point, layer, multi),
+        "address": snippets.address_for(presence.point, layer, multi, stream),
         "multi_stream": multi and presence.point.name in snippets.STREAM_POINTS,
         "note": point_note(point, arch.trait_names()) if presence.present else "",
         "serving": serving,
         "peers": views.peer_names(presence.point, layer),
-        "snippets": snippets.snippets(presence.point, serving, model, layer, multi),
+        "snippets": snippets.snippets(presence.point, serving, model, layer, multi, stream),
         "model": model,
     }
 
@@ -96,7 +100,8 @@ def card(session: Session, links: Links, arch_slug: str, point_param: str) -> st
     arch = views.get_architecture(session, arch_slug)
     point, layer = views.parse_point_param(point_param, arch.presence)
     assert point is not None
-    return _render("_card.html", links, ctx=card_context(session, arch, point, layer))
+    stream = views.parse_point_stream(point_param)
+    return _render("_card.html", links, ctx=card_context(session, arch, point, layer, stream))
 
 
 def cheatsheet(
@@ -104,7 +109,8 @@ def cheatsheet(
 ) -> str:
     arch = views.get_architecture(session, arch_slug or DEFAULT_ARCH)
     point, layer = views.parse_point_param(point_param, arch.presence)
-    ctx = card_context(session, arch, point, layer) if point else {}
+    stream = views.parse_point_stream(point_param)
+    ctx = card_context(session, arch, point, layer, stream) if point else {}
     return _render(
         "cheatsheet.html",
         links,

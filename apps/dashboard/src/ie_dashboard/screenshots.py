@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from ie_core.errors import UnsupportedOperationError
+
 from ie_dashboard.app import create_app
 from ie_dashboard.db import Database
 from ie_dashboard.serve import background_server
@@ -27,19 +29,29 @@ def chromium_path() -> str:
     """Debian's chromium (Playwright's own browser download is not used)."""
     path = shutil.which("chromium") or (CHROMIUM if Path(CHROMIUM).exists() else None)
     if path is None:
-        raise RuntimeError("chromium not found; install it with `apt-get install -y chromium`")
+        raise UnsupportedOperationError(
+            "screenshots need Debian's chromium, which is not found; install it with "
+            "`apt-get install -y chromium`"
+        )
     return path
 
 
 def take_screenshots(
-    db: Database, out: Path, arch: str = "llama", point: str = "resid_post.9"
+    db: Database,
+    out: Path,
+    arch: str = "llama",
+    point: str = "resid_post.9",
+    widths: tuple[int, ...] = (),
 ) -> list[Path]:
+    """The three pages at 1560 px (`cheatsheet.png`, ...); with `widths`, also each page at each
+    width (`cheatsheet-400.png`, ...), the narrow and laptop views docs/img shows."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        raise RuntimeError(
-            "screenshots need Playwright's Python package (`pip install playwright`, no browser "
-            "download) and Debian's chromium (`apt-get install -y chromium`)"
+        raise UnsupportedOperationError(
+            "screenshots need Playwright's Python package, which is not installed: "
+            "`pip install 'ie-dashboard[screenshots]'` (no browser download), and Debian's "
+            "chromium (`apt-get install -y chromium`)"
         ) from None
 
     out.mkdir(parents=True, exist_ok=True)
@@ -58,6 +70,15 @@ def take_screenshots(
             cell.click()
             page.wait_for_selector("#run .run")
         written.append(_shot(page, out / "validation.png"))
+        for width in widths:
+            page.set_viewport_size({"width": width, "height": 1000})
+            for name, path in (
+                ("cheatsheet", f"/?arch={arch}&point={point}"),
+                ("throughput", "/throughput"),
+                ("validation", "/validation"),
+            ):
+                page.goto(base + path, wait_until="networkidle")
+                written.append(_shot(page, out / f"{name}-{width}.png"))
         browser.close()
     return written
 

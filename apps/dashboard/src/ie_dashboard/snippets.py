@@ -22,11 +22,13 @@ class Snippet:
 STREAM_POINTS = frozenset({"resid_pre", "resid_mid", "resid_post"})
 
 
-def address_for(point: PointRow, layer: int | None, multi_stream: bool = False) -> str:
+def address_for(
+    point: PointRow, layer: int | None, multi_stream: bool = False, stream: int = 0
+) -> str:
     if point.scope == "trunk":
         return point.name
     address = f"{point.name}.{SAMPLE_LAYER if layer is None else layer}"
-    return f"{address}.stream-0" if multi_stream and point.name in STREAM_POINTS else address
+    return f"{address}.stream-{stream}" if multi_stream and point.name in STREAM_POINTS else address
 
 
 def _load(model: str, backend: str, point: PointRow, address: str) -> str:
@@ -66,8 +68,9 @@ def snippets(
     model: str,
     layer: int | None,
     multi_stream: bool = False,
+    stream: int = 0,
 ) -> list[Snippet]:
-    address = address_for(point, layer, multi_stream)
+    address = address_for(point, layer, multi_stream, stream)
     out = []
     for s in serving:
         if s.served:

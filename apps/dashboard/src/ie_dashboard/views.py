@@ -178,6 +178,14 @@ def parse_point_param(
     return address.name, address.layer
 
 
+def parse_point_stream(text: str | None) -> int:
+    """The `.stream-N` of a deep link (`resid_post.3.stream-1` -> 1); 0 without one."""
+    if not text or ".stream-" not in text:
+        return 0
+    stream = parse_address(text).stream
+    return 0 if stream is None else stream
+
+
 @dataclass(frozen=True)
 class BackendServing:
     backend: str

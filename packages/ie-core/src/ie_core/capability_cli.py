@@ -25,7 +25,10 @@ def format_capabilities(backend: str, family: str, caps: Capabilities | None) ->
     """One line per point: served (layers, writable) or refused with the backend's reason."""
     if caps is None:
         return f"{family} on {backend}: not verified (no committed answer for this family)\n"
-    lines = [f"{family} on {backend}:"]
+    lines = [
+        f"{family} on {backend} (measured on {SYNTHETIC_PREFIX}{family}, a small random build: "
+        "the layer lists are that build's; a real checkpoint has the same points on its own layers):"
+    ]
     for p in POINTS:
         cap = caps.get(p.name)
         text = verdict(cap)
@@ -83,17 +86,37 @@ def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
 def capabilities_command(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]
 ) -> int:
-    if args.backend is None:
-        parser.error("--sweep, --family and --committed need --backend")
+    if args.backend is None and (args.sweep or not args.family):
+        parser.error("--sweep and --committed need --backend (eager, vllm or vllm-static)")
     if args.sweep:
         return _sweep(args, argv)
     if not args.family:
         parser.error("name a family with --family (e.g. --family llama)")
+    _check_families(parser, args.family)
+    # No --backend: every backend's committed answer (nothing is loaded).
+    backends = [args.backend] if args.backend else list(COMMITTED_BACKENDS)
     for family in args.family:
-        caps = (
-            family_capabilities(args.backend, family)
-            if args.committed
-            else _live(args.backend, family)
-        )
-        print(format_capabilities(args.backend, family, caps), end="")
+        for backend in backends:
+            caps = (
+                _live(backend, family)
+                if args.backend and not args.committed
+                else family_capabilities(backend, family)
+            )
+            print(format_capabilities(backend, family, caps), end="")
     return 0
+
+
+COMMITTED_BACKENDS = ("eager", "vllm", "vllm-static")
+
+
+def _check_families(parser: argparse.ArgumentParser, families: list[str]) -> None:
+    import difflib
+
+    from ie_core.families import FAMILIES
+
+    known = sorted({f.slug for f in FAMILIES})
+    for family in families:
+        if family not in known:
+            near = difflib.get_close_matches(family, known, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            parser.error(f"unknown family {family!r}; {hint}known: {', '.join(known)}")

@@ -4,11 +4,13 @@ value is a callable `(argv: list[str]) -> int`."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
+from typing import NoReturn
 
 from ie_core.errors import InterpError
 
@@ -40,12 +42,37 @@ class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+class SuggestingParser(argparse.ArgumentParser):
+    """An ArgumentParser whose "unrecognized arguments" error names the nearest option."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        if message.startswith("unrecognized arguments:"):
+            options = _options(self)
+            for word in message.split(":", 1)[1].split():
+                near = difflib.get_close_matches(word.split("=")[0], options, n=1)
+                if near:
+                    message += f" (did you mean {near[0]}?)"
+                    break
+        super().error(message)
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of `parser` and of its subcommands' parsers."""
+    found: list[str] = []
+    for action in parser._actions:
+        found += action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _options(sub)
+    return found
+
+
 def tool_parser(
     prog: str, description: str, epilog: str | None, root_env: str, layout: str
 ) -> tuple[argparse.ArgumentParser, Callable[..., argparse.ArgumentParser]]:
     """The parser of a tool that reads and writes one folder (`ie bench`, `ie validate`): its
     `--root` option, and a function that adds a subcommand with the same help formatting."""
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog=prog, description=description, epilog=epilog, formatter_class=DefaultsHelpFormatter
     )
     parser.add_argument(
@@ -74,7 +101,7 @@ USAGE = """usage: ie [--version] [--debug] <command> [args]
 
 def points_command(argv: list[str]) -> int:
     """`ie points`: the points cheat sheet as markdown, or what one backend serves on one family."""
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="ie points",
         description="The 34 points as markdown; with --backend and --family, what that backend "
         "serves on that family and why not; with --sweep, regenerate a backend's committed answers.",
@@ -98,6 +125,9 @@ def points_command(argv: list[str]) -> int:
         help="print the committed answer without loading anything (no torch)",
     )
     parser.add_argument("--out", type=Path, help="--sweep: write here instead of ie-core's data")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the whole cheat sheet as markdown"
+    )
     args = parser.parse_args(argv)
     if args.sweep or args.family or args.committed or args.backend:
         from ie_core.capability_cli import capabilities_command
@@ -105,6 +135,9 @@ def points_command(argv: list[str]) -> int:
         return capabilities_command(parser, args, ["ie", "points", *argv])
     from ie_core.docs import render_supported_points
 
+    if not (args.write or args.check or args.markdown):
+        print(points_summary(), end="")
+        return 0
     text = render_supported_points()
     if args.write:
         args.write.write_text(text)
@@ -122,10 +155,24 @@ def points_command(argv: list[str]) -> int:
     return 0
 
 
+def points_summary() -> str:
+    """`ie points` alone: one line per point, and where the details are."""
+    from ie_core.points import POINTS
+
+    lines = [f"{'point':22} {'scope':6} {'width':20} role"]
+    lines += [f"{p.name:22} {p.scope.value:6} {p.width.value:20} {p.role.value}" for p in POINTS]
+    lines += [
+        "",
+        "ie points --markdown: definitions, serving per backend, TransformerLens / nnsight names",
+        "ie points --family F: what each backend serves on family F (committed answers)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def installed_versions() -> dict[str, str]:
     """The interp-engine distributions in this environment, name -> version."""
     names = {"ie-core", *(COMMAND_PACKAGES[n].split()[0] for n in COMMAND_PACKAGES)}
-    names |= {"ie-vllm", "ie-static"}
+    names |= {"ie-vllm", "ie-static", "ie-remote"}
     found: dict[str, str] = {}
     for name in sorted(names):
         try:
@@ -157,7 +204,11 @@ def describe_failure(name: str, exc: BaseException) -> str:
     The project's errors already say what to do; anything else is unexpected, so the line asks
     for the traceback.
     """
-    why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = str(exc).strip()
+    lines = text.splitlines()
+    # Ours say what to do, maybe after a library's multi-line reason: keep all of it, on one line.
+    why = " ".join(t.strip() for t in lines if t.strip()) if isinstance(exc, InterpError) else ""
+    why = why or (lines[0] if lines else type(exc).__name__)
     line = f"ie {name}: {type(exc).__name__}: {why}"
     if not isinstance(exc, InterpError):
         line += f" (unexpected; rerun with {DEBUG_FLAG} for the traceback)"
@@ -181,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     if name not in commands:
         hint = COMMAND_PACKAGES.get(name)
-        msg = f"ie: unknown command {name!r}; `ie --help` lists the commands"
+        near = difflib.get_close_matches(name, [*commands, *COMMAND_PACKAGES, "--version"], n=1)
+        did = f"did you mean `ie {near[0]}`? " if near else ""
+        msg = f"ie: unknown command {name!r}; {did}`ie --help` lists the commands"
         if hint:
             msg = f"ie: {name!r} is provided by {hint}, which is not installed"
         print(msg, file=sys.stderr)

@@ -119,3 +119,7 @@ class EngineDeadError(EngineStoppedError):
 
 class SteeringSpecError(ValueError, InterpError):
     """A steering spec refused at construction or when bound to a model (width, values, op)."""
+
+
+class NotAwaitedError(InterpError, TypeError, AttributeError):
+    """An async model method's result used without `await` (see ie_core.awaitable)."""

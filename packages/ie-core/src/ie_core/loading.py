@@ -63,15 +63,17 @@ def load_model(model_id: str = DEFAULT_MODEL, backend: str = "auto", **kwargs: A
     """Load `model_id` (HF id, local folder, `ie-synthetic/<family>`) on `backend`.
 
     Keyword arguments go to the backend (e.g. `dtype`, `device` for eager; `max_model_len` for vLLM).
+    Its coroutine methods refuse to be used unawaited (`ie_core.awaitable`).
     Third-party progress bars are off when stderr is not a terminal (`IE_PROGRESS=1` keeps them).
     """
+    from ie_core.awaitable import guard_async
     from ie_core.progress import quiet_third_party_progress
 
     quiet_third_party_progress()
     name = resolve_backend(backend)
     for ep in entry_points(group="ie.backends"):
         if ep.name == name:
-            return ep.load()(model_id, **kwargs)
+            return guard_async(ep.load()(model_id, **kwargs))
     if name in BACKEND_PACKAGES:
         raise BackendNotInstalledError(
             f"backend {name!r} is provided by {BACKEND_PACKAGES[name]}, which is not installed; "

@@ -249,8 +249,11 @@ def get_point(name: str) -> Point:
     try:
         return POINTS_BY_NAME[name]
     except KeyError:
+        from ie_core.peer_names import nearest
+
         raise UnknownPointError(
-            f"unknown point {name!r}; known points: {', '.join(POINTS_BY_NAME)}", name
+            f"unknown point {name!r}; {nearest(name)} Known points: {', '.join(POINTS_BY_NAME)}",
+            name,
         ) from None
 
 

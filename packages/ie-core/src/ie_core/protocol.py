@@ -24,6 +24,7 @@ from ie_core.prompts import prompt_batch as prompt_batch
 from ie_core.prompts import prompt_ids as prompt_ids
 from ie_core.runner import iterate, run
 from ie_core.steering import Steering
+from ie_core.tl_shaped import TLShaped
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,24 @@ class TopK:
     probs: Any
 
 
+_SAMPLING_FIELDS = frozenset(SamplingParams.__dataclass_fields__)
+
+
+def sampling_keywords(
+    args: tuple[Any, ...], kw: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`generate(p, max_new_tokens=5)` as the free functions take it: the SamplingParams fields
+    among `kw` become `sampling=`; mixing them with a SamplingParams is refused."""
+    fields = {k: kw.pop(k) for k in list(kw) if k in _SAMPLING_FIELDS}
+    if not fields:
+        return args, kw
+    if args or "sampling" in kw:
+        raise SamplingParamsError(
+            f"pass either a SamplingParams or its fields as keywords, not both ({', '.join(fields)})"
+        )
+    return args, {**kw, "sampling": SamplingParams(**fields)}
+
+
 SteeringArg = Steering | Sequence[Steering] | None
 
 
@@ -224,8 +243,11 @@ class InterpModel(Protocol):
     async def shutdown(self) -> None: ...
 
 
-class SyncModel:
+class SyncModel(TLShaped):
     """Synchronous mirror of an InterpModel: the same methods, blocking, for scripts and notebooks.
+
+    TransformerLens-shaped conveniences come from `TLShaped` (`model(ids)` -> logits,
+    `run_with_cache` -> `(logits, cache)`, `to_str_tokens`, ...; see `ie_core.tl_shaped`).
 
     Coroutines run on ie-core's background event loop (see `runner`), so this also works inside
     Jupyter, whose own loop is already running. Steering active through `ie_core.steer` (on this
@@ -249,6 +271,7 @@ class SyncModel:
     def capture_generation(
         self, tokens: Prompt, addresses: Sequence[AddressLike], *args: Any, **kw: Any
     ) -> GenerationCapture:
+        args, kw = sampling_keywords(args, kw)
         return run(self.model.capture_generation(tokens, addresses, *args, **self._steering(kw)))
 
     def capture_attention(
@@ -257,9 +280,12 @@ class SyncModel:
         return run(self.model.capture_attention(tokens, layers))
 
     def generate(self, tokens: Prompt, *args: Any, **kw: Any) -> Generation:
+        """As the model's `generate`; sampling fields may also be keywords (`max_new_tokens=5`)."""
+        args, kw = sampling_keywords(args, kw)
         return run(self.model.generate(tokens, *args, **self._steering(kw)))
 
     def generate_stream(self, tokens: Prompt, *args: Any, **kw: Any) -> Iterator[StreamChunk]:
+        args, kw = sampling_keywords(args, kw)
         return iterate(self.model.generate_stream(tokens, *args, **self._steering(kw)))
 
     def decode_residuals(self, rows: Any) -> Any:

@@ -46,6 +46,7 @@ from ie_eager.devices import DeviceUnavailableError as DeviceUnavailableError
 from ie_eager.devices import resolve_device, resolve_dtype
 from ie_eager.hooks import Session, Write
 from ie_eager.logprobs import step_logprobs
+from ie_eager.progress_bar import generation_bar
 from ie_eager.resolve import Resolved, Resolver, Tap
 from ie_eager.structure import Structure, analyze
 
@@ -347,7 +348,11 @@ class EagerModel:
         sampling = renamed_sampling(sampling, sampling_params, _GREEDY)
         ids = self._prompt_ids(tokens)
         steps: list[StepLogprobs] = []
-        out = list(self._decode_loop(ids, sampling, steering, steps))
+        out = list(
+            generation_bar(
+                self._decode_loop(ids, sampling, steering, steps), sampling.max_new_tokens
+            )
+        )
         return Generation(
             tuple(ids),
             tuple(out),

@@ -9,6 +9,7 @@ happily wrap in a `BertLMHeadModel`.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -41,13 +42,15 @@ def read_config(name: str, source: Any, hub: dict[str, Any]) -> Any:
             f"{name!r} is a folder but holds no config.json, so it is not a Hugging Face model "
             "folder; pass the folder that contains config.json and the weights"
         )
+    if folder is None and (unreachable := hub_unreachable(str(source), hub)):
+        raise ModelNotFoundError(f"cannot download {name!r}: {unreachable}; {_WHAT_TO_DO}")
     try:
         config = AutoConfig.from_pretrained(source, **hub)
     except OSError as exc:
+        why = " ".join(str(exc).split())
         raise ModelNotFoundError(
-            f"cannot find {name!r} locally or on the Hugging Face Hub ({exc}); pass a local "
-            "folder, an ie-synthetic/<family> id, or a Hub id (downloads need the network unless "
-            "the model is in the Hugging Face cache; HF_HUB_OFFLINE=1 uses only that cache)"
+            f"cannot find {name!r} locally or on the Hugging Face Hub; {_WHAT_TO_DO} "
+            f"(transformers said: {why})"
         ) from None
     except ValueError as exc:
         raise UnsupportedModelError(
@@ -55,6 +58,43 @@ def read_config(name: str, source: Any, hub: dict[str, Any]) -> Any:
         ) from None
     check_config(name, config)
     return config
+
+
+_WHAT_TO_DO = (
+    "pass a local folder (config.json and weights), an ie-synthetic/<family> id (random weights, "
+    "offline) or a Hub id; downloads need the network unless the model is in the Hugging Face "
+    "cache, and HF_HUB_OFFLINE=1 reads only that cache"
+)
+
+
+def hub_unreachable(repo_id: str, hub: dict[str, Any], timeout_s: float = 3.0) -> str | None:
+    """Why the Hub cannot be reached for an id not in the HF cache, or None to go ahead.
+
+    One quick connection instead of huggingface_hub's five retries (~40 s of backoff) offline."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE or hub.get("local_files_only"):
+        return None  # transformers reads the cache only, and says so itself
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None  # a proxy may reach what a direct connection cannot
+    cached = try_to_load_from_cache(
+        repo_id, "config.json", cache_dir=hub.get("cache_dir"), revision=hub.get("revision")
+    )
+    if isinstance(cached, str):
+        return None
+    url = urlparse(constants.ENDPOINT)
+    host, port = (
+        url.hostname or "huggingface.co",
+        url.port or (443 if url.scheme == "https" else 80),
+    )
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        return f"{host}:{port} is unreachable ({exc})"
+    return None
 
 
 def check_config(name: str, config: Any) -> None:

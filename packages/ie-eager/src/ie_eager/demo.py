@@ -11,6 +11,7 @@ from typing import Any
 
 from ie_core import Additive, load_model, steer_at
 from ie_core.api import decode_residuals, generate, run_with_cache
+from ie_core.cli import SuggestingParser
 from ie_core.errors import LayerOutOfRangeError
 from ie_core.models import DEFAULT_MODEL
 from ie_core.runner import run
@@ -23,7 +24,7 @@ NEGATIVE = "I hate it. It is terrible, ugly and miserable."
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = SuggestingParser(
         prog="ie demo",
         description="Logit lens, captures and steering in one minute.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

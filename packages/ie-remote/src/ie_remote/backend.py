@@ -8,6 +8,7 @@ the server names comes back as the same `ie_core.errors` class. Tensors travel a
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ from ie_core.wire import (
 BACKEND = "remote"
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_SAMPLING = SamplingParams()
+API_KEY_ENV = "IE_API_KEY"  # the server's --api-key, when `api_key=` is not passed
 
 
 class RemoteError(InterpError, RuntimeError):
@@ -107,6 +109,8 @@ class RemoteModel:
     def connect(
         cls, url: str, *, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT_S
     ) -> RemoteModel:
+        # As the openai client reads OPENAI_API_KEY: the key may live in the environment.
+        api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         server = Server(url.rstrip("/"), headers, timeout)
         with server.sync_client() as client:
@@ -320,4 +324,4 @@ def load(model_id: str, **kw: Any) -> RemoteModel:
     return RemoteModel.connect(model_id, **kw)
 
 
-__all__ = ["BACKEND", "RemoteError", "RemoteModel", "load"]
+__all__ = ["API_KEY_ENV", "BACKEND", "RemoteError", "RemoteModel", "load"]

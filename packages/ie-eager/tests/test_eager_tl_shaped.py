@@ -1,0 +1,104 @@
+"""TransformerLens-shaped SyncModel on eager, checked against the plain HF forward; the async
+model's guard against use without `await`."""
+
+from __future__ import annotations
+
+import gc
+
+import ie_core
+import pytest
+import torch
+from eager_support import PROMPT, synthetic_model
+from ie_core import SamplingParams, SyncModel
+from ie_core.errors import BadPromptError, NotAwaitedError, SamplingParamsError
+
+TOL = 1e-5  # fp32 CPU within one backend
+
+
+@pytest.fixture(scope="module")
+def gemma2() -> SyncModel:
+    return SyncModel(synthetic_model("gemma2"))  # softcapped logits, GQA: 4 heads, 2 KV heads
+
+
+def hf_logits(model: SyncModel, ids: list[list[int]]) -> torch.Tensor:
+    with torch.no_grad():
+        return model.hf_model(input_ids=torch.tensor(ids)).logits
+
+
+def test_calling_the_model_gives_the_hf_logits(gemma2: SyncModel) -> None:
+    ids = gemma2.to_tokens([PROMPT, PROMPT.upper()[: len(PROMPT)]])
+    ids = [row[: min(map(len, ids))] for row in ids]  # one length: a rectangular batch
+    logits = gemma2(ids)
+    expected = hf_logits(gemma2, ids)
+    assert logits.shape == expected.shape
+    assert torch.allclose(logits, expected, atol=TOL, rtol=0)
+    # Negative control: the raw unembed lacks Gemma 2's final softcap (30), so it differs, and
+    # the softcap written out here brings it to the HF logits.
+    raw = gemma2.capture(ids, ["lm_head"])["lm_head"]
+    assert (raw - expected).abs().max() > 10 * TOL
+    assert torch.allclose(30.0 * torch.tanh(raw / 30.0), expected, atol=TOL, rtol=0)
+
+
+def test_run_with_cache_takes_tl_names_and_files_them_under_ours(gemma2: SyncModel) -> None:
+    ids = gemma2.to_tokens(PROMPT, batch=True)
+    logits, cache = gemma2.run_with_cache(ids, ["blocks.1.hook_resid_post", "hook_embed"])
+    assert [str(a) for a in cache] == ["resid_post.1", "embeddings"]
+    with torch.no_grad():
+        out = gemma2.hf_model(input_ids=torch.tensor(ids), output_hidden_states=True)
+    # hidden_states[L + 1] is block L's output for every block but the last (normed there).
+    assert torch.allclose(cache["blocks.1.hook_resid_post"], out.hidden_states[2], atol=TOL, rtol=0)
+    assert torch.allclose(logits, out.logits, atol=TOL, rtol=0)
+    with pytest.raises(BadPromptError, match="needs the points"):
+        gemma2.run_with_cache(ids)
+
+
+def test_heads_view_of_z_and_value(gemma2: SyncModel) -> None:
+    ids = gemma2.to_tokens(PROMPT, batch=True)
+    _, cache = gemma2.run_with_cache(ids, ["blocks.0.attn.hook_z", "value.0", "attn_out.0"])
+    z = cache.heads("z.0")
+    assert z.shape == (1, len(ids[0]), 4, 64)
+    assert cache.heads("blocks.0.attn.hook_v").shape == (1, len(ids[0]), 2, 64)
+    # Independent check: each head's slice through its own columns of o_proj sums to attn_out.
+    o_proj = gemma2.hf_model.model.layers[0].self_attn.o_proj.weight  # [d_model, heads * d_head]
+    per_head = torch.einsum("bshd,mhd->bsm", z, o_proj.reshape(-1, 4, 64))
+    assert torch.allclose(per_head, cache["attn_out.0"], atol=TOL, rtol=0)
+
+
+def test_token_helpers(gemma2: SyncModel) -> None:
+    ids = gemma2.to_tokens(PROMPT)
+    assert gemma2.to_tokens(PROMPT, batch=True) == [ids]
+    assert gemma2.to_tokens(["a", "b"]) == [gemma2.to_tokens("a"), gemma2.to_tokens("b")]
+    pieces = gemma2.to_str_tokens(PROMPT)
+    assert len(pieces) == len(ids) and pieces[1:] == [gemma2.to_string([i]) for i in ids[1:]]
+    batch = [ids, ids[:3]]
+    assert gemma2.to_string(batch[0]) == gemma2.model.to_string(ids)
+    assert gemma2.to_string(batch) == [gemma2.model.to_string(ids), gemma2.model.to_string(ids[:3])]
+    assert gemma2.to_string(torch.tensor(batch[1])) == gemma2.model.to_string(ids[:3])
+    assert gemma2.to_string(ids[1]) == gemma2.model.to_string([ids[1]])
+    single = gemma2.to_tokens("a", prepend_bos=False)
+    assert len(single) == 1 and gemma2.to_single_token("a") == single[0]
+    with pytest.raises(BadPromptError, match="not one"):
+        gemma2.to_single_token(PROMPT)
+
+
+def test_generate_takes_sampling_keywords(gemma2: SyncModel) -> None:
+    by_keyword = gemma2.generate("Hello", max_new_tokens=5, stop_at_eos=False)
+    by_params = gemma2.generate("Hello", SamplingParams(max_new_tokens=5, stop_at_eos=False))
+    assert by_keyword == by_params and len(by_keyword.token_ids) == 5
+    with pytest.raises(SamplingParamsError, match="not both"):
+        gemma2.generate("Hello", SamplingParams(), max_new_tokens=5)
+
+
+def test_the_async_model_refuses_use_without_await() -> None:
+    model = ie_core.load_model("ie-synthetic/gemma2", backend="eager")
+    pending = model.capture(PROMPT, ["resid_post.0"])
+    with pytest.raises(NotAwaitedError, match=r"await model\.capture"):
+        pending["resid_post.0"]
+    with pytest.warns(RuntimeWarning, match="never ran"):
+        del pending
+        gc.collect()
+    with pytest.warns(RuntimeWarning), pytest.raises(NotAwaitedError, match="SyncModel"):
+        _ = model.generate("Hi").text
+    # Awaited (here through the runner) it is the ordinary call.
+    cache = ie_core.run_with_cache(model, PROMPT, ["resid_post.0"])
+    assert cache["resid_post.0"].shape[-1] == model.d_model

@@ -8,13 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dashboard_fixtures import TOKEN
+from dashboard_fixtures import BACKENDS, TOKEN
 from fastapi.testclient import TestClient
 from ie_dashboard.app import create_app
 from ie_dashboard.config import database_url
 from ie_dashboard.db import Database
-
-BACKENDS = ("sqlite", "postgresql")
 
 
 @pytest.fixture(scope="session")

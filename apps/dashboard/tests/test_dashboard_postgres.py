@@ -24,10 +24,13 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from dashboard_fixtures import AUTH, TOKEN, make_result
 from fastapi.testclient import TestClient
+from ie_core.families import FAMILIES
 from ie_dashboard.app import create_app
 from ie_dashboard.db import Database
+from ie_dashboard.migrations import MIGRATIONS
 from ie_dashboard.serve import free_port
 from ie_dashboard.tables import ValidatorPointRow, ValidatorRunRow
 from ingest_load import post_share
@@ -179,3 +182,19 @@ def test_a_server_restart_mid_ingest_leaves_nothing_half_written(
         assert _problems(db, results) == []
     finally:
         db.dispose()
+
+
+def test_workers_starting_together_migrate_and_seed_once(pg_server: PostgresServer) -> None:
+    """Four apps built at once on one fresh database (as `--workers 4` does): no error, each
+    migration step recorded once, the registry whole (not doubled, not half-deleted)."""
+    url = pg_server.create_database()
+    dbs = [Database(url) for _ in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda d: create_app(d, token=TOKEN), dbs))
+    with dbs[0].engine.connect() as conn:
+        versions = conn.execute(sa.text("SELECT version FROM schema_migrations")).scalars().all()
+        archs = conn.execute(sa.text("SELECT count(*) FROM architectures")).scalar_one()
+    assert sorted(versions) == [m.version for m in MIGRATIONS]
+    assert archs == len(FAMILIES)
+    for d in dbs:
+        d.dispose()

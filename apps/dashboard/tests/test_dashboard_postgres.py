@@ -29,7 +29,7 @@ from dashboard_fixtures import AUTH, TOKEN, make_result
 from fastapi.testclient import TestClient
 from ie_core.families import FAMILIES
 from ie_dashboard.app import create_app
-from ie_dashboard.db import Database
+from ie_dashboard.db import Database, DatabaseError
 from ie_dashboard.migrations import MIGRATIONS
 from ie_dashboard.serve import free_port
 from ie_dashboard.tables import ValidatorPointRow, ValidatorRunRow
@@ -198,3 +198,15 @@ def test_workers_starting_together_migrate_and_seed_once(pg_server: PostgresServ
     assert archs == len(FAMILIES)
     for d in dbs:
         d.dispose()
+
+
+def test_an_unreachable_server_is_one_line_without_the_password() -> None:
+    port = free_port()  # nothing listens there
+    db = Database(f"postgresql://team:s3cret@127.0.0.1:{port}/dashboard")
+    with pytest.raises(DatabaseError) as caught:
+        db.check()
+    message = str(caught.value)
+    assert "s3cret" not in message and "team:***@127.0.0.1" in message, message
+    assert "server is up" in message and "\n" not in message
+    assert "s3cret" not in db.label
+    db.dispose()

@@ -23,6 +23,12 @@ from ie_dashboard.config import DATABASE_ENV, READ_ONLY_ENV, database_url, defau
 COMMANDS = ("serve", "seed", "export", "screenshots")
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of workers (1 or more)")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ie dashboard",
@@ -50,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--workers",
-        type=int,
+        type=_positive,
         default=1,
         help="uvicorn worker processes sharing the database (a postgresql:// URL for a team)",
     )

@@ -210,3 +210,17 @@ def test_an_unreachable_server_is_one_line_without_the_password() -> None:
     assert "server is up" in message and "\n" not in message
     assert "s3cret" not in db.label
     db.dispose()
+
+
+def test_missing_server_binaries_skip_locally_and_fail_under_ci(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import postgres_server
+
+    monkeypatch.setattr(postgres_server, "find_bindir", lambda: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install -y postgresql"):
+        postgres_server.start_server()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="not found"):
+        postgres_server.start_server()

@@ -39,8 +39,8 @@ def install(app: FastAPI) -> None:
         return await call_next(request)
 
     async def _unavailable(_request: Request, exc: Exception) -> JSONResponse:
-        orig = getattr(exc, "orig", None)
-        reason = str(orig or exc).strip().splitlines()[0] if str(orig or exc).strip() else "gone"
+        lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        reason = lines[0] if lines else type(exc).__name__
         return JSONResponse(
             {"detail": f"the database is unavailable ({reason}); retry the request"},
             status_code=503,

@@ -30,10 +30,6 @@ def server_url(url: str) -> URL:
     return parsed
 
 
-def is_postgresql(url: str) -> bool:
-    return server_url(url).get_backend_name() == "postgresql"
-
-
 def server_engine(url: str, *, read_only: bool) -> Engine:
     """A pooled engine; `read_only` makes the server itself refuse every write on its sessions."""
     parsed = server_url(url)

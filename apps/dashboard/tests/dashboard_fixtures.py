@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+BACKENDS = ("sqlite", "postgresql")  # every `db` / `client` test runs on both (conftest.py)
 TOKEN = "test-write-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

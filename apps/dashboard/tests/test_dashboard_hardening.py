@@ -209,3 +209,30 @@ def test_a_layer_past_sqlite_integers_is_422(client: TestClient, db: Database) -
     r = client.post("/api/validator", json=result, headers=AUTH)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "points", 1, "layer"]
     assert _count(db, ValidatorRunRow) == 0
+
+
+# ---------------------------------------------------------------- NUL (PostgreSQL text cannot hold it)
+
+
+def test_a_nul_in_a_lookup_is_400_not_500(client: TestClient) -> None:
+    for path in (
+        "/validation/run?model=ie-synthetic%2Fllama%00&engine=nnsight",
+        "/api/validator?model=a%00b",
+        "/fragments/card?arch=llama%00&point=resid_post.0",
+    ):
+        r = client.get(path)
+        assert r.status_code == 400 and "NUL" in r.json()["detail"], path
+
+
+def test_a_nul_in_a_posted_string_is_422_and_stores_nothing(
+    client: TestClient, db: Database
+) -> None:
+    result = make_result(hf_id="ie-synthetic/ll\u0000ama")
+    r = client.post("/api/validator", json=result, headers=AUTH)
+    assert r.status_code == 422 and "U+0000" in r.json()["error"], r.text
+    cell = make_cell()
+    cell["environment"]["cpu\u0000"] = "x"  # a key, deep in free-form JSON
+    assert client.post("/api/benchmarks", json=cell, headers=AUTH).status_code == 422
+    assert _count(db, ValidatorRunRow) == 0 and _count(db, BenchmarkCellRow) == 0
+    # Control: without the NUL the same bodies are stored.
+    assert client.post("/api/validator", json=make_result(), headers=AUTH).status_code == 201

@@ -1,9 +1,11 @@
-"""Schema migrations: ordered, recorded, never dropping data, and agreeing with the ORM classes."""
+"""Schema migrations: ordered, recorded, never dropping data, and agreeing with the ORM classes,
+on SQLite and on PostgreSQL (`db_url` gives each test a fresh database of each backend)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from dashboard_fixtures import make_cell
 from ie_core.records import BenchmarkCell
@@ -34,13 +36,21 @@ def _shape(engine: sa.Engine, name: str) -> tuple[object, ...]:
     return columns, unique, indexes, fks
 
 
-def test_migrated_schema_matches_the_orm(tmp_path: Path) -> None:
+@pytest.fixture
+def orm_url(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A second empty database of `db_url`'s backend, for what the ORM classes create."""
+    if db_url.startswith("sqlite"):
+        return database_url(tmp_path / "orm.sqlite")
+    return request.getfixturevalue("pg_server").create_database()
+
+
+def test_migrated_schema_matches_the_orm(db_url: str, orm_url: str) -> None:
     """Replaying every step gives what the ORM classes would create: columns with their types,
     nullability and keys, unique constraints, indexes and foreign keys."""
-    db = Database(database_url(tmp_path / "m.sqlite"))
+    db = Database(db_url)
     assert db.migrate() == [m.version for m in MIGRATIONS]
     assert db.migrate() == []  # a second run is a no-op
-    orm = sa.create_engine(f"sqlite:///{tmp_path / 'orm.sqlite'}")
+    orm = Database(orm_url).engine
     SQLModel.metadata.create_all(orm)
     for name in SQLModel.metadata.tables:
         if name not in {
@@ -60,9 +70,9 @@ def test_migrated_schema_matches_the_orm(tmp_path: Path) -> None:
     db.dispose()
 
 
-def test_upgrading_keeps_existing_rows(tmp_path: Path) -> None:
+def test_upgrading_keeps_existing_rows(db_url: str) -> None:
     """A database left at version 3 by an older release gains the new columns and keeps its cells."""
-    url = database_url(tmp_path / "old.sqlite")
+    url = db_url
     old = Database(url)
     from ie_dashboard.migrations import migrate
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from collections.abc import Callable
 from importlib.resources import files
@@ -19,9 +20,9 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from ie_dashboard import render, views
+from ie_dashboard import guards, render, views
 from ie_dashboard.body import MAX_BODY, BodyError, parse_json, read_limited
-from ie_dashboard.config import TOKEN_ENV, write_token
+from ie_dashboard.config import READ_ONLY_ENV, TOKEN_ENV, write_token
 from ie_dashboard.db import Database
 from ie_dashboard.ingest import upsert_cell, upsert_validator
 from ie_dashboard.links import Links
@@ -31,7 +32,7 @@ from ie_dashboard.tables import BenchmarkCellRow, ValidatorPointRow, ValidatorRu
 
 LIVE = Links()
 _FROM_ENV = object()
-__all__ = ["MAX_BODY", "create_app"]
+__all__ = ["MAX_BODY", "create_app", "create_app_from_env"]
 
 
 class ApiError(Exception):
@@ -74,10 +75,19 @@ def create_app(db: Database | str | None = None, *, token: Any = _FROM_ENV) -> F
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(exc.body, status_code=exc.status, headers=exc.headers)
 
+    guards.install(app)
+
     _pages(app, database)
     _read_api(app, database)
     _ingest_api(app, database)
     return app
+
+
+def create_app_from_env() -> FastAPI:
+    """The app each of `ie dashboard --workers N`'s processes builds: the database from
+    `$DATABASE_URL` (read-only when `$IE_DASHBOARD_READ_ONLY` is 1), the token from the env."""
+    read_only = True if os.environ.get(READ_ONLY_ENV) == "1" else None
+    return create_app(Database(read_only=read_only))
 
 
 def _as_url(db: str) -> str:
@@ -308,7 +318,8 @@ def _store(
 ) -> tuple[int, bool]:
     """One transaction; retried once if a concurrent writer inserted the same key first.
 
-    SQLite writers are serialized, so this only matters on a server database (DATABASE_URL).
+    Writers of one key take turns (SQLite: one writer at a time; a server: the ingest's advisory
+    lock per key), so this is a last line of defence rather than the mechanism.
     """
     for attempt in (0, 1):
         try:

@@ -2,7 +2,9 @@
 
 Python's `json` accepts `NaN` and `Infinity`, turns `1e999` into infinity, recurses once per
 nesting level and refuses integers past 4,300 digits with a bare ValueError; each of those used to
-reach the database or end in a 500. Everything here fails with a `BodyError` that says why.
+reach the database or end in a 500. A NUL character (U+0000) is refused too: PostgreSQL text
+cannot hold it, and one rule for both databases keeps what is accepted the same on either.
+Everything here fails with a `BodyError` that says why.
 """
 
 from __future__ import annotations
@@ -108,4 +110,21 @@ def parse_json(raw: bytes) -> Any:
             "json_invalid",
             "body holds a lone UTF-16 surrogate escape (such as \\ud800), which is not a character",
         ) from None
+    if _holds_nul(data):
+        raise BodyError(
+            422,
+            "json_invalid",
+            "a string holds U+0000 (NUL), which PostgreSQL cannot store; remove the character",
+        )
     return data
+
+
+def _holds_nul(value: Any) -> bool:
+    """Any key or string value containing U+0000 (nesting is already bounded by MAX_DEPTH)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    return False

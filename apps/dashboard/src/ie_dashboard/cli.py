@@ -2,6 +2,7 @@
 
 ie dashboard [serve] [--host H] [--port P] [--db PATH]   serve (seeds an empty database first)
              [--read-only]                                write nothing (automatic on an unwritable file)
+             [--workers N]                                N server processes on one database
 ie dashboard seed [--db PATH] [--root DIR]                refresh from ie-core and committed JSON
 ie dashboard export [--out visualizer-web] [--db PATH]    write the static site
 ie dashboard screenshots [--out docs/img] [--db PATH]     PNGs of the three pages
@@ -10,21 +11,28 @@ ie dashboard screenshots [--out docs/img] [--db PATH]     PNGs of the three page
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 from ie_core.cli import DefaultsHelpFormatter, SuggestingParser
 
-from ie_dashboard.config import database_url, default_db_path
+from ie_dashboard.config import DATABASE_ENV, READ_ONLY_ENV, database_url, default_db_path
 
 COMMANDS = ("serve", "seed", "export", "screenshots")
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of workers (1 or more)")
+    return int(text)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = SuggestingParser(
         prog="ie dashboard",
-        description="Points cheat sheet, throughput cards and validation matrix (FastAPI + htmx + SQLite).",
+        description="Points cheat sheet, throughput cards and validation matrix (FastAPI + htmx + SQLite or PostgreSQL).",
         epilog=__doc__,
         formatter_class=DefaultsHelpFormatter,
     )
@@ -48,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="open the database read-only: no migration, no seeding, the ingest API answers 403 "
         "(automatic when the database file is not writable)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        help="uvicorn worker processes sharing the database (a postgresql:// URL for a team)",
     )
     seed = sub.add_parser(
         "seed",
@@ -123,9 +137,25 @@ def _serve(args: argparse.Namespace) -> int:
     if not db.read_only and is_empty(db):
         print(seed(db, args.root or find_repo_root()).summary(), file=sys.stderr)
     mode = " read-only" if db.read_only else ""
+    workers = f", {args.workers} workers" if args.workers > 1 else ""
     print(
-        f"ie dashboard: serving {db.url}{mode} on http://{args.host}:{args.port}", file=sys.stderr
+        f"ie dashboard: serving {db.label}{mode} on http://{args.host}:{args.port}{workers}",
+        file=sys.stderr,
     )
+    if args.workers > 1:
+        # Each worker process builds its own app (and engine) from the environment.
+        os.environ[DATABASE_ENV] = db.url
+        os.environ[READ_ONLY_ENV] = "1" if db.read_only else "0"
+        db.dispose()
+        uvicorn.run(
+            "ie_dashboard.app:create_app_from_env",
+            factory=True,
+            workers=args.workers,
+            host=args.host,
+            port=args.port,
+            log_level="info",
+        )
+        return 0
     uvicorn.run(create_app(db), host=args.host, port=args.port, log_level="info")
     return 0
 

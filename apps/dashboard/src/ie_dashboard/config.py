@@ -9,6 +9,7 @@ from ie_core.models import cache_dir
 
 TOKEN_ENV = "IE_DASHBOARD_TOKEN"
 DATABASE_ENV = "DATABASE_URL"
+READ_ONLY_ENV = "IE_DASHBOARD_READ_ONLY"  # set by `ie dashboard --workers N` for its processes
 
 
 def default_db_path() -> Path:

@@ -1,7 +1,8 @@
-"""The database handle: engine, migrations, read sessions and serialized write transactions.
+"""The database handle: engine, migrations, read sessions and write transactions.
 
-A database opens read-only when asked (`ie dashboard --read-only`) or when its SQLite file or
-folder is not writable: then nothing is migrated or seeded and SQLite itself refuses writes.
+SQLite by default; a `postgresql://` URL uses a server (`postgres.py`). A database opens read-only
+when asked (`ie dashboard --read-only`) or when its SQLite file or folder is not writable: then
+nothing is migrated or seeded and the database itself (SQLite, or the server) refuses writes.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 from urllib.parse import quote
 
@@ -22,6 +23,7 @@ from sqlmodel import Session
 
 from ie_dashboard.config import database_url
 from ie_dashboard.migrations import MIGRATIONS, applied_versions, migrate
+from ie_dashboard.postgres import DriverMissing, server_engine
 
 _WRITE = "ie_write"
 
@@ -109,12 +111,22 @@ class Database:
                 f"{path} does not exist, and a read-only dashboard cannot create it"
             )
         self.read_only = read_only
-        self.engine = (
-            _sqlite_engine(self.url, read_only) if self.is_sqlite else sa.create_engine(self.url)
-        )
+        # What messages and logs show: a server URL's password is masked.
+        self.label = make_url(self.url).render_as_string(hide_password=True)
+        try:
+            self.engine = (
+                _sqlite_engine(self.url, read_only)
+                if self.is_sqlite
+                else server_engine(self.url, read_only=read_only)
+            )
+        except DriverMissing as exc:
+            raise DatabaseError(str(exc)) from None
         self._writer = self.engine.execution_options(**{_WRITE: True})
         # SQLite has one writer at a time; queueing threads here beats spinning on busy_timeout.
-        self._lock = threading.Lock()
+        # A server runs writers side by side (ingest and the registry take advisory locks).
+        self._lock: AbstractContextManager[object] = (
+            threading.Lock() if self.is_sqlite else nullcontext()
+        )
 
     def check(self) -> None:
         """Connect once: a file that is not a database, or an unmigrated read-only one, says so."""
@@ -122,13 +134,17 @@ class Database:
             versions = applied_versions(self.engine)
         except DBAPIError as exc:
             reason = str(exc.orig).splitlines()[0] if exc.orig else type(exc).__name__
+            fix = (
+                "move the file aside or pass --db another path, and `ie dashboard seed` fills a new one"
+                if self.is_sqlite
+                else "check the URL (user, password, database name) and that the server is up"
+            )
             raise DatabaseError(
-                f"cannot read the dashboard database {self.url} ({reason}); move the file aside "
-                "or pass --db another path, and `ie dashboard seed` fills a new one"
+                f"cannot read the dashboard database {self.label} ({reason}); {fix}"
             ) from None
         if self.read_only and len(versions) < len(MIGRATIONS):
             raise DatabaseError(
-                f"the read-only database {self.url} is at schema version {max(versions, default=0)} "
+                f"the read-only database {self.label} is at schema version {max(versions, default=0)} "
                 f"and this dashboard needs {len(MIGRATIONS)}; run `ie dashboard seed --db` on a "
                 "writable copy to migrate it"
             )
@@ -150,7 +166,7 @@ class Database:
     def write(self) -> Iterator[Session]:
         """One transaction: committed when the block exits, rolled back if it raises."""
         if self.read_only:
-            raise DatabaseError(f"{self.url} is open read-only; nothing can be written")
+            raise DatabaseError(f"{self.label} is open read-only; nothing can be written")
         with self._lock, Session(self._writer, expire_on_commit=False) as session, session.begin():
             yield session
 

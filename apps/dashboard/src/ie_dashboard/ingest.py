@@ -2,7 +2,8 @@
 
 The natural key (`keys.py`: model, variant, profile, start time / model, engine, capture time)
 decides identity: the same cell ingested twice updates one row and replaces its children instead
-of adding rows.
+of adding rows. On a server, writers of one key take turns (an advisory lock per key, taken
+before the key is looked up), so concurrent ingests of one cell neither fail nor duplicate it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ie_core.records import BenchmarkCell, ValidatorResult
 from sqlmodel import Session, delete, select
 
 from ie_dashboard.keys import cell_key, run_key
+from ie_dashboard.postgres import claim
 from ie_dashboard.tables import (
     BenchmarkCellRow,
     ValidatorPointRow,
@@ -58,6 +60,7 @@ def upsert_cell(session: Session, cell: BenchmarkCell, source: str) -> tuple[int
     """Store `cell`; returns (row id, created)."""
     started = iso(cell.started_at)
     key = cell_key(cell.model.model_id, cell.variant.key, cell.profile.name, started)
+    claim(session, f"cell {key}")
     row = session.exec(select(BenchmarkCellRow).where(BenchmarkCellRow.cell_key == key)).first()
     created = row is None
     if row is None:
@@ -101,6 +104,7 @@ def upsert_cell(session: Session, cell: BenchmarkCell, source: str) -> tuple[int
 def upsert_validator(session: Session, result: ValidatorResult, source: str) -> tuple[int, bool]:
     """Store `result`; returns (row id, created)."""
     key = run_key(result.hf_id, result.engine, iso(result.captured_at))
+    claim(session, f"run {key}")
     row = session.exec(select(ValidatorRunRow).where(ValidatorRunRow.run_key == key)).first()
     created = row is None
     if row is None:

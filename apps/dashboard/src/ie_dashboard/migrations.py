@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from ie_dashboard.keys import cell_key, run_key
+from ie_dashboard.postgres import one_migrator
 
 _LEDGER = sa.Table(
     "schema_migrations",
@@ -252,6 +253,11 @@ def applied_versions(engine: Engine) -> list[int]:
 
 def migrate(engine: Engine, *, target: int | None = None) -> list[int]:
     """Apply pending steps up to `target` (default: all), each in its own transaction."""
+    with one_migrator(engine):
+        return _apply(engine, target)
+
+
+def _apply(engine: Engine, target: int | None) -> list[int]:
     _LEDGER.metadata.create_all(engine)
     applied: list[int] = []
     for step in MIGRATIONS:

@@ -7,6 +7,7 @@ from ie_core.points import POINTS
 from sqlalchemy import insert
 from sqlmodel import Session, delete
 
+from ie_dashboard.postgres import claim
 from ie_dashboard.tables import (
     ArchitecturePointRow,
     ArchitectureRow,
@@ -18,6 +19,7 @@ from ie_dashboard.tables import (
 
 def seed_registry(session: Session) -> int:
     """Replace the registry rows with ie-core's current registry; returns the architecture count."""
+    claim(session, "ie-dashboard registry")  # workers starting together refresh it in turn
     for table in (ArchitecturePointRow, ArchitectureTraitRow, ArchitectureRow, TraitRow, PointRow):
         session.exec(delete(table))  # type: ignore[arg-type]
     points = [

@@ -90,7 +90,9 @@ class VLLMModel:
         source = str(path) if path is not None else model_id
         hooked = backend == HOOKED
         from ie_vllm.cpu_support import check_cpu_support
+        from ie_vllm.parallel_support import check_pipeline_parallel
 
+        check_pipeline_parallel(kw)
         check_cpu_support(path, str(kw.get("dtype", "float32")))  # before minutes of engine start
         engine = await Engine.start(source, hooked=hooked, **kw)
         try:

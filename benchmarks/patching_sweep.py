@@ -31,6 +31,7 @@ ENGINES = ("eager", "transformer-lens", "nnsight", "vllm", "vllm-static")
 def _ie(backend: str) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
     from ie_core import load_model
     from ie_core.patching import logit_diff, patch_sweep
+    from ie_core.runner import run
 
     kw: dict[str, Any] = {"dtype": "float32"}
     if backend == "vllm-static":
@@ -42,7 +43,7 @@ def _ie(backend: str) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
     def sweep() -> torch.Tensor:
         return patch_sweep(model, CLEAN, CORRUPT, metric=metric).values
 
-    return sweep, model.shutdown
+    return sweep, lambda: run(model.shutdown())
 
 
 def _folder() -> str:

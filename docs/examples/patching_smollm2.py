@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from ie_core import load_model
 from ie_core.patching import logit_diff, patch_sweep
+from ie_core.runner import run
 from ie_core.user_hooks import attribution_patch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +82,7 @@ def main() -> None:
             {k: record[k] for k in ("clean_score", "corrupt_score", "attribution_correlation")}
         )
     )
-    model.shutdown()
+    run(model.shutdown())
 
 
 if __name__ == "__main__":

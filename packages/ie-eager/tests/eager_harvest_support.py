@@ -77,7 +77,7 @@ def kill_check(out: Path, ref: Path, seed: int) -> dict[str, object]:
     write_corpus(corpus)
     rng = random.Random(seed)
     os.environ["IE_HARVEST_WRITE_PAUSE_S"] = "0.15"
-    delays: list[float | None] = [rng.uniform(0.05, 1.5) for _ in range(5)]
+    delays: list[float | None] = [rng.uniform(0.2, 2.5) for _ in range(5)]
     delays.insert(rng.randrange(len(delays)), None)
     kills = [_attempt(model, corpus, out, d) for d in delays]
     os.environ["IE_HARVEST_WRITE_PAUSE_S"] = "0"

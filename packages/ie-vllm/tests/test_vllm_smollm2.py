@@ -262,3 +262,20 @@ def test_sync_mirror_and_refusals_on_the_real_engine(smollm2: Any) -> None:
         sync.capture("Hello", ["resid_post.30"])
     stats = run(smollm2.stats())
     assert stats["registered"] == 0 and stats["hooks"] == {}
+
+
+def test_harvest_rows_match_one_window_captures_and_resume(
+    smollm2: Any, smollm2_eager: Any, tmp_path: Path
+) -> None:
+    from vllm_harvest_checks import OPTIONS, POINTS, check_resume, check_rows, corpus
+
+    from ie_core.harvest import harvest
+
+    path = tmp_path / "corpus.txt"
+    docs = corpus(path)
+    out = tmp_path / "harvest"
+    harvest(smollm2, out, POINTS, files=[path], **OPTIONS)
+    worst = check_rows(smollm2, smollm2_eager, out, docs)
+    assert worst["vllm"] < CROSS and worst["eager"] < CROSS, worst
+    assert worst["neighbour"] > 1e-2, worst  # negative control: the next row differs
+    assert check_resume(smollm2, path, out) < WITHIN

@@ -17,14 +17,34 @@ import sys
 import time
 from pathlib import Path
 
-WORDS = "the a river cat model layer runs over blue quickly token Paris 東京 naïve — 42 sky".split()
+WORDS = [
+    "the",
+    "a",
+    "river",
+    "cat",
+    "model",
+    "layer",
+    "runs",
+    "over",
+    "blue",
+    "quickly",
+    "token",
+    "Paris",
+    "東京",
+    "naïve",
+    "—",
+    "42",
+    "sky",
+]
 POINTS = ["resid_post.1", "mlp_out.0"]
 OPTIONS = {"context": 24, "shard_tokens": 72, "batch_windows": 2, "max_tokens": 1500}
 
 
 def write_corpus(path: Path, documents: int = 80, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    docs = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 30))) for _ in range(documents)]
+    docs = [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 30))) for _ in range(documents)
+    ]
     path.write_text("".join(d + "\n" for d in docs), encoding="utf-8")
     return docs
 
@@ -81,7 +101,11 @@ def kill_check(out: Path, ref: Path, seed: int) -> dict[str, object]:
     delays.insert(rng.randrange(len(delays)), None)
     kills = [_attempt(model, corpus, out, d) for d in delays]
     os.environ["IE_HARVEST_WRITE_PAUSE_S"] = "0"
-    return {"kills": kills, "resume_rc": _run_to_end(model, corpus, out), "ref_rc": _run_to_end(model, corpus, ref)}
+    return {
+        "kills": kills,
+        "resume_rc": _run_to_end(model, corpus, out),
+        "ref_rc": _run_to_end(model, corpus, ref),
+    }
 
 
 if __name__ == "__main__":

@@ -85,7 +85,9 @@ def test_token_ids_equal_the_tokenizer(model: Any, corpus: Any, harvested: Path)
 def test_document_packing_starts_each_document_a_window(model: Any, tmp_path: Path) -> None:
     docs = ["alpha beta gamma delta " * 5, "one two", "x y z " * 9]
     out = tmp_path / "docs"
-    harvest(model, out, ["resid_post.0"], documents=docs, context=16, packing="document", progress=False)
+    harvest(
+        model, out, ["resid_post.0"], documents=docs, context=16, packing="document", progress=False
+    )
     shard = next(open_harvest(out).iter_shards())
     starts = shard["document"][shard["position"] == 1].tolist()
     assert starts[0] == 0 and 1 in starts and 2 in starts
@@ -94,7 +96,9 @@ def test_document_packing_starts_each_document_a_window(model: Any, tmp_path: Pa
         assert shard["token_ids"][shard["document"] == d].tolist() == want
 
 
-def test_same_command_resumes_and_another_is_refused(model: Any, corpus: Any, harvested: Path, tmp_path: Path) -> None:
+def test_same_command_resumes_and_another_is_refused(
+    model: Any, corpus: Any, harvested: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "resume"
     options = {**OPTIONS, "max_tokens": 300}
     full = harvest(model, out, POINTS, files=[corpus[0]], progress=False, **options)
@@ -105,7 +109,9 @@ def test_same_command_resumes_and_another_is_refused(model: Any, corpus: Any, ha
     again = harvest(model, out, POINTS, files=[corpus[0]], progress=False, **options)
     assert (again.resumed_shards, again.shards, again.tokens) == (1, full.shards, 300)
     assert (out / manifest["shards"][0]["file"]).read_bytes() == before
-    with pytest.raises(HarvestMismatchError, match="context: folder has 24, this command 32") as err:
+    with pytest.raises(
+        HarvestMismatchError, match="context: folder has 24, this command 32"
+    ) as err:
         harvest(model, out, POINTS, files=[corpus[0]], progress=False, **{**options, "context": 32})
     assert set(err.value.differences) == {"context"}
     with pytest.raises(HarvestMismatchError, match="points"):
@@ -117,7 +123,7 @@ def test_bad_input_is_refused_before_work(model: Any, tmp_path: Path) -> None:
         harvest(model, tmp_path / "a", POINTS, files=[tmp_path / "missing.txt"])
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"body": "x"}\n')
-    with pytest.raises(CorpusError, match="no string field 'text'.*--column"):
+    with pytest.raises(CorpusError, match=r"no string field 'text'.*--column"):
         harvest(model, tmp_path / "b", POINTS, files=[bad], progress=False)
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -136,7 +142,14 @@ def test_jsonl_and_parquet_give_the_text_files_rows(model: Any, tmp_path: Path) 
     (tmp_path / "c.txt").write_text("".join(d + "\n" for d in docs))
     got = {}
     for name, column in (("c.txt", "text"), ("c.jsonl", "body"), ("c.parquet", "body")):
-        harvest(model, tmp_path / name.replace(".", "-"), ["resid_post.0"], files=[tmp_path / name], column=column, progress=False)
+        harvest(
+            model,
+            tmp_path / name.replace(".", "-"),
+            ["resid_post.0"],
+            files=[tmp_path / name],
+            column=column,
+            progress=False,
+        )
         got[name] = next(open_harvest(tmp_path / name.replace(".", "-")).iter_shards())
     for name in ("c.jsonl", "c.parquet"):
         assert torch.equal(got[name]["token_ids"], got["c.txt"]["token_ids"])
@@ -154,9 +167,18 @@ def test_reader_shuffles_every_row_once(harvested: Path) -> None:
     assert key(mixed) == key(rows)
 
 
-def test_bf16_on_disk_is_the_fp32_rows_rounded(model: Any, harvested: Path, tmp_path: Path, corpus: Any) -> None:
+def test_bf16_on_disk_is_the_fp32_rows_rounded(
+    model: Any, harvested: Path, tmp_path: Path, corpus: Any
+) -> None:
     out = tmp_path / "bf16"
-    harvest(model, out, POINTS, files=[corpus[0]], progress=False, **{**OPTIONS, "max_tokens": 100, "dtype": "bf16"})
+    harvest(
+        model,
+        out,
+        POINTS,
+        files=[corpus[0]],
+        progress=False,
+        **{**OPTIONS, "max_tokens": 100, "dtype": "bf16"},
+    )
     half = next(open_harvest(out).iter_shards())
     full = next(open_harvest(harvested).iter_shards())
     n = len(half["token_ids"])
@@ -168,7 +190,10 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(tmp_p
     out, ref = tmp_path / "killed", tmp_path / "reference"
     script = Path(__file__).with_name("eager_harvest_support.py")
     done = subprocess.run(
-        [sys.executable, str(script), str(out), str(ref), "7"], capture_output=True, text=True, timeout=600
+        [sys.executable, str(script), str(out), str(ref), "7"],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])

@@ -267,9 +267,8 @@ def test_sync_mirror_and_refusals_on_the_real_engine(smollm2: Any) -> None:
 def test_harvest_rows_match_one_window_captures_and_resume(
     smollm2: Any, smollm2_eager: Any, tmp_path: Path
 ) -> None:
-    from vllm_harvest_checks import OPTIONS, POINTS, check_resume, check_rows, corpus
-
     from ie_core.harvest import harvest
+    from vllm_harvest_checks import OPTIONS, POINTS, check_resume, check_rows, corpus
 
     path = tmp_path / "corpus.txt"
     docs = corpus(path)

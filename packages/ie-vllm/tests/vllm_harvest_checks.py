@@ -15,7 +15,22 @@ from ie_core.runner import run
 POINTS = ["resid_post.3", "mlp_out.10", "resid_post.29"]
 # Five windows of 48 per shard, all five in flight in one capture call; three shards.
 OPTIONS = {"context": 48, "shard_tokens": 240, "max_tokens": 720, "progress": False}
-WORDS = "the river model layer runs over blue quickly token Paris sky mountain cat dog".split()
+WORDS = [
+    "the",
+    "river",
+    "model",
+    "layer",
+    "runs",
+    "over",
+    "blue",
+    "quickly",
+    "token",
+    "Paris",
+    "sky",
+    "mountain",
+    "cat",
+    "dog",
+]
 
 
 def corpus(path: Path) -> list[str]:
@@ -45,7 +60,9 @@ def check_rows(vllm_model: Any, eager_model: Any, out: Path, docs: list[str]) ->
             for p in POINTS:
                 worst["vllm"] = max(worst["vllm"], scaled(shard[p][row], alone[p][0, pos]))
                 worst["eager"] = max(worst["eager"], scaled(shard[p][row], ref[p][0, pos]))
-                worst["neighbour"] = min(worst["neighbour"], scaled(ref[p][0, pos + 1], ref[p][0, pos]))
+                worst["neighbour"] = min(
+                    worst["neighbour"], scaled(ref[p][0, pos + 1], ref[p][0, pos])
+                )
     ids = torch.cat([s["token_ids"] for s in shards]).tolist()
     want = [t for d in docs for t in vllm_model.to_tokens(d, prepend_bos=False)]
     assert vllm_model.to_tokens("", prepend_bos=True) == []  # SmolLM2's tokenizer adds no BOS

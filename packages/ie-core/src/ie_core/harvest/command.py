@@ -25,7 +25,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("model", help="model id or folder (a server URL with --backend remote)")
     p.add_argument("--data", nargs="+", required=True, type=Path, help=".txt / .jsonl / .parquet")
-    p.add_argument("--points", required=True, help="comma-separated addresses: resid_post.10,mlp_out.3")
+    p.add_argument(
+        "--points", required=True, help="comma-separated addresses: resid_post.10,mlp_out.3"
+    )
     p.add_argument("--out", required=True, type=Path, help="output folder")
     p.add_argument("--backend", default="auto", help="eager, vllm, vllm-static, remote")
     p.add_argument("--column", default="text", help="the JSON-lines field / parquet column")

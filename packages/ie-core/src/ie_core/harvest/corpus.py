@@ -40,7 +40,9 @@ def _sha256(path: Path) -> str:
 
 def _check_file(path: Path) -> None:
     if not path.is_file():
-        raise CorpusError(f"data file {str(path)!r} does not exist or is not a file; pass existing files")
+        raise CorpusError(
+            f"data file {str(path)!r} does not exist or is not a file; pass existing files"
+        )
     if path.suffix.lower() not in TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES:
         raise CorpusError(
             f"data file {str(path)!r} has suffix {path.suffix!r}; harvest reads .txt (a document "
@@ -103,7 +105,9 @@ def _parquet_documents(path: Path, column: str) -> Iterator[str]:
     for batch in table.iter_batches(columns=[column]):
         for value in batch.column(0).to_pylist():
             if not isinstance(value, str):
-                raise CorpusError(f"{path}: column {column!r} holds {type(value).__name__}, not text")
+                raise CorpusError(
+                    f"{path}: column {column!r} holds {type(value).__name__}, not text"
+                )
             yield value
 
 

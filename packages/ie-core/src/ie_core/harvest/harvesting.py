@@ -29,7 +29,6 @@ from ie_core.harvest.manifest import (
 )
 from ie_core.harvest.progress_line import ProgressLine
 from ie_core.harvest.shards import (
-    canonical_dtype,
     index_tensors,
     shard_bytes,
     shard_name,
@@ -73,7 +72,9 @@ def _chunks(windows: Iterator[Window], size: int) -> Iterator[list[Window]]:
         yield chunk
 
 
-async def _capture_group(model: Any, group: list[Window], points: Sequence[str], dtype: Any) -> list[dict[str, Any]]:
+async def _capture_group(
+    model: Any, group: list[Window], points: Sequence[str], dtype: Any
+) -> list[dict[str, Any]]:
     cache = await model.capture([list(w.tokens) for w in group], list(points))
     rows: list[dict[str, Any]] = [{} for _ in group]
     for point in points:
@@ -88,7 +89,9 @@ async def _capture_group(model: Any, group: list[Window], points: Sequence[str],
     return rows
 
 
-async def _capture_batch(model: Any, batch: list[Window], points: Sequence[str], dtype: Any) -> list[dict[str, Any]]:
+async def _capture_batch(
+    model: Any, batch: list[Window], points: Sequence[str], dtype: Any
+) -> list[dict[str, Any]]:
     """Rows of each window of `batch`, in order: one capture call per window length, in flight
     together."""
     lengths = sorted({len(w.tokens) for w in batch})
@@ -103,7 +106,9 @@ async def _capture_batch(model: Any, batch: list[Window], points: Sequence[str],
     return out
 
 
-async def _shard_tensors(model: Any, windows: list[Window], first: int, options: HarvestOptions) -> dict[str, Any]:
+async def _shard_tensors(
+    model: Any, windows: list[Window], first: int, options: HarvestOptions
+) -> dict[str, Any]:
     import torch
 
     dtype = getattr(torch, options.dtype)
@@ -133,7 +138,9 @@ def _start(folder: Path, spec: dict[str, Any], command: list[str] | None) -> Man
     found = read_manifest(folder)
     if found is None:
         if any(folder.glob("shard-*.safetensors")):
-            raise HarvestError(f"{folder} holds shards but no manifest.json; pass an empty --out folder")
+            raise HarvestError(
+                f"{folder} holds shards but no manifest.json; pass an empty --out folder"
+            )
         found = Manifest(spec=spec, command=command)
         write_manifest(folder, found)
         return found
@@ -169,7 +176,9 @@ async def aharvest(
     folder = prepare_folder(Path(out))
     manifest = _start(folder, build_spec(model, opts, described), command)
     if manifest.complete:
-        return HarvestResult(folder, len(manifest.shards), manifest.tokens, len(manifest.shards), 0, 0.0)
+        return HarvestResult(
+            folder, len(manifest.shards), manifest.tokens, len(manifest.shards), 0, 0.0
+        )
     windows = make_windows(
         _documents(opts, documents), model.to_tokens, context=opts.context, bos=opts.bos,
         packing=opts.packing, max_tokens=opts.max_tokens,
@@ -185,7 +194,9 @@ async def aharvest(
             harvested += manifest.shards[-1].tokens
             bar.update(manifest.shards[-1].tokens)
         first += len(chunk)
-    manifest = Manifest(manifest.spec, manifest.command, manifest.shards, complete=True, info=manifest.info)
+    manifest = Manifest(
+        manifest.spec, manifest.command, manifest.shards, complete=True, info=manifest.info
+    )
     write_manifest(folder, manifest)
     bar.close()
     seconds = time.perf_counter() - began
@@ -202,14 +213,16 @@ async def _write_shard(
     name = shard_name(index)
     payload = shard_payload(tensors, {"format": "ie-harvest/1", "first_window": str(first)})
     write_atomic(folder / name, payload)
-    entry = ShardEntry(name, first, len(chunk), len(tensors["token_ids"]), len(payload), tokens_digest(chunk))
+    entry = ShardEntry(
+        name, first, len(chunk), len(tensors["token_ids"]), len(payload), tokens_digest(chunk)
+    )
     manifest = manifest.with_shard(entry)
     write_manifest(folder, manifest)
     return manifest
 
 
-def harvest(model: Any, out: str | Path, points: Sequence[AddressLike], **kwargs: Any) -> HarvestResult:
+def harvest(
+    model: Any, out: str | Path, points: Sequence[AddressLike], **kwargs: Any
+) -> HarvestResult:
     """Synchronous `aharvest` (same arguments)."""
     return run(aharvest(model, out, points, **kwargs))
-
-

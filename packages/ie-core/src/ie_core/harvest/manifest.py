@@ -94,7 +94,9 @@ def check_same_spec(folder: Path, old: dict[str, Any], new: dict[str, Any]) -> N
     """Refuse to resume a folder made by a different command, naming each difference."""
     diff = spec_differences(old, new)
     if diff:
-        named = "; ".join(f"{k}: folder has {a!r}, this command {b!r}" for k, (a, b) in diff.items())
+        named = "; ".join(
+            f"{k}: folder has {a!r}, this command {b!r}" for k, (a, b) in diff.items()
+        )
         raise HarvestMismatchError(
             f"{folder} holds a different harvest ({named}); rerun the original command to "
             "resume it, or pass another --out folder",

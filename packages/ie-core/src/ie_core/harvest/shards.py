@@ -93,5 +93,5 @@ def load_shard(path: Path, addresses: Sequence[str] | None = None) -> dict[str, 
     with safe_open(str(path), framework="pt") as handle:
         missing = [a for a in wanted if a not in handle.keys()]  # noqa: SIM118
         if missing:
-            raise HarvestError(f"{path} holds no {missing}; it holds {sorted(handle.keys())}")  # noqa: SIM118
+            raise HarvestError(f"{path} holds no {missing}; it holds {sorted(handle.keys())}")
         return {name: handle.get_tensor(name) for name in wanted}

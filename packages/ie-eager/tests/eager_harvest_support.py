@@ -45,7 +45,7 @@ def write_corpus(path: Path, documents: int = 80, seed: int = 0) -> list[str]:
     docs = [
         " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 30))) for _ in range(documents)
     ]
-    path.write_text("".join(d + "\n" for d in docs), encoding="utf-8")
+    path.write_text("".join(d + "\n\n" for d in docs), encoding="utf-8")
     return docs
 
 

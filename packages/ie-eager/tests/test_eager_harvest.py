@@ -139,7 +139,7 @@ def test_jsonl_and_parquet_give_the_text_files_rows(model: Any, tmp_path: Path) 
     import pyarrow as pa
 
     pq.write_table(pa.table({"body": docs}), tmp_path / "c.parquet")
-    (tmp_path / "c.txt").write_text("".join(d + "\n" for d in docs))
+    (tmp_path / "c.txt").write_text("\n\n".join(docs))
     got = {}
     for name, column in (("c.txt", "text"), ("c.jsonl", "body"), ("c.parquet", "body")):
         harvest(

@@ -36,7 +36,7 @@ WORDS = [
 def corpus(path: Path) -> list[str]:
     rng = random.Random(3)
     docs = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 40))) for _ in range(60)]
-    path.write_text("".join(d + "\n" for d in docs))
+    path.write_text("".join(d + "\n\n" for d in docs))
     return docs
 
 

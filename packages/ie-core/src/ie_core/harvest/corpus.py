@@ -1,6 +1,6 @@
 """Corpus readers: text, JSON-lines and parquet files, or any iterable of strings, as documents.
 
-A `.txt` file holds one document per non-empty line; a `.jsonl` / `.json` file one JSON object per
+A `.txt` file holds one document per paragraph (lines up to a blank line); a `.jsonl` / `.json` file one JSON object per
 line with the document under `column`; a `.parquet` file a string column `column` (needs pyarrow).
 """
 
@@ -46,7 +46,7 @@ def _check_file(path: Path) -> None:
     if path.suffix.lower() not in TEXT_SUFFIXES + JSONL_SUFFIXES + PARQUET_SUFFIXES:
         raise CorpusError(
             f"data file {str(path)!r} has suffix {path.suffix!r}; harvest reads .txt (a document "
-            "per line), .jsonl (an object per line) and .parquet files"
+            "per paragraph), .jsonl (an object per line) and .parquet files"
         )
 
 
@@ -63,11 +63,17 @@ def describe_files(paths: Sequence[str | Path]) -> tuple[DataFile, ...]:
 
 
 def _text_documents(path: Path) -> Iterator[str]:
+    """Paragraphs: blocks of lines between blank lines, inner newlines kept."""
+    lines: list[str] = []
     with path.open(encoding="utf-8") as handle:
         for line in handle:
-            text = line.rstrip("\n")
-            if text.strip():
-                yield text
+            if line.strip():
+                lines.append(line.rstrip("\n"))
+            elif lines:
+                yield "\n".join(lines)
+                lines = []
+    if lines:
+        yield "\n".join(lines)
 
 
 def _jsonl_documents(path: Path, column: str) -> Iterator[str]:

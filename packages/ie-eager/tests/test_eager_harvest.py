@@ -206,3 +206,17 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(tmp_p
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in ref.iterdir())
     for a, b in zip(got.iter_shards(), want.iter_shards(), strict=True):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_cli_refuses_a_missing_file_before_loading_and_importing_stays_torch_free(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ie_core.cli import main
+
+    argv = ["harvest", "no-such-model", "--data", str(tmp_path / "missing.txt")]
+    code = main([*argv, "--points", "resid_post.0", "--out", str(tmp_path / "o")])
+    assert code == 1
+    assert "CorpusError" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    probe = "import sys, ie_core.harvest, ie_core.harvest.command; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

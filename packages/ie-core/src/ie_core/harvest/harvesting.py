@@ -61,8 +61,6 @@ class HarvestResult:
 
 def _documents(options: HarvestOptions, documents: Iterable[str] | None) -> Iterator[str]:
     if documents is not None:
-        if options.files:
-            raise HarvestError("pass data files or documents, not both")
         return checked_documents(documents)
     return iter_file_documents(options.files, options.column)
 
@@ -170,6 +168,8 @@ async def aharvest(
 ) -> HarvestResult:
     """Harvest `points` over `files` (or `documents`) into `out`; rerun to resume. Options:
     `column`, `context`, `bos`, `packing`, `max_tokens`, `dtype`, `shard_tokens`, `batch_windows`."""
+    if documents is not None and files:
+        raise HarvestError("pass data files or documents, not both")
     names = tuple(format_address(to_address(p)) for p in points)
     described = describe_files(files) if documents is None else ()
     opts = HarvestOptions.make(model, names, tuple(str(f) for f in files), **options)

@@ -42,6 +42,8 @@ from ie_core.runner import run
 
 __all__ = ["HarvestResult", "aharvest", "harvest"]
 
+BATCHES_IN_FLIGHT = 2
+
 
 @dataclass(frozen=True)
 class HarvestResult:
@@ -110,10 +112,16 @@ async def _shard_tensors(
     import torch
 
     dtype = getattr(torch, options.dtype)
-    per_window: list[dict[str, Any]] = []
-    for start in range(0, len(windows), options.batch_windows):
-        batch = windows[start : start + options.batch_windows]
-        per_window.extend(await _capture_batch(model, batch, options.points, dtype))
+    # Two batches in flight: the next is submitted while the engine finishes the last one.
+    gate = asyncio.Semaphore(BATCHES_IN_FLIGHT)
+
+    async def one(batch: list[Window]) -> list[dict[str, Any]]:
+        async with gate:
+            return await _capture_batch(model, batch, options.points, dtype)
+
+    step = options.batch_windows
+    batches = [windows[i : i + step] for i in range(0, len(windows), step)]
+    per_window = [row for rows in await asyncio.gather(*map(one, batches)) for row in rows]
     tensors = index_tensors(windows, first)
     for point in options.points:
         tensors[point] = torch.cat([rows[point] for rows in per_window], dim=0)

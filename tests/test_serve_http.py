@@ -446,3 +446,24 @@ def test_the_remote_key_can_come_from_the_environment(
     monkeypatch.setenv("IE_API_KEY", "not-the-key")  # negative control: the variable is sent
     with pytest.raises(Exception, match=r"401|[Uu]nauthorized"):
         load_model(server, backend="remote")
+
+
+def test_harvest_over_remote_equals_eager_captures(remote: Any, ref: Any, tmp_path: Path) -> None:
+    from ie_core.harvest import harvest, open_harvest
+
+    points = ["resid_post.1", "mlp_out.0"]
+    docs = [f"{PROMPT} number {i} of a dozen." for i in range(12)]
+    out = tmp_path / "remote-harvest"
+    harvest(remote, out, points, documents=docs, context=24, shard_tokens=48, max_tokens=144)
+    data = open_harvest(out)
+    assert data.complete and data.manifest.spec["backend"] == "remote"
+    assert len(data.manifest.shards) == 3 and data.tokens == 144
+    want_ids = [t for d in docs for t in ref.to_tokens(d, prepend_bos=False)]
+    got_ids = torch.cat([s["token_ids"][s["document"] >= 0] for s in data.iter_shards([])])
+    assert got_ids.tolist() == want_ids[: len(got_ids)]
+    for shard in data.iter_shards():
+        for window in shard["window"].unique().tolist():
+            rows = shard["window"] == window
+            want = run(ref.capture([shard["token_ids"][rows].tolist()], points))
+            for p in points:
+                assert float((shard[p][rows] - want[p][0]).abs().max()) <= TOL_EAGER

@@ -345,3 +345,19 @@ def test_a_cancelled_sweep_leaves_the_worker_registry_empty(smollm2: Any) -> Non
     assert stats["registered"] == 0 and stats["hooks"] == {}, stats
     with pytest.raises(UnsupportedOperationError, match="does not ship"):
         run_with_hooks(smollm2, "Hello", [("resid_pre.1", lambda x, a: x)])
+
+
+def test_harvest_rows_match_one_window_captures_and_resume(
+    smollm2: Any, smollm2_eager: Any, tmp_path: Path
+) -> None:
+    from ie_core.harvest import harvest
+    from vllm_harvest_checks import OPTIONS, POINTS, check_resume, check_rows, corpus
+
+    path = tmp_path / "corpus.txt"
+    docs = corpus(path)
+    out = tmp_path / "harvest"
+    harvest(smollm2, out, POINTS, files=[path], **OPTIONS)
+    worst = check_rows(smollm2, smollm2_eager, out, docs)
+    assert worst["vllm"] < CROSS and worst["eager"] < CROSS, worst
+    assert worst["neighbour"] > 1e-2, worst  # negative control: the next row differs
+    assert check_resume(smollm2, path, out) < WITHIN

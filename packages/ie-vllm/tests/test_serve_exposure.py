@@ -24,7 +24,7 @@ def test_the_server_binds_loopback_unless_a_host_is_given() -> None:
 
 
 def test_an_open_host_without_a_key_is_refused_unless_allowed_and_then_warned() -> None:
-    with pytest.raises(SystemExit, match="refusing --host 0.0.0.0 without --api-key"):
+    with pytest.raises(SystemExit, match=r"refusing --host 0\.0\.0\.0 without --api-key"):
         exposure_warning(["--host", "0.0.0.0"], {}, allow_open=False)
     warned = exposure_warning(["--host=0.0.0.0"], {}, allow_open=True)
     assert warned is not None and "WARNING" in warned and "anyone" in warned
@@ -60,7 +60,7 @@ def test_text_is_bounded_by_bytes_and_answers_by_size() -> None:
     widths = {"resid_post.1": 16, "attn_probs.1": 4}
     got = capture_bytes(widths, ["resid_post.1", "attn_probs.1"], [10, 10])
     assert got == 2 * (10 * 16 * 4 + 10 * 4 * 10 * 4)
-    with pytest.raises(BadRequest, match="would return 1.0 MiB") as refused:
+    with pytest.raises(BadRequest, match=r"would return 1\.0 MiB") as refused:
         check_response(limits, 2**20 + 1, "x")
     assert refused.value.status == 413
 

@@ -108,7 +108,9 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
 class SteeringMiddleware:
-    """Pure ASGI: rewrites `vllm_xargs.ie_steering` into a registered key; releases it after."""
+    """Pure ASGI: screens every JSON POST outside `/v1/ie` (steering refused where it is not
+    applied, text bounded); on the two OpenAI routes rewrites `vllm_xargs.ie_steering` into a
+    registered key and releases it after."""
 
     def __init__(self, app: Any) -> None:
         self.app = app

@@ -52,6 +52,7 @@ def health_during(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """Max and median `/health` latency while `body` is posted to `path`, and that answer."""
     latencies: list[float] = []
     done = threading.Event()
+    payload = json.dumps(body).encode()  # encoded before polling starts: no client-side stall
 
     def poll() -> None:
         with httpx.Client(timeout=60) as client:
@@ -64,7 +65,8 @@ def health_during(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     thread = threading.Thread(target=poll)
     thread.start()
     start = time.perf_counter()
-    r = httpx.post(f"{url}{path}", json=body, headers=AUTH, timeout=600)
+    headers = {**AUTH, "content-type": "application/json"}
+    r = httpx.post(f"{url}{path}", content=payload, headers=headers, timeout=600)
     answered = time.perf_counter() - start
     done.set()
     thread.join()

@@ -20,6 +20,7 @@ from ie_core.errors import (
 )
 
 MAX_BODY = 64 * 2**20  # bytes: a request carrying more than this many bytes is refused (413)
+MAX_MESSAGE = 1000  # characters of an error's sentence sent back: errors never echo bulk input
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -40,6 +41,10 @@ def status_for(exc: BaseException) -> int:
         return 503
     if isinstance(exc, PointUnavailableError | UnsupportedOperationError):
         return 422  # well-formed, but this backend or model cannot serve it
+    if isinstance(exc, RecursionError):
+        return 400  # input nested deeper than a parser or serializer can follow
+    if any(c.__name__ == "VLLMClientError" for c in type(exc).__mro__):
+        return 400  # vLLM's own validation (sampling ranges): named so vllm is not imported here
     # ValueError / TypeError / KeyError come from validating the request's values (a JSON number
     # where a list belongs, a sampling field of the wrong type) before any engine work.
     if isinstance(exc, InterpError | ValueError | TypeError | KeyError):
@@ -49,6 +54,8 @@ def status_for(exc: BaseException) -> int:
 
 def error_body(exc: BaseException) -> dict[str, Any]:
     message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    if len(message) > MAX_MESSAGE:
+        message = f"{message[:MAX_MESSAGE]}... ({len(message) - MAX_MESSAGE} characters more)"
     return {"error": {"message": message or type(exc).__name__, "type": type(exc).__name__}}
 
 
@@ -86,6 +93,7 @@ async def read_body(receive: Receive) -> bytes:
 
 __all__ = [
     "MAX_BODY",
+    "MAX_MESSAGE",
     "BadRequest",
     "declared_length",
     "error_body",

@@ -11,6 +11,11 @@ Steered OpenAI requests: `vllm_xargs={"ie_steering": "<JSON list of specs>"}` on
 under a fresh key, rewrites the request to carry only that key (and a cache salt, so steered KV
 is never shared), and releases the key when the response has been sent or the client has gone.
 
+Every other POST with a JSON body passes the same screen: a `vllm_xargs` carrying
+`ie_steering` or a server-set key anywhere in it is refused with 400 (never dropped), and text
+that cannot fit the context is refused before vLLM tokenizes it (`http_limits`). With a key set,
+`http_guard.KeyGuard` asks for it on every path but the liveness probes.
+
 The plugin does nothing unless the server runs ie-vllm's worker extension (`ie serve` sets it),
 so installing ie-vllm leaves a plain `vllm serve` unchanged.
 """
@@ -28,10 +33,14 @@ from ie_core.wire import RESERVED_XARGS, STEERING_XARG, steering_from_wire
 
 from ie_vllm.engine import WORKER_EXTENSION, Engine, new_key
 from ie_vllm.http_errors import BadRequest, declared_length, error_bytes, read_body, status_for
+from ie_vllm.http_guard import KeyGuard, server_keys
+from ie_vllm.http_limits import Limits, check_text, limits_for, parse_json, text_bytes
 from ie_vllm.layout import KEY_ARG
 from ie_vllm.registry import RequestSpec
 
 OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions")
+IE_PREFIX = "/v1/ie/"  # ie's own routes read their JSON themselves
+FORM_TYPES = (b"multipart/", b"application/x-www-form-urlencoded")
 
 
 def _enabled(args: Namespace | None) -> bool:
@@ -51,11 +60,20 @@ class IEEndpointPlugin:
 
         app.include_router(router)
         app.add_middleware(SteeringMiddleware)
+        keys = server_keys(app.state.args)
+        if keys:  # added last, so it runs first: no body is read for a request without the key
+            app.add_middleware(KeyGuard, keys=keys)
 
     async def init_state(self, engine_client: Any, state: Any, args: Namespace) -> None:
         if engine_client is None or not _enabled(args):
             return
         state.ie_model = await served_model(engine_client, args)
+        state.ie_limits = limits_for(state.ie_model, _max_model_len(engine_client, args))
+
+
+def _max_model_len(engine_client: Any, args: Namespace) -> int:
+    config = getattr(engine_client, "model_config", None)
+    return int(getattr(config, "max_model_len", None) or args.max_model_len)
 
 
 async def served_model(engine_client: Any, args: Namespace) -> Any:
@@ -90,22 +108,26 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
 class SteeringMiddleware:
-    """Pure ASGI: rewrites `vllm_xargs.ie_steering` into a registered key; releases it after."""
+    """Pure ASGI: screens every JSON POST outside `/v1/ie` (steering refused where it is not
+    applied, text bounded); on the two OpenAI routes rewrites `vllm_xargs.ie_steering` into a
+    registered key and releases it after."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        headers = _Headers(scope)
         if (
             scope["type"] != "http"
             or scope["method"] != "POST"
-            or scope["path"] not in OPENAI_PATHS
+            or scope["path"].startswith(IE_PREFIX)
+            or (headers.get("content-type") or "").encode("latin-1").startswith(FORM_TYPES)
         ):
             await self.app(scope, receive, send)
             return
         try:
-            declared_length(_Headers(scope))
-            new_body, key = await _register_steering(scope, await read_body(receive))
+            declared_length(headers)
+            new_body, key = await _screen(scope, await read_body(receive))
         except Exception as exc:
             await _send_json(send, status_for(exc), error_bytes(exc))
             return
@@ -141,13 +163,71 @@ class _Headers:
         return None
 
 
-async def _register_steering(scope: dict[str, Any], body: bytes) -> tuple[bytes, str | None]:
-    """(body to forward, registered key or None) for one OpenAI request."""
+async def _screen(scope: dict[str, Any], body: bytes) -> tuple[bytes, str | None]:
+    """(body to forward, registered key or None) for one POST outside `/v1/ie`."""
     try:
-        data = json.loads(body)
+        data = parse_json(body)
     except (ValueError, UnicodeDecodeError):
         return body, None  # vLLM answers malformed JSON itself
-    xargs = data.get("vllm_xargs") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return body, None
+    limits: Limits | None = getattr(scope["app"].state, "ie_limits", None)
+    if limits is not None:
+        check_text(limits, text_bytes(_texts(data)), "the request's prompt / messages")
+    if scope["path"] not in OPENAI_PATHS:
+        _refuse_xargs(data, scope["path"])
+        return body, None
+    return await _register_steering(scope, data, body)
+
+
+def _texts(data: dict[str, Any]) -> list[str]:
+    """The prompt text of a completions or chat body (what vLLM would tokenize)."""
+    prompt, texts = data.get("prompt"), []
+    for item in prompt if isinstance(prompt, list) else [prompt]:
+        if isinstance(item, str):
+            texts.append(item)
+    messages = data.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else [content]:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+    return texts
+
+
+def _xargs_anywhere(data: Any) -> list[dict[str, Any]]:
+    """Every `vllm_xargs` object in a body (a batch nests them), without recursion."""
+    found, stack = [], [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("vllm_xargs"), dict):
+                found.append(item["vllm_xargs"])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def _refuse_xargs(data: dict[str, Any], path: str) -> None:
+    """Refuse what this route would otherwise drop (steering) or trust (a server-set key)."""
+    for xargs in _xargs_anywhere(data):
+        for name in (STEERING_XARG, *RESERVED_XARGS):
+            if name in xargs:
+                raise BadRequest(
+                    f"vllm_xargs.{name} is refused on {path}: steering is applied only on "
+                    f"{' and '.join(OPENAI_PATHS)} (and POST /v1/ie/generate), and server-set "
+                    "keys are never taken from a client"
+                )
+
+
+async def _register_steering(
+    scope: dict[str, Any], data: dict[str, Any], body: bytes
+) -> tuple[bytes, str | None]:
+    """(body to forward, registered key or None) for one OpenAI request."""
+    xargs = data.get("vllm_xargs")
     if not isinstance(xargs, dict):
         return body, None
     for reserved in RESERVED_XARGS:
@@ -163,7 +243,7 @@ async def _register_steering(scope: dict[str, Any], body: bytes) -> tuple[bytes,
             f"vllm_xargs.{STEERING_XARG} must be a JSON string (vllm_xargs values are flat)"
         )
     try:
-        specs = steering_from_wire(json.loads(raw))
+        specs = steering_from_wire(parse_json(raw.encode()))
     except json.JSONDecodeError as exc:
         raise BadRequest(f"vllm_xargs.{STEERING_XARG} is not valid JSON: {exc}") from None
     model = scope["app"].state.ie_model

@@ -4,18 +4,27 @@ Requests are JSON (prompts as token ids, addresses, `sampling`, `steering` in `i
 form); tensors come back as safetensors named by address, with the request's facts (generated
 ids, text) in the header metadata; residual rows go in as safetensors. Every error is JSON,
 `{"error": {"message", "type"}}`, with a 4xx status when the request was at fault.
+
+Before any work: text is bounded by bytes and then tokenized in a thread, sampling is checked
+against vLLM's ranges and the response's size against the server's cap (`http_limits`); tensors
+are decoded and encoded in a thread, so the event loop (and `/health`) never waits on them; a
+client that goes away before its answer has its request cancelled, which aborts it in the engine.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
+from ie_core.address import to_address
+from ie_core.prompts import prompt_batch, prompt_ids
 from ie_core.wire import (
     SAFETENSORS,
     decode_tensors,
@@ -26,6 +35,16 @@ from ie_core.wire import (
 from starlette.exceptions import HTTPException
 
 from ie_vllm.http_errors import MAX_BODY, BadRequest, declared_length, error_body, status_for
+from ie_vllm.http_limits import (
+    Limits,
+    capture_bytes,
+    check_response,
+    check_rows,
+    check_sampling,
+    check_text,
+    parse_json,
+    text_bytes,
+)
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -74,7 +93,7 @@ async def _body(request: Request) -> bytes:
 async def _json(request: Request) -> dict[str, Any]:
     body = await _body(request)
     try:
-        data = json.loads(body)
+        data = parse_json(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -98,19 +117,79 @@ def _addresses(data: dict[str, Any]) -> list[str]:
     return addresses
 
 
-def _tensors(data: dict[str, Any], meta: dict[str, Any] | None = None) -> Response:
-    return Response(encode_tensors(data, meta), media_type=SAFETENSORS)
+async def _tensors(data: dict[str, Any], meta: dict[str, Any] | None = None) -> Response:
+    body = await asyncio.to_thread(encode_tensors, data, meta)
+    return Response(body, media_type=SAFETENSORS)
 
 
-async def _rows(request: Request) -> Any:
+async def _rows(request: Request, d_model: int) -> Any:
     body = await _body(request)
     try:
-        tensors, _ = decode_tensors(body)
+        tensors, _ = await asyncio.to_thread(decode_tensors, body)
     except Exception as exc:
         raise BadRequest(f"the body is not a safetensors payload with 'rows': {exc}") from None
     if "rows" not in tensors:
         raise BadRequest("the safetensors payload must hold a tensor named 'rows'")
+    check_rows(tensors["rows"], d_model)
     return tensors["rows"]
+
+
+def _limits(request: Request) -> Limits:
+    return request.app.state.ie_limits
+
+
+def _texts(prompt: Any) -> list[str]:
+    items = prompt if isinstance(prompt, list) else [prompt]
+    return [p for p in items if isinstance(p, str)]
+
+
+async def _batch(m: Any, limits: Limits, prompts: Any) -> list[tuple[int, ...]]:
+    """Token ids of one prompt or a list of them; text bounded first, tokenized in a thread."""
+    check_text(limits, text_bytes(_texts(prompts)), "the prompt")
+    vocab = max(len(m.tokenizer), int(m.info.get("vocab_size") or 0))
+    return list(await asyncio.to_thread(prompt_batch, prompts, m.to_tokens, vocab))
+
+
+async def _one(m: Any, limits: Limits, prompt: Any) -> tuple[int, ...]:
+    check_text(limits, text_bytes(_texts(prompt)), "the prompt")
+    vocab = max(len(m.tokenizer), int(m.info.get("vocab_size") or 0))
+    return await asyncio.to_thread(prompt_ids, prompt, m.to_tokens, vocab)
+
+
+def _sampling(data: dict[str, Any]) -> Any:
+    sampling = sampling_from_wire(data.get("sampling"))
+    check_sampling(sampling)
+    return sampling
+
+
+def _canonical(addresses: list[str]) -> list[str]:
+    out = []
+    for a in addresses:
+        with contextlib.suppress(Exception):  # an unknown address is refused by the model
+            out.append(str(to_address(a)))
+    return list(dict.fromkeys(out))
+
+
+async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
+    """`work`'s result, or its cancellation (an abort in the engine) once the client has gone."""
+    task = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    if task.cancelled():
+        raise BadRequest("the client went away; its request was aborted", 499)
+    return task.result()
 
 
 @router.get("/info")
@@ -142,43 +221,49 @@ async def stats(request: Request) -> JSONResponse:
 
 @router.post("/capture")
 async def capture(request: Request) -> Response:
-    m, data = _model(request), await _json(request)
-    prompts = _field(data, "prompts", (list, str))
+    m, data, limits = _model(request), await _json(request), _limits(request)
+    prompts = await _batch(m, limits, _field(data, "prompts", (list, str)))
+    addresses = _addresses(data)
+    lengths = [min(len(p), limits.max_model_len) for p in prompts]  # longer: the model refuses
+    size = capture_bytes(m.info.get("widths", {}), _canonical(addresses), lengths)
+    check_response(
+        limits, size, f"capturing {len(addresses)} addresses over {len(prompts)} prompts"
+    )
     steering = steering_from_wire(data.get("steering") or [])
-    cache = await m.capture(prompts, _addresses(data), steering=steering)
-    return _tensors({str(a): t for a, t in cache.items()})
+    cache = await _unless_gone(request, m.capture(prompts, addresses, steering=steering))
+    return await _tensors({str(a): t for a, t in cache.items()})
 
 
 @router.post("/capture_generation")
 async def capture_generation(request: Request) -> Response:
-    m, data = _model(request), await _json(request)
-    result = await m.capture_generation(
-        _field(data, "prompt", (list, str)),
-        _addresses(data),
-        sampling_from_wire(data.get("sampling")),
-        steering=steering_from_wire(data.get("steering") or []),
+    m, data, limits = _model(request), await _json(request), _limits(request)
+    ids = await _one(m, limits, _field(data, "prompt", (list, str)))
+    addresses, sampling = _addresses(data), _sampling(data)
+    seq = min(len(ids) + sampling.max_new_tokens - 1, limits.max_model_len)
+    size = capture_bytes(m.info.get("widths", {}), _canonical(addresses), [seq])
+    check_response(limits, size, f"capturing {len(addresses)} addresses over {seq} tokens")
+    work = m.capture_generation(
+        ids, addresses, sampling, steering=steering_from_wire(data.get("steering") or [])
     )
+    result = await _unless_gone(request, work)
     meta = asdict(result.generation)
-    return _tensors({str(a): t for a, t in result.cache.items()}, meta)
+    return await _tensors({str(a): t for a, t in result.cache.items()}, meta)
 
 
 @router.post("/generate")
 async def generate(request: Request) -> JSONResponse:
-    m, data = _model(request), await _json(request)
-    gen = await m.generate(
-        _field(data, "prompt", (list, str)),
-        sampling_from_wire(data.get("sampling")),
-        steering=steering_from_wire(data.get("steering") or []),
-    )
-    return JSONResponse(asdict(gen))
+    m, data, limits = _model(request), await _json(request), _limits(request)
+    ids = await _one(m, limits, _field(data, "prompt", (list, str)))
+    work = m.generate(ids, _sampling(data), steering=steering_from_wire(data.get("steering") or []))
+    return JSONResponse(asdict(await _unless_gone(request, work)))
 
 
 @router.post("/generate_stream")
 async def generate_stream(request: Request) -> Response:
     """Newline-delimited JSON: one `{"token_id", "text"}` per token; an error ends the stream."""
     m, data = _model(request), await _json(request)
-    prompt = _field(data, "prompt", (list, str))
-    sampling = sampling_from_wire(data.get("sampling"))
+    prompt = await _one(m, _limits(request), _field(data, "prompt", (list, str)))
+    sampling = _sampling(data)
     steering = steering_from_wire(data.get("steering") or [])
     stream = m.generate_stream(prompt, sampling, steering=steering)
     first = await anext(stream)  # validation errors surface here, before any 200
@@ -196,11 +281,18 @@ async def generate_stream(request: Request) -> Response:
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
+def _vocab(m: Any) -> int:
+    return int(m.info.get("vocab_size") or 0) or len(m.tokenizer)
+
+
 @router.post("/decode_residuals")
 async def decode_residuals(request: Request) -> Response:
     m = _model(request)
-    logits = await m.decode_residuals(await _rows(request))
-    return _tensors({"logits": logits})
+    rows = await _rows(request, m.d_model)
+    n_rows = rows.numel() // m.d_model
+    check_response(_limits(request), n_rows * _vocab(m) * 4, f"logits for {n_rows} rows")
+    logits = await _unless_gone(request, m.decode_residuals(rows))
+    return await _tensors({"logits": logits})
 
 
 @router.post("/lens_topk")
@@ -208,12 +300,15 @@ async def lens_topk(request: Request) -> Response:
     m = _model(request)
     raw_k = request.query_params.get("k", "10")
     if not raw_k.isascii() or not raw_k.isdigit() or int(raw_k) < 1:
-        raise BadRequest(f"k must be a positive integer, got {raw_k!r}")
-    vocab = int(m.info.get("vocab_size") or 0) or len(m.tokenizer)
+        raise BadRequest(f"k must be a positive integer, got {raw_k[:40]!r}")
+    vocab = _vocab(m)
     if int(raw_k) > vocab:
         raise BadRequest(f"k={raw_k} is more than the vocabulary's {vocab} tokens")
-    top = await m.decode_residuals_topk(await _rows(request), int(raw_k))
-    return _tensors({"ids": top.ids, "probs": top.probs})
+    rows = await _rows(request, m.d_model)
+    n_rows, k = rows.numel() // m.d_model, int(raw_k)
+    check_response(_limits(request), n_rows * k * 12, f"top-{k} ids and probabilities")
+    top = await _unless_gone(request, m.decode_residuals_topk(rows, k))
+    return await _tensors({"ids": top.ids, "probs": top.probs})
 
 
 __all__ = ["RefusingRoute", "router"]

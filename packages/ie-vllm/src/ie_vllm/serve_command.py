@@ -4,11 +4,16 @@ This runs `vllm serve` itself (its app, its engine client, its scheduler, `--api
 `--tensor-parallel-size`, `--data-parallel-size`, ...) with ie-vllm's worker extension, so the
 `vllm.endpoint_plugins` entry point of ie-vllm adds the `/v1/ie/*` routes and steered OpenAI
 requests. Nothing here re-implements a server.
+
+Unlike `vllm serve`, it binds 127.0.0.1 unless `--host` is given, and refuses a non-loopback
+host without an API key unless `--allow-no-api-key` says so (then it warns on every start):
+`/v1/ie/capture` hands out the model's activations to whoever can reach the port.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import shlex
 import sys
@@ -17,6 +22,7 @@ from types import ModuleType
 from ie_core.models import resolve_model_path
 
 from ie_vllm.engine import DEFAULT_CPU_KVCACHE_GIB, WORKER_EXTENSION, on_cpu
+from ie_vllm.http_limits import DEFAULT_RESPONSE_MIB, RESPONSE_ENV
 from ie_vllm.watchdog import mark_client
 
 BACKENDS = ("vllm", "vllm-generate")
@@ -42,14 +48,55 @@ def plugins_allowlist(current: str | None) -> str:
     return ",".join(dict.fromkeys([*names, PLUGIN]))
 
 
-def _int_option(rest: list[str], names: tuple[str, ...], default: int = 1) -> int:
+def _option(rest: list[str], names: tuple[str, ...]) -> str | None:
     for i, arg in enumerate(rest):
         for name in names:
             if arg == name and i + 1 < len(rest):
-                return int(rest[i + 1])
+                return rest[i + 1]
             if arg.startswith(name + "="):
-                return int(arg.split("=", 1)[1])
-    return default
+                return arg.split("=", 1)[1]
+    return None
+
+
+def _int_option(rest: list[str], names: tuple[str, ...], default: int = 1) -> int:
+    value = _option(rest, names)
+    return default if value is None else int(value)
+
+
+LOOPBACK = "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve to anything
+
+
+def exposure_warning(rest: list[str], environ: dict[str, str], allow_open: bool) -> str | None:
+    """The warning to print for this host and key (None when keyed); refuses an open port.
+
+    Raises SystemExit for a non-loopback host without a key unless `allow_open`."""
+    if _option(rest, ("--api-key",)) or environ.get("VLLM_API_KEY"):
+        return None
+    host = _option(rest, ("--host",)) or LOOPBACK
+    if is_loopback(host):
+        return (
+            f"ie serve: WARNING no --api-key: any process on this machine can generate and read "
+            f"activations through {host}; pass --api-key KEY to require one"
+        )
+    if not allow_open:
+        raise SystemExit(
+            f"ie serve: refusing --host {host} without --api-key: /v1/ie/capture would hand the "
+            "model's activations (and generation) to anyone who reaches the port; pass "
+            "--api-key KEY (or VLLM_API_KEY), bind 127.0.0.1, or add --allow-no-api-key"
+        )
+    return (
+        f"ie serve: WARNING --host {host} with no API key (--allow-no-api-key): anyone who "
+        "reaches this port can generate, capture and steer"
+    )
 
 
 def cpu_thread_binding(rest: list[str], cpus: list[int]) -> str | None:
@@ -117,6 +164,8 @@ def serve_argv(model: str, backend: str, rest: list[str]) -> list[str]:
         rest = module.serve_args(model, rest)
     path = resolve_model_path(model)
     argv = ["serve", str(path) if path is not None else model]
+    if _option(rest, ("--host",)) is None:
+        argv += ["--host", LOOPBACK]  # vLLM binds every interface by default
     argv += ["--worker-extension-cls", WORKER_EXTENSION]
     if "--served-model-name" not in rest:
         argv += ["--served-model-name", model]
@@ -138,8 +187,25 @@ def serve_command(argv: list[str]) -> int:
         "--backend", default="vllm", help=f"one of {', '.join(served_backends())} (default: vllm)"
     )
     parser.add_argument("--dry-run", action="store_true", help="print the vllm command and exit")
+    parser.add_argument(
+        "--allow-no-api-key",
+        action="store_true",
+        help="serve a non-loopback --host without --api-key (warned on every start)",
+    )
+    parser.add_argument(
+        "--ie-max-response-mib",
+        type=float,
+        default=DEFAULT_RESPONSE_MIB,
+        help="refuse a /v1/ie request whose answer would be larger, computed before running it "
+        f"(default: {DEFAULT_RESPONSE_MIB})",
+    )
     args, rest = parser.parse_known_args(argv)
+    if args.ie_max_response_mib <= 0:
+        raise SystemExit("ie serve: --ie-max-response-mib must be positive")
+    warning = exposure_warning(rest, dict(os.environ), args.allow_no_api_key)
     vllm_argv = serve_argv(args.model, args.backend, rest)
+    if warning is not None:
+        print(warning, file=sys.stderr)
     if args.dry_run:
         print(shlex.join(["vllm", *vllm_argv]))
         return 0
@@ -150,6 +216,7 @@ def serve_command(argv: list[str]) -> int:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = binding
     os.environ["VLLM_PLUGINS"] = plugins_allowlist(os.environ.get("VLLM_PLUGINS"))
     os.environ[BACKEND_ENV] = args.backend
+    os.environ[RESPONSE_ENV] = str(args.ie_max_response_mib)
     mark_client()  # the server keeps this pid across execv; its engine processes watch it
     os.execv(sys.executable, [sys.executable, "-m", "ie_vllm.serve_main", *vllm_argv])
     return 0  # not reached
@@ -158,6 +225,8 @@ def serve_command(argv: list[str]) -> int:
 __all__ = [
     "BACKEND_ENV",
     "cpu_thread_binding",
+    "exposure_warning",
+    "is_loopback",
     "plugins_allowlist",
     "refuse_data_parallel",
     "serve_argv",

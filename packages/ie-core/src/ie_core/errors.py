@@ -119,3 +119,23 @@ class EngineDeadError(EngineStoppedError):
 
 class SteeringSpecError(ValueError, InterpError):
     """A steering spec refused at construction or when bound to a model (width, values, op)."""
+
+
+class DictionaryError(ValueError, InterpError):
+    """A sparse dictionary (SAE / transcoder) that cannot be loaded or used as given."""
+
+
+class DictionaryFormatError(DictionaryError):
+    """A dictionary folder or config in no format `load_sae` reads, or missing a tensor."""
+
+
+class DictionaryShapeError(DictionaryError):
+    """A dictionary's tensors disagree with each other or with the point they read / write."""
+
+
+class DictionaryDtypeError(DictionaryError):
+    """A dictionary tensor of a dtype that is not floating point."""
+
+
+class DictionaryAddressError(DictionaryError):
+    """A dictionary's hook name maps to no point, or names a point the model does not serve."""

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 from ie_core.address import Address, AddressLike, to_address
 from ie_core.errors import SteeringSpecError
+from ie_core.feature_ops import FeatureClamp
 from ie_core.points import get_point
 
 Vector = tuple[float, ...]
@@ -233,7 +234,9 @@ class LensSwap:
             )
 
 
-SteeringOp = Additive | Orthogonal | ProjectionCap | LensSteer | LensAblate | LensSwap
+SteeringOp = (
+    Additive | Orthogonal | ProjectionCap | LensSteer | LensAblate | LensSwap | FeatureClamp
+)
 OP_KINDS: dict[str, type] = {
     "additive": Additive,
     "orthogonal": Orthogonal,
@@ -241,6 +244,7 @@ OP_KINDS: dict[str, type] = {
     "lens_steer": LensSteer,
     "lens_ablate": LensAblate,
     "lens_swap": LensSwap,
+    "feature_clamp": FeatureClamp,
 }
 
 

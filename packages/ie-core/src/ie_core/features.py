@@ -55,7 +55,7 @@ def check_dictionary(model: Any, sae: SAE, stats: bool = False) -> None:
     if width != sae.d_in:
         raise DictionaryShapeError(
             f"{sae.name or 'the dictionary'} reads {sae.d_in}-wide rows but {sae.address} is "
-            f"{width} wide on {model.architecture}; load the dictionary trained for this model"
+            f"{width} wide on {getattr(model, 'architecture', None) or 'this model'}; load the dictionary trained for this model"
         )
     if stats and sae.is_transcoder:
         raise UnsupportedOperationError(

@@ -8,7 +8,7 @@ import torch
 from eager_support import synthetic_model
 from ie_core.api import run_with_cache
 from ie_core.errors import DictionaryShapeError, UnsupportedOperationError
-from ie_core.features import feature_activations, feature_ablate, feature_clamp, feature_steer
+from ie_core.features import feature_ablate, feature_activations, feature_clamp, feature_steer
 from ie_core.saes import SAE, from_tensors
 from ie_core.steering import Additive, PositionMask, steer_at
 

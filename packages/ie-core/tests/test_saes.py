@@ -155,3 +155,19 @@ def test_content_key_tells_dictionaries_apart() -> None:
     )
     c = from_tensors(_weights(1), address="resid_post.0")
     assert a.key == b.key != c.key
+
+
+def test_hub_id_reads_a_cached_snapshot(tmp_path: Path) -> None:
+    """A Hub id resolved by huggingface_hub from its cache (no network here): the cache layout is
+    written by the test, and the sub-folder names the dictionary inside the repo."""
+    sha = "0" * 40
+    repo = tmp_path / "models--someone--saes"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(sha)
+    w = _weights()
+    sub = repo / "snapshots" / sha / "blocks.2.hook_resid_pre"
+    _saelens(sub, {"hook_name": "blocks.2.hook_resid_pre"}, w)
+    hub = {"cache_dir": str(tmp_path), "local_files_only": True}
+    sae = load_sae("someone/saes/blocks.2.hook_resid_pre", hub=hub)
+    assert sae.address == "resid_pre.2"
+    assert torch.equal(sae.weights["W_enc"], w["W_enc"])

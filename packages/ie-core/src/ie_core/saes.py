@@ -167,8 +167,8 @@ def _sparsify_address(hookpoint: str) -> tuple[str, str]:
         raise DictionaryAddressError(
             f"sparsify hookpoint {hookpoint!r} maps to no point; pass address= to load_sae"
         )
-    layer = m.group(1)
-    return (f"mlp_out.{layer}", f"mlp_out.{layer}") if m.group(2) else (f"resid_post.{layer}",) * 2
+    point = f"mlp_out.{m.group(1)}" if m.group(2) else f"resid_post.{m.group(1)}"
+    return point, point
 
 
 # --- loaders -------------------------------------------------------------------------------------
@@ -278,13 +278,18 @@ def _sparsify(folder: Path, address: str | None) -> SAE:
 
 
 def load_sae(
-    source: str | Path | Mapping[str, Any], *, address: str | None = None, **options: Any
+    source: str | Path | Mapping[str, Any],
+    *,
+    address: str | None = None,
+    hub: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> SAE:
-    """Load a dictionary from a folder, a Hub id (`repo` or `repo/sub/folder`), or tensors.
+    """Load a dictionary from a folder, a Hub id (`owner/repo[/sub/folder]`), or tensors.
 
     Folders: SAELens (`cfg.json` + `sae_weights.safetensors`), Gemma Scope (`params.npz`),
     EleutherAI sparsify (`cfg.json` + `sae.safetensors`, named for its hookpoint). `address`
-    overrides the point a format names (and is required where it names none)."""
+    overrides the point a format names (and is required where it names none); `hub` passes
+    `revision=`, `cache_dir=`, `token=`, `local_files_only=` to huggingface_hub."""
     if isinstance(source, Mapping):
         if address is None:
             raise DictionaryAddressError("tensors in memory need address= (the point they read)")
@@ -292,7 +297,7 @@ def load_sae(
     folder = Path(source)
     hint = str(source)
     if not folder.exists():
-        folder = _download(str(source))
+        folder = _download(str(source), dict(hub or {}))
     if (folder / "sae_weights.safetensors").exists():
         return _saelens(folder, address)
     if (folder / "params.npz").exists():
@@ -305,7 +310,7 @@ def load_sae(
     )
 
 
-def _download(source: str) -> Path:
+def _download(source: str, hub: dict[str, Any]) -> Path:
     """A Hub id: `owner/repo` or `owner/repo/sub/folder` (the folder inside the repo)."""
     parts = source.split("/")
     if len(parts) < 2:
@@ -314,7 +319,7 @@ def _download(source: str) -> Path:
 
     repo, sub = "/".join(parts[:2]), "/".join(parts[2:])
     pattern = [f"{sub}/*"] if sub else None
-    root = Path(snapshot_download(repo, allow_patterns=pattern))
+    root = Path(snapshot_download(repo, allow_patterns=pattern, **hub))
     return root / sub if sub else root
 
 

@@ -18,7 +18,12 @@ from ie_vllm.request import gather
 if TYPE_CHECKING:
     from ie_vllm.backend import VLLMModel
 
-__all__ = ["dictionary_features", "dictionary_reducers", "send_dictionaries"]
+__all__ = [
+    "dictionary_features",
+    "dictionary_reducers",
+    "generate_with_features",
+    "send_dictionaries",
+]
 
 
 async def send_dictionaries(model: VLLMModel, saes: Mapping[str, SAE]) -> None:
@@ -85,3 +90,31 @@ def _stack(name: str, results: Sequence[dict[str, torch.Tensor]]) -> dict[str, t
     if not outputs:
         raise RuntimeError(f"the worker returned no features for dictionary {name!r}")
     return {o: torch.stack([r[prefix + o].cpu() for r in results]) for o in outputs}
+
+
+async def generate_with_features(
+    model: VLLMModel,
+    prompts: Sequence[Any],
+    saes: Mapping[str, SAE],
+    params: SamplingParams,
+    *,
+    k: int,
+    steering: SteeringArg = None,
+) -> list[tuple[tuple[int, ...], dict[str, torch.Tensor]]]:
+    """Generate every prompt together; per prompt its token ids and, per `name|output`, the top-k
+    features at every position of prompt + generated[:-1] (computed in the worker per step)."""
+    model._refuse_on_generate("generate_with_features")
+    reducers = dictionary_reducers(model, saes, k, False)
+    ids_list = [model._prompt_ids(p) for p in prompts]
+    for ids in ids_list:
+        model._check_length(ids, params.max_new_tokens)
+
+    async def one(ids: tuple[int, ...]) -> tuple[tuple[int, ...], dict[str, torch.Tensor]]:
+        steer = model._steer_specs(steering, ids)
+        return await model.flow.run(ids, params, (), steer, reducers=reducers)
+
+    async def all_prompts() -> list[tuple[tuple[int, ...], dict[str, torch.Tensor]]]:
+        await send_dictionaries(model, saes)
+        return await gather(*(one(i) for i in ids_list))
+
+    return await model.flow.on_engine(all_prompts())

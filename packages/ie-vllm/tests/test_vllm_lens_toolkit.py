@@ -205,3 +205,24 @@ def test_sixteen_concurrent_dictionary_requests_equal_serial(pair: tuple[Any, An
     x = run(em.capture(prompts, [SAE_POINT], steering=steering))[SAE_POINT]
     want = _reference(x, saes["s"]).topk(k, dim=-1).values
     assert (want - concurrent[1]["s"]["values"]).abs().max() < TOL
+
+
+def test_streamed_features_equal_the_read_out_of_the_whole_generation(
+    pair: tuple[Any, Any],
+) -> None:
+    from ie_core.feature_stream import stream_features
+    from ie_core.features import feature_activations
+
+    vm, em = pair
+    sae = _dictionary(vm.d_model, "topk", seed=3)
+    steps = list(
+        stream_features(vm, SAE_PROMPTS[0], {"s": sae}, k=4, max_new_tokens=5, stop_at_eos=False)
+    )
+    assert len(steps) == 5 and steps[0].features["s"].ids.shape == (6, 4)
+    tokens = [s.chunk.token_id for s in steps]
+    whole = [*SAE_PROMPTS[0], *tokens[:-1]]
+    want = feature_activations(em, [whole], sae, k=4)
+    values = torch.cat([s.features["s"].values for s in steps])
+    assert values.shape == (10, 4)
+    assert (values - want.values[0]).abs().max() < TOL
+    assert run(vm.stats())["registered"] == 0

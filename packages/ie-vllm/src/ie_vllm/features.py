@@ -4,11 +4,11 @@ every request names it in an `sae` reducer, so the encode and the top-k run in t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from ie_core.protocol import SamplingParams, SteeringArg
+from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
 from ie_core.saes import SAE
 
 from ie_vllm import payload
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "dictionary_features",
+    "dictionary_generation_stream",
     "dictionary_reducers",
     "generate_with_features",
     "send_dictionaries",
@@ -118,3 +119,33 @@ async def generate_with_features(
         return await gather(*(one(i) for i in ids_list))
 
     return await model.flow.on_engine(all_prompts())
+
+
+async def dictionary_generation_stream(
+    model: VLLMModel,
+    prompt: Any,
+    saes: Mapping[str, SAE],
+    params: SamplingParams,
+    *,
+    k: int,
+    steering: SteeringArg = None,
+) -> AsyncIterator[tuple[StreamChunk, dict[str, dict[str, torch.Tensor]]]]:
+    """Each generated token with, per dictionary, the top-k features of the rows computed since
+    the previous token (the first token carries the prompt's rows), reduced in the worker."""
+    model._refuse_on_generate("stream_features")
+    ids = model._prompt_ids(prompt)
+    model._check_length(ids, params.max_new_tokens)
+    reducers = dictionary_reducers(model, saes, k, False)
+    steer = model._steer_specs(steering, ids)
+
+    async def collect(key: str, start: int, stop: int) -> dict[str, dict[str, torch.Tensor]]:
+        got = await model.channel.collect(key, start, stop, False)
+        return {n: {o: got[f"{n}|{o}"].cpu() for o in ("ids", "values")} for n in saes}
+
+    async def steps() -> AsyncIterator[tuple[StreamChunk, dict[str, dict[str, torch.Tensor]]]]:
+        await send_dictionaries(model, saes)
+        async for item in model.flow.stream_steps(ids, params, (), steer, collect, reducers):
+            yield item
+
+    async for item in model.flow.bridge(steps()):
+        yield item

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ie_core.errors import BadPromptError, GradientUnavailableError, PointUnavailableError
+from ie_core.errors import (
+    BadPromptError,
+    GradientUnavailableError,
+    PointUnavailableError,
+    UnsupportedOperationError,
+)
 from ie_core.protocol import SamplingParams, SyncModel
 from ie_core.ragged import capture_ragged
 from ie_core.runner import run
@@ -72,3 +77,65 @@ def test_refusals_and_capture_attention(pair) -> None:
     assert torch.allclose(probs["attn_probs.0"].sum(-1), torch.ones(1), atol=1e-5)
     with pytest.raises(PointUnavailableError):
         static.capture_attention(PROMPTS[2], [1])
+
+
+# --- sparse dictionaries (issue 26): the encode runs on the tap buffer ------------------------
+
+
+def _dictionary(d: int, activation: str, seed: int = 0):
+    from ie_core.saes import from_tensors
+
+    g = torch.Generator().manual_seed(seed)
+    f = 96
+    w = {"W_enc": torch.randn(d, f, generator=g) / d**0.5, "b_enc": torch.randn(f, generator=g) / 8,
+         "W_dec": torch.randn(f, d, generator=g) / 4, "b_dec": torch.randn(d, generator=g) / 8}  # fmt: skip
+    if activation == "jumprelu":
+        w["threshold"] = torch.rand(f, generator=g) * 0.2
+    k = 8 if activation == "topk" else None
+    return from_tensors(w, address="resid_post.1", activation=activation, k=k, b_dec_in=True)
+
+
+def _reference(x: torch.Tensor, sae) -> torch.Tensor:
+    """SAELens's encode, from its definition, on eager's captured rows."""
+    w = sae.weights
+    pre = (x.float() - w["b_dec"]) @ w["W_enc"] + w["b_enc"]
+    if sae.meta.activation == "relu":
+        return pre.clamp(min=0)
+    if sae.meta.activation == "jumprelu":
+        return torch.where(pre > w["threshold"], pre.clamp(min=0), torch.zeros_like(pre))
+    vals, ids = pre.topk(sae.meta.k, dim=-1)
+    return torch.zeros_like(pre).scatter(-1, ids, vals.clamp(min=0))
+
+
+@pytest.mark.parametrize("activation", ["relu", "jumprelu", "topk"])
+def test_static_features_match_an_independent_encode(pair, activation: str) -> None:
+    from ie_core.features import feature_activations
+
+    static, eager = pair
+    sae = _dictionary(static.d_model, activation)
+    prompts = [PROMPTS[0], [1, 3, 5, 7, 9]]
+    want = _reference(run(eager.capture(prompts, ["resid_post.1"]))["resid_post.1"], sae)
+    top = feature_activations(static, prompts, sae, k=6)
+    assert (top.values - want.topk(6, dim=-1).values).abs().max() < 1e-4
+    assert (want.gather(-1, top.ids) - top.values).abs().max() < 1e-4
+    dense = feature_activations(static, prompts, sae)
+    assert (dense.acts - want).abs().max() < 1e-4
+
+
+def test_static_feature_clamp_relu_and_jumprelu_refusal(pair) -> None:
+    from ie_core.features import feature_clamp
+    from ie_core.steering import steer_at
+
+    static, eager = pair
+    if not static.policy.can_write("resid_pre.1"):
+        pytest.skip("this engine declares no write at resid_pre.1")
+    sae = _dictionary(static.d_model, "relu")
+    steering = steer_at("resid_pre.1", feature_clamp(sae, 3, 4.0))
+    got = static.capture(PROMPTS[0], ["resid_post.1"], steering=steering)["resid_post.1"]
+    want = eager.capture(PROMPTS[0], ["resid_post.1"], steering=steering)["resid_post.1"]
+    plain = eager.capture(PROMPTS[0], ["resid_post.1"])["resid_post.1"]
+    assert (got - want).abs().max() < 1e-4
+    assert (plain - want).abs().max() > 1e-3  # the clamp changed something: a control
+    jump = steer_at("resid_pre.1", feature_clamp(_dictionary(static.d_model, "jumprelu"), 3, 4.0))
+    with pytest.raises(UnsupportedOperationError, match="JumpReLU"):
+        static.capture(PROMPTS[0], ["resid_post.1"], steering=jump)

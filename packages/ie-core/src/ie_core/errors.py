@@ -123,3 +123,23 @@ class SteeringSpecError(ValueError, InterpError):
 
 class NotAwaitedError(InterpError, TypeError, AttributeError):
     """An async model method's result used without `await` (see ie_core.awaitable)."""
+
+
+class DictionaryError(ValueError, InterpError):
+    """A sparse dictionary (SAE / transcoder) that cannot be loaded or used as given."""
+
+
+class DictionaryFormatError(DictionaryError):
+    """A dictionary folder or config in no format `load_sae` reads, or missing a tensor."""
+
+
+class DictionaryShapeError(DictionaryError):
+    """A dictionary's tensors disagree with each other or with the point they read / write."""
+
+
+class DictionaryDtypeError(DictionaryError):
+    """A dictionary tensor of a dtype that is not floating point."""
+
+
+class DictionaryAddressError(DictionaryError):
+    """A dictionary's hook name maps to no point, or names a point the model does not serve."""

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from ie_core.errors import SteeringSpecError
+from ie_core.feature_ops import FeatureClamp
 from ie_core.interventions import Hook, Patch, Scale
 from ie_core.steering import (
     Additive,
@@ -72,6 +73,10 @@ def op_delta(h: torch.Tensor, op: SteeringOp) -> torch.Tensor:
         s = _unit(op.source, dev)
         t = _unit(op.target, dev)
         return (h @ s).unsqueeze(-1) * (t - s)
+    if isinstance(op, FeatureClamp):
+        p = h @ torch.tensor(op.encoder, dtype=torch.float32, device=dev) + op.bias
+        act = torch.relu(p) * (p > op.threshold)
+        return (op.value - act).unsqueeze(-1) * torch.tensor(op.decoder, device=dev)
     raise TypeError(f"unknown steering op {op!r}")
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from ie_core.address import Address, AddressLike, to_address
 from ie_core.errors import SteeringSpecError
+from ie_core.feature_ops import FeatureClamp
 from ie_core.interventions import Hook, Patch, Scale, check_heads
 from ie_core.points import get_point
 from ie_core.spec_values import (
@@ -125,7 +126,16 @@ class LensSwap:
 
 
 SteeringOp = (
-    Additive | Orthogonal | ProjectionCap | LensSteer | LensAblate | LensSwap | Patch | Scale | Hook
+    Additive
+    | Orthogonal
+    | ProjectionCap
+    | LensSteer
+    | LensAblate
+    | LensSwap
+    | FeatureClamp
+    | Patch
+    | Scale
+    | Hook
 )
 # Ops that travel as JSON; a `Hook` holds a Python function and never leaves its process.
 OP_KINDS: dict[str, type] = {
@@ -137,6 +147,7 @@ OP_KINDS: dict[str, type] = {
     "lens_swap": LensSwap,
     "patch": Patch,
     "scale": Scale,
+    "feature_clamp": FeatureClamp,
 }
 
 

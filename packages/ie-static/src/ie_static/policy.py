@@ -62,6 +62,12 @@ class StaticPolicy(SitePolicy):
                 "compiled steering tables select rows by prompt mask only; use backend='vllm' or "
                 "'eager', or mask the prompt positions you want left alone"
             )
+        if any(getattr(op, "threshold", 0.0) for s in specs for op in s.ops):
+            raise UnsupportedOperationError(
+                "a JumpReLU FeatureClamp is not available on backend 'vllm-static': its feature "
+                "jumps at the threshold, which the compiled kernel's clamp form cannot express "
+                "(ReLU clamps can); use backend='vllm' or 'eager', or feature_steer"
+            )
         ops_at: dict[str, int] = {}
         masks = {frozenset(s.masked) for s in specs if s.masked}
         for s in specs:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 from ie_core.errors import SteeringSpecError
+from ie_core.feature_ops import FeatureClamp
 from ie_core.interventions import Patch, Scale
 from ie_core.steer_math import head_columns, unit_vector
 from ie_core.steering import (
@@ -76,6 +77,10 @@ def encode_op(op: SteeringOp) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
         s, t = _unit(op.source), _unit(op.target)
         coef[ALPHA] = 1.0
         return coef, s, t - s
+    if isinstance(op, FeatureClamp) and op.threshold == 0.0:
+        # (v - relu(p + c)) * d = (-clamp(p, -c, inf) + v - c) * d, p = h . encoder (raw).
+        coef[ALPHA], coef[BETA], coef[LO], coef[CONST] = -1.0, -1.0, -op.bias, op.value - op.bias
+        return coef, _vec(op.encoder), _vec(op.decoder)
     raise SteeringSpecError(f"unknown steering op {op!r}")
 
 

@@ -19,12 +19,16 @@ from ie_vllm import (
     ATTN_POINTS,
     BatchLayout,
     PointTable,
+    ReducerSpec,
     RequestSpec,
     Rows,
     attention_rows,
+    gather_reduced,
     loaded_model,
     payload,
     record_layout,
+    reducers,
+    store_reduced,
     tp_rank,
     wrap_model_forward,
 )
@@ -46,6 +50,8 @@ class StaticEntry:
     sites: frozenset[str]  # the read sites those addresses need
     write_sites: tuple[str, ...]
     rows: dict[str, Rows] = field(default_factory=dict)  # site name -> rows
+    # Per read site, the reducers reading it (run on the tap buffer, results kept in `rows`).
+    reduce_sites: dict[str, tuple[ReducerSpec, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -116,7 +122,11 @@ class StaticWorkerMixin:
                 raise ValueError(f"request key {spec.key!r} is already registered")
             writes = _fill_slot(state, spec, slot) if spec.steering else ()
             sites = frozenset(s for a in spec.captures for s in state.plan.reads.get(a, ()))
-            state.entries[spec.key] = StaticEntry(spec, slot, spec.captures, sites, writes)
+            entry = StaticEntry(spec, slot, spec.captures, sites, writes)
+            for r in spec.reducers:
+                for name in state.plan.reads.get(r.address, ())[:1]:
+                    entry.reduce_sites[name] = (*entry.reduce_sites.get(name, ()), r)
+            state.entries[spec.key] = entry
         return len(state.entries)
 
     def ie_static_collect(
@@ -261,7 +271,7 @@ def _set_rows(state: StaticState, layout: BatchLayout | None) -> None:
             entry = state.entries.get(r.key)  # type: ignore[arg-type]
             if entry is None:
                 continue
-            captured = captured or bool(entry.sites)
+            captured = captured or bool(entry.sites) or bool(entry.reduce_sites)
             if entry.slot >= 0:
                 steered.append((r.start, r.end, entry.slot))
     ops.STEP.any_steered = bool(steered)
@@ -281,16 +291,19 @@ def _harvest(state: StaticState, layout: BatchLayout) -> None:
     if not state.capture_rank:
         return
     wanted: dict[str, list[tuple[Any, StaticEntry]]] = {}
+    jobs: dict[str, list[tuple[Any, StaticEntry, ReducerSpec]]] = {}
     for r in layout.keyed():
         entry = state.entries.get(r.key)  # type: ignore[arg-type]
         if entry is None:
             continue
         for name in entry.sites:
             wanted.setdefault(name, []).append((r, entry))
-    if not wanted:
-        return
+        for name, specs in entry.reduce_sites.items():
+            jobs.setdefault(name, []).extend((r, entry, spec) for spec in specs)
     reads = state.taps.read_sites()
     n = layout.num_tokens
+    for name, items in jobs.items():
+        _reduce_site(reads[name].buf, items)  # type: ignore[arg-type]
     for name, items in wanted.items():
         buf = reads[name].buf
         host = buf[:n].to("cpu", copy=True)  # type: ignore[index]
@@ -315,4 +328,13 @@ def _gather(
             out[address] = attention_rows(q, k, geom, start, name == "attn_probs")
         else:
             out[address] = got[0].gather(start, stop)  # type: ignore[union-attr]
+    out.update(gather_reduced(entry.rows, entry.spec.reducers, start, stop))
     return out
+
+
+def _reduce_site(buf: torch.Tensor, items: list[tuple[Any, StaticEntry, ReducerSpec]]) -> None:
+    """Run the reducers on the tap buffer where it lives; only their results move to the host."""
+    got = reducers.run([(spec, buf[r.start : r.end]) for r, _, spec in items])
+    for (r, entry, spec), out in zip(items, got, strict=True):
+        host = {k: v.to("cpu") for k, v in out.items()}
+        store_reduced(entry.rows, spec.label, r.first_pos, host)

@@ -40,15 +40,22 @@ _EXPORTS = {
     "BatchLayout": "layout",
     "record_layout": "layout",
     "Rows": "registry",
+    "ReducerSpec": "reducers",
+    "gather_reduced": "registry",
+    "store_reduced": "registry",
     "LoadedModel": "runner_adapter",
     "loaded_model": "runner_adapter",
     "tp_rank": "runner_adapter",
     "wrap_model_forward": "runner_adapter",
 }
-_MODULES = ("payload",)  # whole modules on the surface (`payload.encode` / `payload.decode`)
+_MODULES = (
+    "payload",
+    "reducers",
+)  # whole modules on the surface (`payload.encode` / `payload.decode`)
 
 if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists agree)
     from ie_vllm import payload as payload
+    from ie_vllm import reducers as reducers
     from ie_vllm.backend import VLLMModel as VLLMModel
     from ie_vllm.backend import create as create
     from ie_vllm.backend import load_generate as load_generate
@@ -64,9 +71,12 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.point_table import PointTable as PointTable
     from ie_vllm.point_table import SiteDef as SiteDef
     from ie_vllm.policy import SitePolicy as SitePolicy
+    from ie_vllm.reducers import ReducerSpec as ReducerSpec
     from ie_vllm.registry import RequestSpec as RequestSpec
     from ie_vllm.registry import Rows as Rows
     from ie_vllm.registry import SteerSpec as SteerSpec
+    from ie_vllm.registry import gather_reduced as gather_reduced
+    from ie_vllm.registry import store_reduced as store_reduced
     from ie_vllm.runner_adapter import LoadedModel as LoadedModel
     from ie_vllm.runner_adapter import loaded_model as loaded_model
     from ie_vllm.runner_adapter import tp_rank as tp_rank
@@ -95,6 +105,7 @@ __all__ = [
     "IEWorkerExtension",
     "LoadedModel",
     "PointTable",
+    "ReducerSpec",
     "RequestSpec",
     "Rows",
     "SiteDef",
@@ -106,13 +117,16 @@ __all__ = [
     "capture_sites",
     "check_cpu_support",
     "create",
+    "gather_reduced",
     "load_generate",
     "load_hooked",
     "loaded_model",
     "on_cpu",
     "payload",
     "record_layout",
+    "reducers",
     "require_engine",
+    "store_reduced",
     "tp_rank",
     "wrap_model_forward",
 ]

@@ -434,6 +434,18 @@ class VLLMModel:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
+    async def dictionary_features(self, tokens: Any, saes: Any, **kw: Any) -> Any:
+        """Dictionary features reduced in the worker (see `ie_vllm.features`)."""
+        from ie_vllm.features import dictionary_features
+
+        return await dictionary_features(self, tokens, saes, **kw)
+
+    def dictionary_generation_stream(self, prompt: Any, saes: Any, params: Any, **kw: Any) -> Any:
+        """Top-k dictionary features per generated token (see `ie_vllm.features`)."""
+        from ie_vllm.features import dictionary_generation_stream
+
+        return dictionary_generation_stream(self, prompt, saes, params, **kw)
+
     async def warmup(self) -> None:
         await self.generate([self.tokenizer.bos_token_id or 0], SamplingParams(max_new_tokens=2))
 

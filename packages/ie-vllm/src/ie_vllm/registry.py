@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from ie_core.steering import SteeringOp, op_from_dict
 
+from ie_vllm.reducers import ReducerSpec
+
 
 @dataclass(frozen=True)
 class SteerSpec:
@@ -33,6 +35,7 @@ class RequestSpec:
     captures: tuple[str, ...] = ()
     steering: tuple[SteerSpec, ...] = ()
     prompt_len: int = 0
+    reducers: tuple[ReducerSpec, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -48,6 +51,7 @@ class RequestSpec:
                 }
                 for s in self.steering
             ],
+            "reducers": [r.to_wire() for r in self.reducers],
         }
 
     @classmethod
@@ -61,7 +65,9 @@ class RequestSpec:
             )
             for s in data.get("steering", ())
         )
-        return cls(data["key"], tuple(data.get("captures", ())), steering, int(data["prompt_len"]))
+        reducers = tuple(ReducerSpec.from_wire(r) for r in data.get("reducers", ()))
+        captures = tuple(data.get("captures", ()))
+        return cls(data["key"], captures, steering, int(data["prompt_len"]), reducers)
 
 
 def _op_to_dict(op: SteeringOp) -> dict[str, Any]:
@@ -115,6 +121,22 @@ class Entry:
     # Per site, the specs' (ops, masked prompt positions) in order: each spec keeps its own mask.
     steer_sites: dict[str, tuple[tuple[tuple[SteeringOp, ...], frozenset[int]], ...]]
     rows: dict[str, Rows] = field(default_factory=dict)
+    # Per site, the reducers reading it; their outputs go to `rows` under `label|output`.
+    reduce_sites: dict[str, tuple[ReducerSpec, ...]] = field(default_factory=dict)
+
+
+def store_reduced(entry_rows: dict[str, Rows], label: str, first_pos: int, got: dict) -> None:
+    """Keep one reducer's outputs for rows from `first_pos` on, as captured rows are kept."""
+    for name, t in got.items():
+        entry_rows.setdefault(f"{label}|{name}", Rows()).add(first_pos, t)
+
+
+def gather_reduced(
+    entry_rows: dict[str, Rows], reducers: tuple[ReducerSpec, ...], start: int, stop: int | None
+) -> dict[str, torch.Tensor]:
+    """Every reducer output for positions [start, stop), keyed `label|output`."""
+    labels = tuple(f"{r.label}|" for r in reducers)
+    return {k: v.gather(start, stop) for k, v in entry_rows.items() if k.startswith(labels)}
 
 
 class Registry:

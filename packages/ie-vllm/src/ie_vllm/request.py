@@ -22,6 +22,7 @@ from ie_core.text_stream import TextStream
 from ie_vllm import logprobs as lp
 from ie_vllm.channel import Channel
 from ie_vllm.engine import Engine, Submission, new_key
+from ie_vllm.reducers import ReducerSpec
 from ie_vllm.registry import RequestSpec, SteerSpec
 
 T = TypeVar("T")
@@ -83,16 +84,19 @@ class Flow:
         captures: tuple[str, ...],
         steer: tuple[SteerSpec, ...],
         outputs: list[Any] | None = None,
+        reducers: tuple[ReducerSpec, ...] = (),
     ) -> tuple[tuple[int, ...], dict[str, torch.Tensor]]:
-        """Register, submit, wait, collect. Returns generated ids and rows per captured address;
-        the last CompletionOutput goes to `outputs` when given (per-step logprobs)."""
-        tracked = bool(captures or steer)
+        """Register, submit, wait, collect. Returns generated ids and rows per captured address
+        (and `label|output` per reducer); the last CompletionOutput goes to `outputs` when given
+        (per-step logprobs)."""
+        tracked = bool(captures or steer or reducers)
         key = new_key()
         sub = Submission(prompt_ids, self.params(key, sampling), key, key if tracked else None)
         token_ids: tuple[int, ...] = ()
         try:
             if tracked:
-                await self.register(RequestSpec(key, captures, steer, len(prompt_ids)))
+                spec = RequestSpec(key, captures, steer, len(prompt_ids), reducers)
+                await self.register(spec)
             async for out in self.engine.stream(sub):
                 token_ids = tuple(out.outputs[0].token_ids)
                 if outputs is not None:
@@ -114,6 +118,7 @@ class Flow:
         captures: tuple[str, ...],
         steer: tuple[SteerSpec, ...],
         collect: Callable[[str, int, int], Awaitable[T]],
+        reducers: tuple[ReducerSpec, ...] = (),
     ) -> AsyncIterator[tuple[StreamChunk, T]]:
         """Each generated token with `collect(key, start, stop)` of the positions computed since
         the previous one (the worker keeps the request registered until the stream ends)."""
@@ -123,7 +128,7 @@ class Flow:
         seen = 0
         text = TextStream(self.text)
         try:
-            await self.register(RequestSpec(key, captures, steer, len(ids)))
+            await self.register(RequestSpec(key, captures, steer, len(ids), reducers))
             async for out in self.engine.stream(sub):
                 for tok in list(out.outputs[0].token_ids)[seen:]:
                     seen += 1

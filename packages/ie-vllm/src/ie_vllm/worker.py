@@ -17,11 +17,12 @@ from ie_core.steer_math import apply_ops
 from ie_core.steer_scope import scoped
 from ie_core.steering import SteeringOp
 
-from ie_vllm import payload
+from ie_vllm import payload, reducers
 from ie_vllm.layout import BatchLayout, RequestRows, record_layout
 from ie_vllm.lens_worker import LensWorkerMixin
 from ie_vllm.point_table import AttnGeom, PointTable, SiteDef
-from ie_vllm.registry import Entry, Registry, RequestSpec, Rows
+from ie_vllm.reducers import ReducerSpec
+from ie_vllm.registry import Entry, Registry, RequestSpec, Rows, gather_reduced, store_reduced
 from ie_vllm.runner_adapter import loaded_model, tp_rank, wrap_model_forward
 
 ATTN_POINTS = ("attn_scores", "attn_probs")
@@ -35,6 +36,7 @@ class PlanItem:
     entry: Entry
     steps: tuple[tuple[tuple[SteeringOp, ...], frozenset[int]], ...]  # (ops, masked), in order
     capture: bool
+    reducers: tuple[ReducerSpec, ...] = ()
 
 
 @dataclass
@@ -139,8 +141,15 @@ class IEWorkerExtension(LensWorkerMixin):
                 if site is None:
                     continue  # another pipeline stage owns it
                 steer[site] = (*steer.get(site, ()), (s.ops, scoped(s.masked, s.until)))
-            state.registry.add(Entry(spec, captured, steer))
-            _acquire(state, set(captured) | set(steer))
+            reduce: dict[str, tuple[ReducerSpec, ...]] = {}
+            for r in spec.reducers:
+                if r.kind not in reducers.REDUCERS:
+                    raise ValueError(f"unknown reducer kind {r.kind!r}")
+                site = state.table.addresses.get(r.address)
+                if site is not None:
+                    reduce[site] = (*reduce.get(site, ()), r)
+            state.registry.add(Entry(spec, captured, steer, reduce_sites=reduce))
+            _acquire(state, set(captured) | set(steer) | set(reduce))
         return len(state.registry.entries)
 
     def ie_collect(
@@ -162,6 +171,12 @@ class IEWorkerExtension(LensWorkerMixin):
         for key in keys:
             _release_entry(self._ie, key)
         return len(self._ie.registry.entries)
+
+    def ie_put_dictionary(self, key: str, tensors: dict[str, Any], meta: dict[str, Any]) -> str:
+        """Keep a dictionary (by content key) for requests whose reducers name it."""
+        device = next(self.model_runner.get_model().parameters()).device  # type: ignore[attr-defined]
+        reducers.put_dictionary(key, payload.decode(tensors), meta, device)
+        return key
 
     def ie_stats(self) -> dict[str, Any]:
         state = self._ie
@@ -227,10 +242,11 @@ def _plan(state: WorkerState, layout: BatchLayout) -> dict[str, list[PlanItem]]:
         entry = state.registry.get(rows.key)
         if entry is None:
             continue
-        for site in entry.capture_sites | set(entry.steer_sites):
+        for site in entry.capture_sites | set(entry.steer_sites) | set(entry.reduce_sites):
             steps = entry.steer_sites.get(site, ())
             capture = state.capture_rank and site in entry.capture_sites
-            plan.setdefault(site, []).append(PlanItem(rows, entry, steps, capture))
+            reduce = entry.reduce_sites.get(site, ()) if state.capture_rank else ()
+            plan.setdefault(site, []).append(PlanItem(rows, entry, steps, capture, reduce))
     return plan
 
 
@@ -263,6 +279,11 @@ def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor |
             it.entry.rows.setdefault(site.name, Rows()).add(
                 r.first_pos, src[r.start : r.end].clone()
             )
+    jobs = [(red, it) for it in items for red in it.reducers]
+    if jobs:
+        got = reducers.run([(red, src[it.rows.start : it.rows.end]) for red, it in jobs])
+        for (red, it), out in zip(jobs, got, strict=True):
+            store_reduced(it.entry.rows, red.label, it.rows.first_pos, out)
     return new
 
 
@@ -310,7 +331,7 @@ def _release(state: WorkerState, sites: Iterable[str]) -> None:
 def _release_entry(state: WorkerState, key: str) -> None:
     entry = state.registry.pop(key)
     if entry is not None:
-        _release(state, set(entry.capture_sites) | set(entry.steer_sites))
+        _release(state, set(entry.capture_sites) | set(entry.steer_sites) | set(entry.reduce_sites))
 
 
 # --- collection ------------------------------------------------------------------------------
@@ -336,4 +357,5 @@ def _gather(
         rows = entry.rows.get(site) if site else None
         if rows is not None:
             out[address] = rows.gather(start, stop)
+    out.update(gather_reduced(entry.rows, entry.spec.reducers, start, stop))
     return out

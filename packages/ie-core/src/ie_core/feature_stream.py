@@ -1,0 +1,53 @@
+"""Streamed dictionary features: each generated token with the top-k features of the rows computed
+since the previous one (the first token carries the prompt's rows), as `stream_lens` cuts rows.
+Served where the backend reduces in its worker (vllm, vllm-static); others refuse."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ie_core.errors import UnsupportedOperationError
+from ie_core.features import Features, check_dictionary
+from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
+from ie_core.runner import iterate
+from ie_core.saes import SAE
+
+__all__ = ["FeatureStep", "stream_features"]
+
+
+@dataclass(frozen=True)
+class FeatureStep:
+    """One generated token and, per dictionary name, its new rows' top-k `Features` `[rows, k]`."""
+
+    chunk: StreamChunk
+    features: Mapping[str, Features]
+
+
+def stream_features(
+    model: Any,
+    prompt: Any,
+    saes: Mapping[str, SAE],
+    *,
+    k: int = 16,
+    steering: SteeringArg = None,
+    max_new_tokens: int = 16,
+    **sampling: Any,
+) -> Iterator[FeatureStep]:
+    """Generate, yielding each token with the top-k features of its new rows per dictionary."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    stream = getattr(getattr(model, "model", model), "dictionary_generation_stream", None)
+    if stream is None:
+        raise UnsupportedOperationError(
+            f"{type(model).__name__} has no streamed dictionary read-out (it reduces in the vLLM "
+            "workers); use backend 'vllm' or 'vllm-static', or generate then feature_activations "
+            "on prompt + generated ids"
+        )
+    for sae in saes.values():
+        check_dictionary(model, sae)
+    params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
+    agen = stream(prompt, dict(saes), params, k=k, steering=steering)
+    for chunk, got in iterate(agen):
+        yield FeatureStep(chunk, {n: Features.from_outputs(o) for n, o in got.items()})

@@ -1,0 +1,145 @@
+"""Dictionary features on any backend: `feature_activations` (dense or top-k per token, with the
+reconstruction statistics on request) and the feature steering ops `feature_steer` (an
+`Additive` with the decoder row), `feature_clamp` and `feature_ablate` (a `FeatureClamp`).
+
+A backend with in-worker reductions (`dictionary_features`, the vLLM backends) encodes where the
+rows live and ships only the result; any other backend captures the point and encodes here with
+the same maths (`ie_core.sae_math`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ie_core.errors import DictionaryShapeError, UnsupportedOperationError
+from ie_core.feature_ops import FeatureClamp
+from ie_core.protocol import InterpModel, Prompt, SteeringArg, SyncModel
+from ie_core.runner import run
+from ie_core.sae_math import reduce_rows
+from ie_core.saes import SAE
+from ie_core.steering import Additive
+
+
+@dataclass(frozen=True)
+class Features:
+    """One dictionary's read-out, `[batch, seq, ...]`: dense `acts`, or top-k `ids` / `values`;
+    `sq_error` / `sq_norm` (`[batch, seq]`) when asked for stats."""
+
+    acts: torch.Tensor | None = None
+    ids: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    sq_error: torch.Tensor | None = None
+    sq_norm: torch.Tensor | None = None
+
+    @property
+    def fve(self) -> torch.Tensor:
+        """Fraction of variance explained per token: 1 - |x - x_hat|^2 / |x - mean(x)|^2."""
+        if self.sq_error is None or self.sq_norm is None:
+            raise ValueError(
+                "ask feature_activations(..., stats=True) for the reconstruction stats"
+            )
+        return 1.0 - self.sq_error / self.sq_norm
+
+    @classmethod
+    def from_outputs(cls, out: Mapping[str, torch.Tensor]) -> Features:
+        return cls(*(out.get(n) for n in ("acts", "ids", "values", "sq_error", "sq_norm")))
+
+
+def check_dictionary(model: Any, sae: SAE, stats: bool = False) -> None:
+    """Refuse, before any forward, a dictionary whose width does not match its point here."""
+    width = model.point_width(sae.address)
+    if width != sae.d_in:
+        raise DictionaryShapeError(
+            f"{sae.name or 'the dictionary'} reads {sae.d_in}-wide rows but {sae.address} is "
+            f"{width} wide on {getattr(model, 'architecture', None) or 'this model'}; load the dictionary trained for this model"
+        )
+    if stats and sae.is_transcoder:
+        raise UnsupportedOperationError(
+            "reconstruction stats compare the input with its reconstruction; a transcoder "
+            f"predicts {sae.out_address} from {sae.address}, so capture {sae.out_address} and "
+            "compare with sae_math.decode instead"
+        )
+
+
+def feature_activations(
+    model: InterpModel | SyncModel,
+    prompts: Prompt | Sequence[Sequence[int]],
+    sae: SAE | Mapping[str, SAE],
+    k: int | None = None,
+    *,
+    stats: bool = False,
+    steering: SteeringArg = None,
+) -> Any:
+    """Features of `sae` (or of each dictionary in a name -> SAE mapping: a dict of results)."""
+    from ie_core.api import _with_active
+
+    steering = _with_active(model, steering)
+    if isinstance(model, SyncModel):
+        model = model.model
+    many = not isinstance(sae, SAE)
+    saes: dict[str, SAE] = dict(sae) if many else {"sae": sae}  # type: ignore[arg-type]
+    if k is not None and k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    for one in saes.values():
+        check_dictionary(model, one, stats)
+    reduce = getattr(model, "dictionary_features", None)
+    if reduce is not None:
+        raw = run(reduce(prompts, saes, k=k, stats=stats, steering=steering))
+    else:
+        addresses = list(dict.fromkeys(s.address for s in saes.values()))
+        cache = run(model.capture(prompts, addresses, steering=steering))
+        raw = {n: reduce_rows(cache[s.address], s.weights, s.meta, k, stats)
+               for n, s in saes.items()}  # fmt: skip
+    out = {n: Features.from_outputs(raw[n]) for n in saes}
+    return out if many else out["sae"]
+
+
+def feature_steer(sae: SAE, feature: int, coeff: float = 1.0) -> Additive:
+    """Add `coeff * W_dec[feature]` (write at `sae.out_address`)."""
+    return Additive(sae.decoder_row(feature).tolist(), coeff)
+
+
+def feature_clamp(sae: SAE, feature: int, value: float) -> FeatureClamp:
+    """Set `feature` to `value`, keeping the reconstruction error (write at `sae.address`)."""
+    sae.check_feature(feature)
+    why = _clamp_refusal(sae)
+    if why:
+        raise UnsupportedOperationError(f"FeatureClamp on this dictionary: {why}")
+    w = sae.weights
+    enc = w["W_enc"][:, feature].float()
+    bias = float(w["b_enc"][feature])
+    if sae.meta.b_dec_in:
+        bias -= float(w["b_dec"].float() @ enc)
+    thr = float(w["threshold"][feature]) if sae.meta.activation == "jumprelu" else 0.0
+    return FeatureClamp(enc.tolist(), sae.decoder_row(feature).tolist(), bias, thr, float(value))
+
+
+def feature_ablate(sae: SAE, feature: int) -> FeatureClamp:
+    """Set `feature` to 0, keeping the reconstruction error."""
+    return feature_clamp(sae, feature, 0.0)
+
+
+def _clamp_refusal(sae: SAE) -> str:
+    if sae.is_transcoder:
+        return ("a transcoder reads one point and writes another; steer its output with "
+                "feature_steer at out_address instead")  # fmt: skip
+    if sae.meta.activation == "topk":
+        return ("a TopK feature depends on every other feature (membership of the top k), so "
+                "it is not a function of its own encoder column; use feature_steer")  # fmt: skip
+    if sae.meta.normalize != "none":
+        return "input normalisation makes the feature non-linear in the row; use feature_steer"
+    return ""
+
+
+__all__ = [
+    "Features",
+    "check_dictionary",
+    "feature_ablate",
+    "feature_activations",
+    "feature_clamp",
+    "feature_steer",
+]

@@ -1,0 +1,151 @@
+"""vLLM's dictionary read-out: each dictionary is sent to the workers once (by content key) and
+every request names it in an `sae` reducer, so the encode and the top-k run in the worker and only
+`[rows, k]` (or the dense features when no k is given) cross to the host."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
+from ie_core.saes import SAE
+
+from ie_vllm import payload
+from ie_vllm.reducers import ReducerSpec
+from ie_vllm.request import gather
+
+if TYPE_CHECKING:
+    from ie_vllm.backend import VLLMModel
+
+__all__ = [
+    "dictionary_features",
+    "dictionary_generation_stream",
+    "dictionary_reducers",
+    "generate_with_features",
+    "send_dictionaries",
+]
+
+
+async def send_dictionaries(model: VLLMModel, saes: Mapping[str, SAE]) -> None:
+    """Put each dictionary in every worker unless this model already did (idempotent there)."""
+    sent: set[str] = model.__dict__.setdefault("_ie_sent_dictionaries", set())
+    for sae in saes.values():
+        if sae.key in sent:
+            continue
+        tensors = payload.encode({n: t.float() for n, t in sae.weights.items()})
+        await model.engine.rpc("ie_put_dictionary", sae.key, tensors, sae.meta.to_dict())
+        sent.add(sae.key)
+
+
+def dictionary_reducers(
+    model: VLLMModel, saes: Mapping[str, SAE], k: int | None, stats: bool
+) -> tuple[ReducerSpec, ...]:
+    """One `sae` reducer per dictionary, its address checked as a capture would be."""
+    out = []
+    for name, sae in saes.items():
+        (address,) = model._captures([sae.address])
+        params = {"dictionary": sae.key, "k": k, "stats": stats}
+        out.append(ReducerSpec(name, "sae", address, params))
+    return tuple(out)
+
+
+async def dictionary_features(
+    model: VLLMModel,
+    tokens: Any,
+    saes: Mapping[str, SAE],
+    *,
+    k: int | None = None,
+    stats: bool = False,
+    steering: SteeringArg = None,
+) -> dict[str, dict[str, torch.Tensor]]:
+    """Per dictionary name, its outputs `[batch, seq, ...]` over one forward per prompt."""
+    model._refuse_on_generate("feature_activations")
+    prompts = model._prompt_list(tokens)
+    if len({len(p) for p in prompts}) > 1:
+        raise ValueError(
+            f"prompts of different lengths {[len(p) for p in prompts]} cannot share one "
+            "[batch, seq] tensor; read them one at a time or pad them to one length"
+        )
+    for ids in prompts:
+        model._check_length(ids, 1)
+    reducers = dictionary_reducers(model, saes, k, stats)
+    one = SamplingParams(max_new_tokens=1, stop_at_eos=False)
+
+    async def one_prompt(ids: tuple[int, ...]) -> dict[str, torch.Tensor]:
+        steer = model._steer_specs(steering, ids)
+        _, rows = await model.flow.run(ids, one, (), steer, reducers=reducers)
+        return rows
+
+    async def all_prompts() -> list[dict[str, torch.Tensor]]:
+        await send_dictionaries(model, saes)
+        return await gather(*(one_prompt(p) for p in prompts))
+
+    results = await model.flow.on_engine(all_prompts())
+    return {name: _stack(name, results) for name in saes}
+
+
+def _stack(name: str, results: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    prefix = f"{name}|"
+    outputs = sorted({key[len(prefix) :] for r in results for key in r if key.startswith(prefix)})
+    if not outputs:
+        raise RuntimeError(f"the worker returned no features for dictionary {name!r}")
+    return {o: torch.stack([r[prefix + o].cpu() for r in results]) for o in outputs}
+
+
+async def generate_with_features(
+    model: VLLMModel,
+    prompts: Sequence[Any],
+    saes: Mapping[str, SAE],
+    params: SamplingParams,
+    *,
+    k: int,
+    steering: SteeringArg = None,
+) -> list[tuple[tuple[int, ...], dict[str, torch.Tensor]]]:
+    """Generate every prompt together; per prompt its token ids and, per `name|output`, the top-k
+    features at every position of prompt + generated[:-1] (computed in the worker per step)."""
+    model._refuse_on_generate("generate_with_features")
+    reducers = dictionary_reducers(model, saes, k, False)
+    ids_list = [model._prompt_ids(p) for p in prompts]
+    for ids in ids_list:
+        model._check_length(ids, params.max_new_tokens)
+
+    async def one(ids: tuple[int, ...]) -> tuple[tuple[int, ...], dict[str, torch.Tensor]]:
+        steer = model._steer_specs(steering, ids)
+        return await model.flow.run(ids, params, (), steer, reducers=reducers)
+
+    async def all_prompts() -> list[tuple[tuple[int, ...], dict[str, torch.Tensor]]]:
+        await send_dictionaries(model, saes)
+        return await gather(*(one(i) for i in ids_list))
+
+    return await model.flow.on_engine(all_prompts())
+
+
+async def dictionary_generation_stream(
+    model: VLLMModel,
+    prompt: Any,
+    saes: Mapping[str, SAE],
+    params: SamplingParams,
+    *,
+    k: int,
+    steering: SteeringArg = None,
+) -> AsyncIterator[tuple[StreamChunk, dict[str, dict[str, torch.Tensor]]]]:
+    """Each generated token with, per dictionary, the top-k features of the rows computed since
+    the previous token (the first token carries the prompt's rows), reduced in the worker."""
+    model._refuse_on_generate("stream_features")
+    ids = model._prompt_ids(prompt)
+    model._check_length(ids, params.max_new_tokens)
+    reducers = dictionary_reducers(model, saes, k, False)
+    steer = model._steer_specs(steering, ids)
+
+    async def collect(key: str, start: int, stop: int) -> dict[str, dict[str, torch.Tensor]]:
+        got = await model.channel.collect(key, start, stop, False)
+        return {n: {o: got[f"{n}|{o}"].cpu() for o in ("ids", "values")} for n in saes}
+
+    async def steps() -> AsyncIterator[tuple[StreamChunk, dict[str, dict[str, torch.Tensor]]]]:
+        await send_dictionaries(model, saes)
+        async for item in model.flow.stream_steps(ids, params, (), steer, collect, reducers):
+            yield item
+
+    async for item in model.flow.bridge(steps()):
+        yield item

@@ -1,0 +1,97 @@
+"""In-worker reductions: a request may name reducers beside its captures; each is a registered
+function of one point's rows, run where the rows live, whose small result is stored (by position,
+as captured rows are) and collected instead of the dense rows.
+
+`REDUCERS` maps a kind to its function. Kinds here: `cast` (rows in another dtype, for harvest
+shards) and `sae` (dictionary features: dense, or top-k ids / values, optionally the
+reconstruction statistics). Dictionaries are sent once per worker process by content key
+(`put_dictionary`) and named by that key in a reducer's params, never shipped per request.
+Jobs at one site in one forward that share a kind and params run as one batched call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from ie_core.sae_math import DictMeta, reduce_rows
+
+Reducer = Callable[[torch.Tensor, Mapping[str, Any]], dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class ReducerSpec:
+    """`kind` applied to the rows of `address`; outputs are collected as `label|<output>`."""
+
+    label: str
+    kind: str
+    address: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"label": self.label, "kind": self.kind, "address": self.address,
+                "params": dict(self.params)}  # fmt: skip
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> ReducerSpec:
+        return cls(str(data["label"]), str(data["kind"]), str(data["address"]), data["params"])
+
+    def group(self) -> str:
+        """Jobs with equal groups run batched: same function, same parameters."""
+        return self.kind + json.dumps(dict(self.params), sort_keys=True)
+
+
+# Dictionaries held by this worker process, by content key: (tensors on the model's device, meta).
+DICTIONARIES: dict[str, tuple[dict[str, torch.Tensor], DictMeta]] = {}
+
+
+def put_dictionary(
+    key: str, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any], device: Any
+) -> None:
+    """Keep a dictionary for later requests (idempotent: the key is a content digest)."""
+    if key not in DICTIONARIES:
+        w = {n: t.to(device=device, dtype=torch.float32) for n, t in tensors.items()}
+        DICTIONARIES[key] = (w, DictMeta.from_dict(meta))
+
+
+def _sae(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    got = DICTIONARIES.get(str(params["dictionary"]))
+    if got is None:
+        raise KeyError(f"dictionary {params['dictionary']!r} was not sent to this worker")
+    w, meta = got
+    k = params.get("k")
+    return reduce_rows(rows.to(w["W_enc"].device), w, meta, None if k is None else int(k),
+                       bool(params.get("stats", False)))  # fmt: skip
+
+
+_CAST_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _cast(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    return {"rows": rows.to(_CAST_DTYPES[str(params["dtype"])])}
+
+
+REDUCERS: dict[str, Reducer] = {"sae": _sae, "cast": _cast}
+
+
+def run(jobs: Sequence[tuple[ReducerSpec, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+    """Each job's outputs (in job order); jobs of one group are concatenated into one call."""
+    groups: dict[str, list[int]] = {}
+    for i, (spec, _) in enumerate(jobs):
+        groups.setdefault(spec.group(), []).append(i)
+    results: list[dict[str, torch.Tensor]] = [{} for _ in jobs]
+    for members in groups.values():
+        spec = jobs[members[0]][0]
+        fn = REDUCERS[spec.kind]
+        sizes = [jobs[i][1].shape[0] for i in members]
+        whole = fn(torch.cat([jobs[i][1] for i in members]), spec.params)
+        for name, t in whole.items():
+            for i, part in zip(members, torch.split(t, sizes), strict=True):
+                results[i][name] = part
+    return results
+
+
+__all__ = ["DICTIONARIES", "REDUCERS", "ReducerSpec", "put_dictionary", "run"]

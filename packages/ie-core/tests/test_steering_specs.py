@@ -25,7 +25,7 @@ from ie_core import (
 )
 from ie_core.errors import SteeringSpecError
 from ie_core.steer_math import apply_ops
-from ie_core.steering import OP_KINDS
+from ie_core.steering import OP_KINDS, op_width
 
 F32_MAX = float(torch.finfo(torch.float32).max)
 
@@ -178,6 +178,14 @@ def op_fields(draw, elements=ELEMENTS, scalars=SCALARS, width=None):  # type: ig
         },
         "lens_ablate": lambda: {"direction": draw(vector)},
         "lens_swap": lambda: {"source": draw(vector), "target": draw(vector)},
+        "patch": lambda: {"values": draw(vector)},
+        "scale": lambda: {"factor": draw(scalars)},
+        "feature_clamp": lambda: {
+            "encoder": draw(vector),
+            "decoder": draw(vector),
+            "bias": draw(scalars),
+            "value": draw(scalars),
+        },
     }[kind]()
     return kind, fields
 
@@ -203,7 +211,7 @@ def test_any_accepted_op_gives_finite_activations(drawn, data) -> None:  # type:
     op = _build(kind, fields)
     if op is None:
         return
-    h = _rows(data.draw, len(next(iter(fields.values()))))
+    h = _rows(data.draw, op_width(op) or 4)  # a Scale fits any width
     out = apply_ops(h, [op])
     assert torch.isfinite(out).all(), (op, h)
 

@@ -4,18 +4,24 @@ reconstruction error, for dictionaries whose feature is a function of its own en
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ie_core.errors import SteeringSpecError
+from ie_core.spec_values import as_row, real_number
+
+# The math runs in float32: the products of these values must stay finite there too.
+_PRODUCT_MAX = 1.8e19  # sqrt(float32 max), so |value - a| * |decoder| cannot overflow
 
 
 def _floats(values: Any, label: str) -> tuple[float, ...]:
-    out = tuple(float(x) for x in (values.tolist() if hasattr(values, "tolist") else values))
-    if not out or not all(math.isfinite(x) for x in out):
-        raise SteeringSpecError(f"{label} must be a non-empty vector of finite numbers")
-    return out
+    row = as_row(values, label)  # 1-D, finite, within float32
+    if max(abs(x) for x in row) > _PRODUCT_MAX:
+        raise SteeringSpecError(
+            f"{label} has entries above {_PRODUCT_MAX:.2g}, where the clamp's float32 products "
+            "overflow; rescale the dictionary"
+        )
+    return row
 
 
 @dataclass(frozen=True)
@@ -42,9 +48,12 @@ class FeatureClamp:
         object.__setattr__(self, "encoder", enc)
         object.__setattr__(self, "decoder", dec)
         for name in ("bias", "threshold", "value"):
-            v = float(getattr(self, name))
-            if not math.isfinite(v):
-                raise SteeringSpecError(f"{name} must be finite, got {v}")
+            v = real_number(getattr(self, name), name)
+            if abs(v) > _PRODUCT_MAX:
+                raise SteeringSpecError(
+                    f"{name} = {v:g} is above {_PRODUCT_MAX:.2g}, where the clamp's float32 "
+                    "products overflow"
+                )
             object.__setattr__(self, name, v)
 
     @property

@@ -326,7 +326,9 @@ def test_thirty_two_mixed_patch_requests_each_equal_their_serial_run(smollm2: An
         alone = run(smollm2.capture([ids], points, steering=spec))
         assert max(scaled_diffs(batched[i], alone, points).values()) <= WITHIN, i
     plain = run(smollm2.capture([ids], ["resid_post.20"]))
-    assert (batched[0]["resid_post.20"] - plain["resid_post.20"]).abs().max() > 1e-2
+    # Negative controls: a patch at the last position and an additive steer moved the rows.
+    assert (batched[8]["resid_post.20"] - plain["resid_post.20"]).abs().max() > 1e-2
+    assert (batched[2]["resid_post.20"] - plain["resid_post.20"]).abs().max() > 1e-2
     assert (batched[3]["resid_post.20"] - plain["resid_post.20"]).abs().max() == 0
 
 

@@ -37,6 +37,7 @@ def _ie(backend: str) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
     if backend == "vllm-static":
         kw["static_slots"] = 64
         kw["static_writes"] = [f"resid_pre.{i}" for i in range(30)]
+        kw["static_points"] = [*kw["static_writes"], "resid_post.29"]  # writes are also reads
     model = load_model(MODEL, backend=backend, **kw)
     metric = logit_diff(ANSWER, WRONG)
 
@@ -101,8 +102,10 @@ def _nnsight() -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
     def sweep() -> torch.Tensor:
         out = torch.zeros(n_layers, seq)
         with torch.no_grad():
-            with lm.trace(clean):
-                saved = [layers[i].input.clone().save() for i in range(n_layers)]
+            saved = []
+            with lm.trace(clean):  # nnsight runs this block's source: no comprehension scopes
+                for i in range(n_layers):
+                    saved.append(layers[i].input.clone().save())
             for layer in range(n_layers):
                 for p in range(seq):
                     with lm.trace(corrupt):
@@ -154,6 +157,10 @@ def main() -> None:
         row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "grid"}), flush=True)
+    if args.out.exists():  # a rerun of some engines keeps the others' rows
+        kept = {r["engine"]: r for r in json.loads(args.out.read_text())["rows"]}
+        kept.update({r["engine"]: r for r in rows})
+        rows = [kept[e] for e in ENGINES if e in kept]
     ref = next((r for r in rows if r["engine"] == "eager" and "grid" in r), None)
     for r in rows:
         if ref is not None and "grid" in r:

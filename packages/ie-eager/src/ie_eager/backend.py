@@ -51,6 +51,8 @@ from ie_eager.resolve import Resolved, Resolver, Tap
 from ie_eager.structure import Structure, analyze
 
 _GREEDY = SamplingParams()
+# The protocol's check, under a name the `sampling_params=` keyword of generate cannot shadow.
+_checked_sampling = sampling_params
 
 
 def _text_config(config: Any) -> Any:
@@ -345,7 +347,8 @@ class EagerModel:
         steering: SteeringArg = None,
         sampling_params: SamplingParams | None = None,
     ) -> Generation:
-        sampling = renamed_sampling(sampling, sampling_params, _GREEDY)
+        # Checked first: the progress bar reads max_new_tokens before the decode loop runs.
+        sampling = _checked_sampling(renamed_sampling(sampling, sampling_params, _GREEDY))
         ids = self._prompt_ids(tokens)
         steps: list[StepLogprobs] = []
         out = list(

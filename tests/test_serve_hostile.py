@@ -218,6 +218,9 @@ async def _abandon(server: str, path: str, body: dict[str, Any]) -> None:
             await task
 
 
+# Long form only: on a loaded 2-core box the 496 tokens can finish before the disconnect is seen
+# (it failed once in a fresh-clone run beside other engines); IE_FULL_SUITE=1 runs it.
+@pytest.mark.full
 @pytest.mark.parametrize("path", ["/v1/ie/generate", "/v1/ie/capture_generation"])
 def test_a_gone_clients_generation_is_aborted(server: str, path: str) -> None:
     new = CONTEXT - 16

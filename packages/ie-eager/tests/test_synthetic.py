@@ -48,6 +48,17 @@ def test_required_families_are_present() -> None:
     assert required <= set(synthetic.FAMILIES)
 
 
+def test_recipes_are_exactly_the_registrys_synthetic_families() -> None:
+    """One family list: every recipe has a registry entry (so a cheat-sheet page) and every
+    registry family marked synthetic has a recipe, in the same order (sweeps follow it)."""
+    from ie_core.families import FAMILIES
+
+    assert list(synthetic.FAMILIES) == [f.slug for f in FAMILIES if f.synthetic]
+    for f in FAMILIES:
+        if f.synthetic:
+            assert synthetic.FAMILIES[f.slug].architecture in f.hf_classes, f.slug
+
+
 @pytest.mark.parametrize("family", ALL)
 def test_family_loads_eager_and_runs(built: dict[str, Path], family: str) -> None:
     folder = built[family]

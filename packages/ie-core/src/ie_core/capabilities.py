@@ -21,7 +21,11 @@ from ie_core.errors import PointUnavailableError
 from ie_core.points import POINTS
 
 SCHEMA = 1
-BACKENDS = ("eager", "vllm", "vllm-static")
+_COMMITTED = files("ie_core") / "data" / "capabilities"
+# The backends with committed answers, one file each: the files are the one source of the list.
+BACKENDS: tuple[str, ...] = tuple(
+    sorted(p.name.removesuffix(".json") for p in _COMMITTED.iterdir() if p.name.endswith(".json"))
+)
 SYNTHETIC_PREFIX = "ie-synthetic/"
 NOT_VERIFIED = "not verified"
 SERVED = "served"
@@ -170,7 +174,7 @@ def capability_path(backend: str) -> Any:
     """The committed file of `backend` (a Traversable inside the installed ie-core)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; capability answers exist for {BACKENDS}")
-    return files("ie_core") / "data" / "capabilities" / f"{backend}.json"
+    return _COMMITTED / f"{backend}.json"
 
 
 @cache

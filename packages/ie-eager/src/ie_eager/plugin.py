@@ -1,0 +1,18 @@
+"""ie-eager's `ie.backends` descriptor; importing it does not import torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ie_core.backend_plugin import BackendPlugin
+
+
+def _load(model_id: Any, **kw: Any) -> Any:
+    from ie_eager.backend import load
+
+    return load(model_id, **kw)
+
+
+EAGER = BackendPlugin("eager", "ie-eager", _load)
+
+__all__ = ["EAGER"]

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from ie_core import Additive, load_model, steer_at
+from ie_core.address import to_address
 from ie_core.api import decode_residuals, generate, run_with_cache
 from ie_core.cli import SuggestingParser
 from ie_core.errors import LayerOutOfRangeError
@@ -91,7 +92,7 @@ def shapes_section(model: Any, prompt: str) -> None:
         f"value.{mid}",
         f"mlp_act.{mid}",
     ]
-    addresses = [a for a in wanted if a.split(".")[0] in available]
+    addresses = [a for a in wanted if to_address(a).name in available]
     ids = model.to_tokens(prompt)
     cache = run_with_cache(model, ids, addresses)
     print(

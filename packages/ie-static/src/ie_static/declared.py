@@ -84,7 +84,7 @@ def expand_points(
 
 
 def _writable(address: str) -> bool:
-    return get_point(address.split(".")[0]).writable
+    return get_point(to_address(address).name).writable
 
 
 def declared_sets(

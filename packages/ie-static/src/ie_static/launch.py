@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ie_core.address import to_address
 from ie_core.errors import PointUnavailableError
 from ie_core.families import Trait, family_for_architecture
 from ie_core.models import resolve_model_path
@@ -82,8 +83,8 @@ def plan_launch(
     cpu = on_cpu()
     max_len = int(max_model_len or getattr(text, "max_position_embeddings", 2048))
     plan = plan_buffers(
-        read_widths=[estimated_width(a.split(".")[0], text) for a in declared.reads],
-        write_widths=[estimated_width(a.split(".")[0], text) for a in declared.writes],
+        read_widths=[estimated_width(to_address(a).name, text) for a in declared.reads],
+        write_widths=[estimated_width(to_address(a).name, text) for a in declared.writes],
         dtype_bytes=_dtype_bytes(dtype, hf, cpu),
         shape=TableShape(slots, max_ops, masks, max_len, patch_rows),
         budget_bytes=int(buffer_gib * GIB),

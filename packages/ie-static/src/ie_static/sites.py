@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ie_core.address import to_address
 from ie_vllm import ATTN_POINTS, PointTable, capture_sites
 
 
@@ -30,7 +31,7 @@ class SitePlan:
 
 
 def _reason(table: PointTable, address: str, architecture: str) -> str:
-    name = address.split(".")[0]
+    name = to_address(address).name
     return (
         table.refused.get(address)
         or table.refused.get(name)
@@ -60,7 +61,7 @@ def plan_sites(
         if address not in table.widths:
             plan.refused[address] = _reason(table, address, architecture)
             continue
-        if address.split(".")[0] in ATTN_POINTS:
+        if to_address(address).name in ATTN_POINTS:
             names = capture_sites(address)
             if not all(n in table.sites for n in names):
                 plan.refused[address] = f"{address}: vLLM's attention layer has no q/k inputs here"

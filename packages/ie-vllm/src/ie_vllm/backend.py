@@ -123,7 +123,7 @@ class VLLMModel:
         """Names of the points this model serves on this backend, in forward order."""
         if self.backend == GENERATE:
             return ()
-        served = {a.split(".")[0] for a in self._widths}
+        served = {to_address(a).name for a in self._widths}
         return tuple(p.name for p in POINTS if p.name in served)
 
     def point_width(self, address: AddressLike) -> int:
@@ -233,7 +233,7 @@ class VLLMModel:
         return tuple(specs)
 
     def _write_reason(self, address: str) -> str:
-        point = get_point(address.split(".")[0])
+        point = get_point(to_address(address).name)
         if not point.writable:
             return f"{point.name} is a capture-only point"
         return self.policy.write_reason(address)
@@ -368,7 +368,8 @@ class VLLMModel:
         """Attention probabilities `[batch, heads, q, k]`, recomputed from post-RoPE q and k."""
         self._refuse_on_generate("capture_attention")
         if layers is None:
-            layers = [int(a.split(".")[1]) for a in self._widths if a.startswith("attn_probs.")]
+            parsed = [to_address(a) for a in self._widths]
+            layers = [a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None]
         cache = await self.capture(tokens, [f"attn_probs.{layer}" for layer in layers])
         return cache
 

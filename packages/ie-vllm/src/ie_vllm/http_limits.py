@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ie_core.address import to_address
 from ie_core.points import Width, get_point
 
 from ie_vllm.http_errors import BadRequest
@@ -94,7 +95,7 @@ def capture_bytes(widths: Mapping[str, int], addresses: Iterable[str], lengths: 
     total = 0
     for address in addresses:
         width = widths.get(address, 0)
-        per_layer = get_point(address.split(".")[0]).width is Width.HQK
+        per_layer = get_point(to_address(address).name).width is Width.HQK
         for n in lengths:
             total += n * width * (n if per_layer else 1) * ELEMENT_BYTES
     return total

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
+from ie_core.address import to_address
 from ie_core.families import family_for_architecture
 from ie_core.points import POINTS, Point, Service, get_point
 from torch import nn
@@ -414,7 +415,7 @@ def _sinks(attn: nn.Module) -> tuple[float, ...]:
 
 def _refuse_rest(table: PointTable, architecture: str, tp_size: int) -> None:
     """Give every point that resolved nowhere its reason: not served, family lacks it, TP shard."""
-    served_names = {a.split(".")[0] for a in table.widths}
+    served_names = {to_address(a).name for a in table.widths}
     for p in POINTS:
         if p.vllm.service is Service.NOT_SERVED:
             table.refused[p.name] = f"{p.name} is {p.vllm.reason}"
@@ -434,7 +435,7 @@ def _refuse_rest(table: PointTable, architecture: str, tp_size: int) -> None:
             )
     if tp_size > 1:
         for address in list(table.widths):
-            if address.split(".")[0] in SHARDED_POINTS:
+            if to_address(address).name in SHARDED_POINTS:
                 table.widths.pop(address)
                 table.addresses.pop(address, None)
                 table.writable.discard(address)

@@ -159,14 +159,14 @@ def test_a_model_with_no_map_is_an_unsupported_model_with_the_one_reason() -> No
     on Granite-4.0-H): the load is an UnsupportedModelError quoting it, so the capability sweep
     records the hooked backend's per-point reason; mixed reasons stay a PointUnavailableError."""
     from ie_core.errors import UnsupportedModelError
-    from ie_static.backend import _refuse_unresolved
+    from ie_static.declared import refuse_unresolved
 
     why = "ie-vllm has no map of XForCausalLM's modules on vLLM; use backend='eager' for this model"
     d = declared_sets("all", "auto", 2, get_family("granitemoehybrid"))
     info = {"reads": [], "writes": [], "refused": {a: why for a in d.reads}}
     with pytest.raises(UnsupportedModelError) as caught:
-        _refuse_unresolved(d, info, "XForCausalLM")
+        refuse_unresolved(d, info, "XForCausalLM")
     assert str(caught.value) == why
     info["refused"]["z.1"] = "another reason"
     with pytest.raises(PointUnavailableError, match="none of the declared static_points"):
-        _refuse_unresolved(d, info, "XForCausalLM")
+        refuse_unresolved(d, info, "XForCausalLM")

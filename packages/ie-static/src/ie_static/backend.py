@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 from ie_core.address import Address
-from ie_core.errors import PointUnavailableError, UnsupportedModelError, UnsupportedOperationError
+from ie_core.errors import PointUnavailableError, UnsupportedOperationError
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
@@ -22,7 +22,7 @@ from ie_vllm import Engine, VLLMModel, check_pipeline_parallel
 
 from ie_static.channel import StaticChannel
 from ie_static.config import CONFIG_KEY, StaticConfig
-from ie_static.declared import BACKEND, unresolved
+from ie_static.declared import BACKEND, refuse_unresolved
 from ie_static.launch import DEFAULT_BUFFER_GIB, plan_launch
 from ie_static.policy import StaticPolicy, reload_hint
 
@@ -114,7 +114,7 @@ class StaticModel(VLLMModel):
             info = (await engine.rpc("ie_setup", False))[0]
             static_info = (await engine.rpc("ie_static_setup"))[0]
             static_info["planned_bytes"] = launch.plan.total
-            _refuse_unresolved(launch.declared, static_info, launch.architecture)
+            refuse_unresolved(launch.declared, static_info, launch.architecture)
             tokenizer = AutoTokenizer.from_pretrained(launch.source)
             model = cls(engine, info, tokenizer, model_id, launch.config, static_info)
             if self_test:
@@ -175,28 +175,6 @@ class StaticModel(VLLMModel):
                 )
             result |= {"write_site": site, "base": base.token_ids, "steered": steered.token_ids}
         return result
-
-
-def _refuse_unresolved(declared: Any, info: dict[str, Any], architecture: str) -> None:
-    """Singly named sites the loaded model lacks are refused (before any request runs)."""
-    missing = unresolved(declared, info)
-    if missing:
-        lines = "; ".join(f"{a}: {why}" for a, why in missing.items())
-        raise PointUnavailableError(
-            f"vllm-static cannot tap these declared sites on {architecture}: {lines}; "
-            "declare only sites this model has (bare point names and 'all' keep what it has), "
-            "or use backend='vllm'"
-        )
-    if not info["reads"]:
-        reasons = set(dict(info.get("refused", {})).values())
-        if len(reasons) == 1:
-            # Every point refused for one reason (ie-vllm has no map of this architecture): the
-            # backend cannot serve the model at all, and says why as hooked vLLM does per point.
-            raise UnsupportedModelError(reasons.pop())
-        raise PointUnavailableError(
-            f"none of the declared static_points exist on {architecture}; "
-            f"refused: {info.get('refused', {})}"
-        )
 
 
 def load(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ie_core.address import check_layer, to_address
-from ie_core.errors import PointUnavailableError
+from ie_core.errors import PointUnavailableError, UnsupportedModelError
 from ie_core.families import Family
 from ie_core.points import POINTS, Point, get_point
 
@@ -145,4 +145,34 @@ def describe(addresses: Sequence[str]) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["TAPPABLE", "Declared", "declared_sets", "describe", "expand_points", "unresolved"]
+def refuse_unresolved(declared: Declared, info: dict[str, Any], architecture: str) -> None:
+    """Singly named sites the loaded model lacks are refused (before any request runs)."""
+    missing = unresolved(declared, info)
+    if missing:
+        lines = "; ".join(f"{a}: {why}" for a, why in missing.items())
+        raise PointUnavailableError(
+            f"vllm-static cannot tap these declared sites on {architecture}: {lines}; "
+            "declare only sites this model has (bare point names and 'all' keep what it has), "
+            "or use backend='vllm'"
+        )
+    if not info["reads"]:
+        reasons = set(dict(info.get("refused", {})).values())
+        if len(reasons) == 1:
+            # Every point refused for one reason (ie-vllm has no map of this architecture): the
+            # backend cannot serve the model at all, and says why as hooked vLLM does per point.
+            raise UnsupportedModelError(reasons.pop())
+        raise PointUnavailableError(
+            f"none of the declared static_points exist on {architecture}; "
+            f"refused: {info.get('refused', {})}"
+        )
+
+
+__all__ = [
+    "TAPPABLE",
+    "Declared",
+    "declared_sets",
+    "describe",
+    "expand_points",
+    "refuse_unresolved",
+    "unresolved",
+]

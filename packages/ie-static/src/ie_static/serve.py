@@ -18,9 +18,9 @@ from ie_core.errors import UnsupportedOperationError
 from ie_core.families import family_for_architecture
 from ie_vllm import Engine
 
-from ie_static.backend import StaticModel, _refuse_unresolved
+from ie_static.backend import StaticModel
 from ie_static.config import CONFIG_KEY, StaticConfig
-from ie_static.declared import declared_sets
+from ie_static.declared import declared_sets, refuse_unresolved
 from ie_static.launch import DEFAULT_BUFFER_GIB, plan_launch
 
 # What the user declared (before expansion), for the unresolved-site check at start-up.
@@ -120,7 +120,7 @@ async def served_model(engine_client: Any, args: argparse.Namespace) -> StaticMo
         int(info["n_layers"]),
         family_for_architecture(architecture),
     )
-    _refuse_unresolved(declared, static_info, architecture)
+    refuse_unresolved(declared, static_info, architecture)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
     name = (getattr(args, "served_model_name", None) or [args.model])[0]
     engine = Engine(engine_client, ())

@@ -14,20 +14,19 @@ __all__ = ["LensWorkerMixin"]
 
 
 class LensWorkerMixin:
-    """Mixed into `IEWorkerExtension`; `self._ie` is its WorkerState, `self._ie_logits` its lens."""
+    """Mixed into `IEWorkerExtension`; `self._ie` is its WorkerState, `self._ie_rows` its rows of a
+    request and `self._ie_logits` its lens."""
 
     def ie_lens_collect_topk(
         self, key: str, start: int, stop: int, k: int, transports: dict[str, Any]
     ) -> dict[str, Any]:
-        from ie_vllm.worker import _gather
-
         state = self._ie  # type: ignore[attr-defined]
         entry = state.registry.get(key)
         if entry is None or not state.capture_rank:
             return payload.encode({})
         mats = payload.decode(transports) if transports else {}
         out: dict[str, torch.Tensor] = {}
-        for address, rows in _gather(state, entry, start, stop).items():
+        for address, rows in self._ie_rows(entry, start, stop).items():  # type: ignore[attr-defined]
             if address in mats:
                 rows = rows.float() @ mats[address].to(rows.device).T
             logits = self._ie_logits(payload.encode({"rows": rows}))  # type: ignore[attr-defined]

@@ -202,6 +202,10 @@ class IEWorkerExtension(LensWorkerMixin):
         logits = self._ie_logits(rows)
         return payload.encode({} if logits is None else {"logits": logits})
 
+    def _ie_rows(self, entry: Entry, start: int, stop: int | None) -> dict[str, torch.Tensor]:
+        """Rows of `entry` for positions [start, stop) (the lens mixin reads through this)."""
+        return _gather(self._ie, entry, start, stop)
+
     def _ie_logits(self, rows: dict[str, Any]) -> torch.Tensor | None:
         runner = self.model_runner  # type: ignore[attr-defined]
         model = runner.get_model()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ie_core import Additive, load_model, steer, steer_at
-from ie_core.api import _with_active
+from ie_core.active_steering import with_active
 from ie_core.cache import ActivationCache
 from ie_core.errors import BackendNotInstalledError
 from ie_core.runner import iterate, run
@@ -24,10 +24,10 @@ def test_steer_context_stacks_and_unwinds() -> None:
     b = steer_at("resid_post.2", Additive([2.0]))
     with steer(model, a):  # type: ignore[arg-type]
         with steer(model, b):  # type: ignore[arg-type]
-            assert _with_active(model, None) == (a, b)  # type: ignore[arg-type]
-            assert _with_active(other, None) == ()  # type: ignore[arg-type]
-        assert _with_active(model, b) == (a, b)  # type: ignore[arg-type]
-    assert _with_active(model, None) == ()  # type: ignore[arg-type]
+            assert with_active(model, None) == (a, b)  # type: ignore[arg-type]
+            assert with_active(other, None) == ()  # type: ignore[arg-type]
+        assert with_active(model, b) == (a, b)  # type: ignore[arg-type]
+    assert with_active(model, None) == ()  # type: ignore[arg-type]
 
 
 def test_runner_runs_coroutines_and_async_iterators() -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from ie_core.active_steering import steer, with_active
 from ie_core.address import AddressLike
 from ie_core.cache import ActivationCache
 from ie_core.protocol import (
@@ -16,39 +15,9 @@ from ie_core.protocol import (
     Prompt,
     SamplingParams,
     SteeringArg,
-    SyncModel,
     TopK,
-    steering_tuple,
 )
 from ie_core.runner import run
-from ie_core.steering import Steering
-
-# Steering active inside `with steer(model, ...)`, per model, for this context (thread / task).
-_ACTIVE: contextvars.ContextVar[tuple[tuple[int, tuple[Steering, ...]], ...]] = (
-    contextvars.ContextVar("ie_active_steering", default=())
-)
-
-
-def _key(model: Any) -> int:
-    """A `SyncModel` and the model it wraps share one steering context."""
-    return id(model.model) if isinstance(model, SyncModel) else id(model)
-
-
-def _with_active(model: Any, steering: SteeringArg) -> tuple[Steering, ...]:
-    """The steering active for `model` in this context (outer blocks first), then `steering`."""
-    active = tuple(s for key, specs in _ACTIVE.get() if key == _key(model) for s in specs)
-    return active + steering_tuple(steering)
-
-
-@contextlib.contextmanager
-def steer(model: InterpModel | SyncModel, *specs: Steering) -> Iterator[None]:
-    """Apply `specs` to every free-function and `SyncModel` call on `model` inside the block
-    (outer specs first)."""
-    token = _ACTIVE.set((*_ACTIVE.get(), (_key(model), steering_tuple(specs))))
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
 
 
 def run_with_cache(
@@ -63,7 +32,7 @@ def run_with_cache(
 
     `grad=True` keeps the autograd graph (eager); the vLLM backends refuse it up front."""
     extra = {"grad": True} if grad else {}
-    return run(model.capture(tokens, addresses, steering=_with_active(model, steering), **extra))
+    return run(model.capture(tokens, addresses, steering=with_active(model, steering), **extra))
 
 
 def capture_generation(
@@ -78,7 +47,7 @@ def capture_generation(
     """Generate, then capture over prompt + generated[:-1]."""
     params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
     return run(
-        model.capture_generation(tokens, addresses, params, steering=_with_active(model, steering))
+        model.capture_generation(tokens, addresses, params, steering=with_active(model, steering))
     )
 
 
@@ -98,7 +67,7 @@ def generate(
     **sampling: Any,
 ) -> Generation:
     params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
-    return run(model.generate(prompt, params, steering=_with_active(model, steering)))
+    return run(model.generate(prompt, params, steering=with_active(model, steering)))
 
 
 def decode_residuals(
@@ -113,3 +82,13 @@ def decode_residuals(
         return run(model.decode_residuals(rows))
     result: TopK = run(model.decode_residuals_topk(rows, k))
     return result
+
+
+__all__ = [
+    "capture_attention",
+    "capture_generation",
+    "decode_residuals",
+    "generate",
+    "run_with_cache",
+    "steer",
+]

@@ -75,9 +75,9 @@ def feature_activations(
     steering: SteeringArg = None,
 ) -> Any:
     """Features of `sae` (or of each dictionary in a name -> SAE mapping: a dict of results)."""
-    from ie_core.api import _with_active
+    from ie_core.active_steering import with_active
 
-    steering = _with_active(model, steering)
+    steering = with_active(model, steering)
     if isinstance(model, SyncModel):
         model = model.model
     many = not isinstance(sae, SAE)

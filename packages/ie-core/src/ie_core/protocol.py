@@ -261,9 +261,9 @@ class SyncModel(TLShaped):
         return getattr(self.model, name)
 
     def _steering(self, kw: dict[str, Any]) -> dict[str, Any]:
-        from ie_core.api import _with_active  # api builds on this module
+        from ie_core.active_steering import with_active  # it builds on this module
 
-        return {**kw, "steering": _with_active(self.model, kw.get("steering"))}
+        return {**kw, "steering": with_active(self.model, kw.get("steering"))}
 
     def capture(self, tokens: Any, addresses: Sequence[AddressLike], **kw: Any) -> ActivationCache:
         return run(self.model.capture(tokens, addresses, **self._steering(kw)))

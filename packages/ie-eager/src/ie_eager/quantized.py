@@ -145,20 +145,24 @@ def _compress(weight: torch.Tensor, ct_scheme: Any, fmt: str) -> dict[str, torch
     else:
         low, high = weight.amin(dim=1, keepdim=True), weight.amax(dim=1, keepdim=True)
     scale, zero_point = calculate_qparams(low, high, args)
-    module_state = {"weight": weight, "weight_scale": scale.to(weight.dtype)}
+    module_state: dict[str, torch.Tensor | None] = {
+        "weight": weight,
+        "weight_scale": scale.to(weight.dtype),
+    }
     if not args.symmetric:
         module_state["weight_zero_point"] = zero_point
     compressor = BaseCompressor.get_value_from_registry(fmt)
-    return dict(compressor.compress(module_state, ct_scheme))
+    out = compressor.compress(module_state, ct_scheme)
+    return {key: value for key, value in out.items() if value is not None}
 
 
 def _quant_config(ct_scheme: Any, fmt: str) -> dict[str, Any]:
-    from compressed_tensors.quantization import QuantizationConfig
+    from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus
 
     config = QuantizationConfig(
         config_groups={"group_0": ct_scheme},
         format=fmt,
-        quantization_status="compressed",
+        quantization_status=QuantizationStatus.COMPRESSED,
         ignore=["lm_head"],
     )
     return json.loads(config.model_dump_json())

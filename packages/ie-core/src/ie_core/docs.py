@@ -7,6 +7,7 @@ from __future__ import annotations
 from ie_core.capabilities import BACKENDS, Capabilities, PointCapability, load_capabilities
 from ie_core.families import FAMILIES
 from ie_core.points import POINTS
+from ie_core.quantization import render_quantized_section
 
 # Cell marks of the per-backend matrices.
 SERVED_MARK = "✓"
@@ -105,6 +106,7 @@ def render_supported_points() -> str:
         )
     for backend in BACKENDS:
         lines += _backend_section(backend, columns)
+    lines += render_quantized_section()
     lines += [
         "",
         "## Names in other engines",

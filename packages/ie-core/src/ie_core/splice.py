@@ -65,8 +65,13 @@ def splice(
     logits: bool = False,
 ) -> SpliceResult:
     """Per-token next-token loss with `sae` spliced in at its point, and without (clean)."""
-    if isinstance(model, SyncModel):
-        model = model.model
+    m: InterpModel = model.model if isinstance(model, SyncModel) else model
+    return _splice(m, prompts, sae, keep_error, logits)
+
+
+def _splice(
+    model: InterpModel, prompts: Any, sae: SAE, keep_error: bool, logits: bool
+) -> SpliceResult:
     check_dictionary(model, sae)
     if sae.is_transcoder and sae.meta.normalize != "none":
         raise UnsupportedOperationError(
@@ -76,7 +81,7 @@ def splice(
     batch = _prompts(model, prompts)
     last = f"resid_post.{model.n_layers - 1}"
     points = list(dict.fromkeys((sae.address, sae.out_address, last)))
-    clean = run(model.capture(batch, points))
+    clean: Any = run(model.capture(batch, points))  # type: ignore[arg-type]
     new = spliced_rows(sae, clean[sae.address], clean[sae.out_address], keep_error)
     positions = tuple(range(len(batch[0])))
 

@@ -105,7 +105,7 @@ def check_ops_fit(ops: Sequence[SteeringOp], dtype: torch.dtype, where: str) -> 
             peak = max(abs(x) for row in op.values for x in row)
             what = f"patch value {peak:g}"
         elif isinstance(op, FeatureClamp):
-            peak = abs(op.value) * max(abs(x) for x in op.decoder)
+            peak = abs(op.value) * max(abs(x) for x in op.vector)
             what = f"feature clamp value * decoder reaches {peak:g}"
         else:
             continue

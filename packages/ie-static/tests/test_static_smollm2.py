@@ -243,3 +243,67 @@ def test_patch_table_limits_are_refused_before_a_forward(engines) -> None:
         run(static.capture(CORRUPT * 3, ["mlp_out.4"], steering=wide))
     stats = run(static.flow.on_engine(static.engine.rpc("ie_static_stats")))
     assert stats[0]["registered"] == 0
+
+
+HARVEST_POINTS = ["resid_post.3", "mlp_out.4", "resid_post.29"]
+
+
+def test_harvest_rows_equal_hooked_one_window_captures_and_resume(engines, tmp_path) -> None:
+    """`ie harvest` on vllm-static: sampled rows of every shard against a one-window capture on
+    the hooked engine (REL), token ids against the tokenizer, and a resume after lost shards
+    that rewrites them bit for bit (the same engine, the same batches)."""
+    import json
+    import random
+
+    from ie_core.harvest import harvest, open_harvest
+
+    static, hooked = engines
+    rng = random.Random(5)
+    words = [
+        "the",
+        "river",
+        "model",
+        "layer",
+        "runs",
+        "over",
+        "blue",
+        "quickly",
+        "token",
+        "Paris",
+        "sky",
+        "mountain",
+    ]
+    docs = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 40))) for _ in range(60)]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(d + "\n\n" for d in docs))
+    options = {"context": 48, "shard_tokens": 240, "max_tokens": 720, "progress": False}
+    out = tmp_path / "harvest"
+    harvest(static, out, HARVEST_POINTS, files=[corpus], **options)
+    data = open_harvest(out)
+    assert data.complete and data.tokens == 720 and len(data.manifest.shards) == 3
+    shards = list(data.iter_shards())
+    neighbour = float("inf")
+    for shard in shards:
+        for row in (3, len(shard["token_ids"]) - 7):
+            ids = shard["token_ids"][shard["window"] == shard["window"][row]].tolist()
+            pos = int(shard["position"][row])
+            alone = run(hooked.capture([ids], HARVEST_POINTS))
+            for p in HARVEST_POINTS:
+                assert _close(shard[p][row][None], alone[p][0, pos][None]) <= REL, (p, row)
+                neighbour = min(
+                    neighbour, _close(alone[p][0, pos + 1][None], alone[p][0, pos][None])
+                )
+    assert neighbour > 1e-2  # negative control: the next position's row is far away
+    ids = torch.cat([s["token_ids"] for s in shards]).tolist()
+    want = [t for d in docs for t in static.to_tokens(d, prepend_bos=False)]
+    assert ids == want[: len(ids)]
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["shards"], manifest["complete"] = manifest["shards"][:1], False
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / "shard-000002.safetensors").unlink()
+    again = harvest(static, out, HARVEST_POINTS, files=[corpus], **options)
+    assert (again.resumed_shards, again.shards, again.tokens) == (1, 3, 720)
+    for a, b in zip(shards, open_harvest(out).iter_shards(), strict=True):
+        for key in a:
+            assert _close(b[key].float()[None], a[key].float()[None]) <= REL, key

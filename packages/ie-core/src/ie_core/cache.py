@@ -20,7 +20,13 @@ class ActivationCache(Mapping[Address, Any]):
     """`cache["resid_post.3"]`, `cache[("resid_post", 3)]` and `cache[Address("resid_post", 3)]`
     all name the same tensor. Eager tensors are `[batch, seq, ...]`."""
 
-    def __init__(self, tensors: Mapping[AddressLike, Any] | None = None) -> None:
+    def __init__(
+        self,
+        tensors: Mapping[str, Any]
+        | Mapping[Address, Any]
+        | Mapping[AddressLike, Any]
+        | None = None,
+    ) -> None:
         self._data: dict[Address, Any] = {}
         self._heads: tuple[int | None, int | None] = (None, None)
         for key, value in (tensors or {}).items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
@@ -96,7 +97,7 @@ def check_ops_fit(ops: Sequence[SteeringOp], dtype: torch.dtype, where: str) -> 
     limit = torch.finfo(dtype).max
     for op in ops:
         if isinstance(op, Additive):
-            peak = abs(op.coeff) * max(abs(x) for x in op.vector)
+            peak = abs(op.coeff) * max(abs(x) for x in cast("tuple[float, ...]", op.vector))
             what = f"additive delta reaches {peak:g}"
         elif isinstance(op, ProjectionCap):
             peak = max(abs(b) for b in (op.min, op.max) if b is not None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from ie_core.address import AddressLike, to_address
@@ -460,9 +460,10 @@ def load(
         checkpoint.check_config(name, model.config)
         if getattr(model.config, "_attn_implementation", "eager") != "eager":
             model.set_attn_implementation("eager")
+        # transformers' decorated `to` confuses the type checker about `self`, not the call.
         if dtype is not None:
-            model = model.to(resolve_dtype(dtype, dev, model.config))
-        model = model.to(dev)
+            model = cast(Any, model).to(resolve_dtype(dtype, dev, model.config))
+        model = cast(Any, model).to(dev)
         checkpoint.check_causal(name, model)
         return EagerModel(model, tokenizer, name)
     model_name = os.fspath(model_id)

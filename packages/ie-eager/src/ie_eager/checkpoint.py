@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from ie_core.errors import ModelNotFoundError, UnsupportedModelError
@@ -133,7 +133,7 @@ def load_weights(name: str, source: Any, hub: dict[str, Any], **kw: Any) -> nn.M
 
 def check_causal(name: str, model: nn.Module) -> None:
     """Refuse a model whose early outputs depend on later tokens (bidirectional attention)."""
-    vocab = int(model.get_input_embeddings().weight.shape[0])
+    vocab = int(cast(Any, model).get_input_embeddings().weight.shape[0])
     if vocab < 4:
         return
     device = next(model.parameters()).device

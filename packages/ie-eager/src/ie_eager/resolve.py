@@ -22,7 +22,14 @@ from ie_eager.resolved import tap_on as _tap
 from ie_eager.selectors import Grouped, GroupSlice, LastSlice, Selector, Stream, Whole
 from ie_eager.structure import Block, Structure
 
-__all__ = ["ATTENTION_INTERNALS", "Resolved", "Resolver", "Tap"]
+__all__ = [
+    "ATTENTION_INTERNALS",
+    "LAYER_RESOLVERS",
+    "TRUNK_RESOLVERS",
+    "Resolved",
+    "Resolver",
+    "Tap",
+]
 
 # Points inside softmax attention: refused on the linear-attention / SSM layers of hybrid families.
 ATTENTION_INTERNALS = frozenset(
@@ -183,87 +190,101 @@ class Resolver:
         return Resolved(address, "tap", Tap(path, module, "out"), None, writable=True)
 
     def _trunk(self, point: Point, address: Address) -> Resolved:
-        d = self.s.shapes.d_model
-        if point.name == "embeddings":
-            path, mod = self.s.embed
-            return Resolved(address, "tap", Tap(path, mod, "out"), d, True)
-        if point.name == "final_norm":
-            if self.s.final_norm is None:
-                raise self._refuse(point, "no final norm module found before the unembed")
-            path, mod = self.s.final_norm
-            return Resolved(address, "tap", Tap(path, mod, "out"), d, True)
-        if point.name == "lm_head":
-            path, mod = self.s.lm_head
-            return Resolved(address, "tap", Tap(path, mod, "out"), st.out_features(mod), False)
-        raise self._refuse(point, "unknown trunk point")
+        return TRUNK_RESOLVERS[point.name](self, point, address)
+
+    def _embeddings(self, point: Point, address: Address) -> Resolved:
+        path, mod = self.s.embed
+        return Resolved(address, "tap", Tap(path, mod, "out"), self.s.shapes.d_model, True)
+
+    def _final_norm(self, point: Point, address: Address) -> Resolved:
+        if self.s.final_norm is None:
+            raise self._refuse(point, "no final norm module found before the unembed")
+        path, mod = self.s.final_norm
+        return Resolved(address, "tap", Tap(path, mod, "out"), self.s.shapes.d_model, True)
+
+    def _lm_head(self, point: Point, address: Address) -> Resolved:
+        path, mod = self.s.lm_head
+        return Resolved(address, "tap", Tap(path, mod, "out"), st.out_features(mod), False)
 
     def _layer(self, point: Point, address: Address, b: Block) -> Resolved:
-        name = point.name
-        shapes = self.s.shapes
-        d = shapes.d_model
-
-        def tap(t: Tap | None, width: int | None, why: str, **kw) -> Resolved:
-            if t is None:
-                raise self._missing(point, why)
-            return Resolved(address, "tap", t, width, point.writable, **kw)
-
-        if b.mixer is not None and name in ATTENTION_INTERNALS:
+        if b.mixer is not None and point.name in ATTENTION_INTERNALS:
             raise self._refuse(point, self._mixer_reason(b))
-        if name == "resid_pre":
-            return tap(_block_tap(b, "in"), d, "")
-        if name == "resid_post":
-            return tap(_block_tap(b, "out"), d, "")
-        if name == "attn_in":
-            return tap(_tap(b, b.attn, "in"), d, "no attention module found in the block")
-        if name in ("q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out"):
-            names = st.Q_NORM_NAMES if name.startswith("q") else st.K_NORM_NAMES
-            norm = b.sub(b.attn, names)
-            heads = shapes.n_heads if name.startswith("q") else shapes.n_kv_heads
-            io = "in" if name.endswith("_in") else "out"
-            return tap(
-                self._head_layout(_tap(b, norm, io), heads),
-                heads * shapes.head_dim,
-                "the attention has no per-head query/key norm (no QK-norm)",
+        return LAYER_RESOLVERS[point.name](self, point, address, b)
+
+    def _tap(self, point: Point, address: Address, t: Tap | None, why: str, **kw) -> Resolved:
+        """A d_model-wide read of `t`, or the family's reason (else `why`) when it is absent."""
+        if t is None:
+            raise self._missing(point, why)
+        return Resolved(address, "tap", t, self.s.shapes.d_model, point.writable, **kw)
+
+    def _resid_pre(self, point: Point, address: Address, b: Block) -> Resolved:
+        return self._tap(point, address, _block_tap(b, "in"), "")
+
+    def _resid_post(self, point: Point, address: Address, b: Block) -> Resolved:
+        return self._tap(point, address, _block_tap(b, "out"), "")
+
+    def _attn_in(self, point: Point, address: Address, b: Block) -> Resolved:
+        return self._tap(
+            point, address, _tap(b, b.attn, "in"), "no attention module found in the block"
+        )
+
+    def _qk_norm(self, point: Point, address: Address, b: Block) -> Resolved:
+        shapes, name = self.s.shapes, point.name
+        norm = b.sub(b.attn, st.Q_NORM_NAMES if name.startswith("q") else st.K_NORM_NAMES)
+        heads = shapes.n_heads if name.startswith("q") else shapes.n_kv_heads
+        t = self._head_layout(_tap(b, norm, "in" if name.endswith("_in") else "out"), heads)
+        if t is None:
+            raise self._missing(point, "the attention has no per-head query/key norm (no QK-norm)")
+        return Resolved(address, "tap", t, heads * shapes.head_dim, point.writable)
+
+    def _attention(self, point: Point, address: Address, b: Block) -> Resolved:
+        if b.attn is None:
+            raise self._missing(point, "no attention module in this block")
+        return Resolved(address, "attention", _tap(b, b.attn, "out"), None, False)  # type: ignore[arg-type]
+
+    def _z(self, point: Point, address: Address, b: Block) -> Resolved:
+        shapes = self.s.shapes
+        o_proj = b.sub(b.attn, st.O_PROJ_NAMES)
+        width = st.in_features(o_proj[1]) if o_proj else None
+        if o_proj is not None and o_proj[0].endswith("o_a_proj"):
+            width = shapes.n_heads * shapes.head_dim  # grouped: [groups, heads*hd / groups]
+        t = _tap(b, o_proj, "in")
+        if t is None:
+            raise self._missing(point, "no attention output projection found")
+        return Resolved(address, "tap", t, width, point.writable)
+
+    def _attn_out_point(self, point: Point, address: Address, b: Block) -> Resolved:
+        return self._tap(point, address, self._attn_out(b), "no attention module found")
+
+    def _attn_out_post(self, point: Point, address: Address, b: Block) -> Resolved:
+        return self._post(point, address, b, self._attn_out(b), b.post_attn_norm)
+
+    def _resid_mid(self, point: Point, address: Address, b: Block) -> Resolved:
+        if b.parallel:
+            raise self._missing(
+                point,
+                "attention and MLP run in parallel on this block, so there is no residual "
+                "between them; use resid_pre (what both read) or resid_post",
             )
-        if name == "value":
-            return self._value(point, address, b)
-        if name in ("attn_scores", "attn_probs"):
-            if b.attn is None:
-                raise self._missing(point, "no attention module in this block")
-            return Resolved(address, "attention", _tap(b, b.attn, "out"), None, False)  # type: ignore[arg-type]
-        if name == "z":
-            o_proj = b.sub(b.attn, st.O_PROJ_NAMES)
-            width = st.in_features(o_proj[1]) if o_proj else None
-            if o_proj is not None and o_proj[0].endswith("o_a_proj"):
-                width = shapes.n_heads * shapes.head_dim  # grouped: [groups, heads*hd / groups]
-            return tap(_tap(b, o_proj, "in"), width, "no attention output projection found")
-        if name == "attn_gate":
-            return self._gate(point, address, b)
-        if name == "attn_out":
-            return tap(self._attn_out(b), d, "no attention module found")
-        if name == "attn_out_post":
-            return self._post(point, address, b, self._attn_out(b), b.post_attn_norm)
-        if name == "resid_mid":
-            if b.parallel:
-                raise self._missing(
-                    point,
-                    "attention and MLP run in parallel on this block, so there is no residual "
-                    "between them; use resid_pre (what both read) or resid_post",
-                )
-            post = self._post(point, address, b, self._attn_out(b), b.post_attn_norm)
-            return Resolved(address, "sum", post.tap, d, True, post.scale, _block_tap(b, "in"))
-        if name == "mlp_in":
-            return tap(self._mlp_in(b), d, "no MLP module found")
-        if name in ("mlp_pre", "mlp_pre_linear", "mlp_act"):
-            return self._mlp_inner(point, address, b)
-        if name in ("router_logits", "expert_weights", "expert_indices"):
-            return self._router(point, address, b)
-        if name in ("mlp_out", "mlp_out_post") and b.sibling_mlp is not None:
-            return self._mlp_branch(address, b, post=name == "mlp_out_post")
-        if name == "mlp_out":
-            return tap(self._mlp_out(b), d, "no MLP module found")
-        if name == "mlp_out_post":
-            return self._post(point, address, b, self._mlp_out(b), b.post_mlp_norm)
+        post = self._post(point, address, b, self._attn_out(b), b.post_attn_norm)
+        d = self.s.shapes.d_model
+        return Resolved(address, "sum", post.tap, d, True, post.scale, _block_tap(b, "in"))
+
+    def _mlp_in_point(self, point: Point, address: Address, b: Block) -> Resolved:
+        return self._tap(point, address, self._mlp_in(b), "no MLP module found")
+
+    def _mlp_out_point(self, point: Point, address: Address, b: Block) -> Resolved:
+        if b.sibling_mlp is not None:
+            return self._mlp_branch(address, b, post=False)
+        return self._tap(point, address, self._mlp_out(b), "no MLP module found")
+
+    def _mlp_out_post(self, point: Point, address: Address, b: Block) -> Resolved:
+        if b.sibling_mlp is not None:
+            return self._mlp_branch(address, b, post=True)
+        return self._post(point, address, b, self._mlp_out(b), b.post_mlp_norm)
+
+    def _single_stream(self, point: Point, address: Address, b: Block) -> Resolved:
+        """Hyper-connection points: `_multi_stream` serves them; a single trunk has none."""
         raise self._missing(point, "no module of this model computes it")
 
     def _mixer_reason(self, b: Block) -> str:
@@ -451,3 +472,34 @@ class Resolver:
         if plain is not None:
             return Resolved(address, "tap", _tap(b, plain, "out"), n, True)  # type: ignore[arg-type]
         raise self._missing(point, "no first MLP projection found")
+
+
+# --- one resolver per point: the registry's points are exactly these keys (a test checks) ----
+
+_LayerResolver = Callable[[Resolver, Point, Address, Block], Resolved]
+
+TRUNK_RESOLVERS: dict[str, Callable[[Resolver, Point, Address], Resolved]] = {
+    "embeddings": Resolver._embeddings,
+    "final_norm": Resolver._final_norm,
+    "lm_head": Resolver._lm_head,
+}
+LAYER_RESOLVERS: dict[str, _LayerResolver] = {
+    "resid_pre": Resolver._resid_pre,
+    "attn_in": Resolver._attn_in,
+    **dict.fromkeys(("q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out"), Resolver._qk_norm),
+    "value": Resolver._value,
+    "attn_scores": Resolver._attention,
+    "attn_probs": Resolver._attention,
+    "z": Resolver._z,
+    "attn_gate": Resolver._gate,
+    "attn_out": Resolver._attn_out_point,
+    "attn_out_post": Resolver._attn_out_post,
+    "resid_mid": Resolver._resid_mid,
+    "mlp_in": Resolver._mlp_in_point,
+    **dict.fromkeys(("mlp_pre", "mlp_pre_linear", "mlp_act"), Resolver._mlp_inner),
+    **dict.fromkeys(("router_logits", "expert_weights", "expert_indices"), Resolver._router),
+    "mlp_out": Resolver._mlp_out_point,
+    "mlp_out_post": Resolver._mlp_out_post,
+    "resid_post": Resolver._resid_post,
+    **dict.fromkeys(("resid_streams", *_HC_POINTS), Resolver._single_stream),
+}

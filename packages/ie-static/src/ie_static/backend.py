@@ -18,7 +18,7 @@ from ie_core.errors import PointUnavailableError, UnsupportedModelError, Unsuppo
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
-from ie_vllm import Engine, VLLMModel
+from ie_vllm import Engine, VLLMModel, check_pipeline_parallel
 
 from ie_static.channel import StaticChannel
 from ie_static.config import CONFIG_KEY, StaticConfig
@@ -78,6 +78,7 @@ class StaticModel(VLLMModel):
         self_test: bool = True,
         **kw: Any,
     ) -> StaticModel:
+        check_pipeline_parallel(kw)  # before the plan and minutes of compile
         if kw.get("enforce_eager"):
             raise UnsupportedOperationError(
                 "backend 'vllm-static' exists to keep torch.compile and CUDA graphs on, so "

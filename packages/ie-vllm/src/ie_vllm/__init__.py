@@ -27,6 +27,7 @@ _EXPORTS = {
     "Engine": "engine",
     "on_cpu": "engine",
     "check_cpu_support": "cpu_support",
+    "check_pipeline_parallel": "parallel_support",
     "Channel": "channel",
     "HookedChannel": "channel",
     "SitePolicy": "policy",
@@ -72,6 +73,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.entry import require_engine as require_engine
     from ie_vllm.layout import BatchLayout as BatchLayout
     from ie_vllm.layout import record_layout as record_layout
+    from ie_vllm.parallel_support import check_pipeline_parallel as check_pipeline_parallel
     from ie_vllm.point_table import PointTable as PointTable
     from ie_vllm.point_table import SiteDef as SiteDef
     from ie_vllm.policy import SitePolicy as SitePolicy
@@ -122,6 +124,7 @@ __all__ = [
     "attention_rows",
     "capture_sites",
     "check_cpu_support",
+    "check_pipeline_parallel",
     "create",
     "gather_reduced",
     "load_generate",

@@ -83,6 +83,18 @@ GPT2 = Profile(
 _UNFUSED = replace(LLAMA, fused_residual=False, mlps=("mlp",))
 # The Transformers modeling backend: HF decoder layers called with hidden_states first.
 _HF = replace(_UNFUSED, hidden_arg=0, batched=True)
+# vLLM's BLOOM attention / MLP return their own output (HF's add the residual inside), and
+# vLLM repacks the per-head [q, k, v] weights into contiguous q | k | v at load.
+BLOOM = replace(
+    _UNFUSED,
+    layers="transformer.h",
+    embed="transformer.word_embeddings",
+    final_norm="transformer.ln_f",
+    attn="self_attention",
+    qkv="query_key_value",
+    o_proj="dense",
+    down="dense_4h_to_h",
+)
 
 PROFILES: dict[str, Profile] = {
     "LlamaForCausalLM": LLAMA,
@@ -121,29 +133,9 @@ PROFILES: dict[str, Profile] = {
         hidden_arg=0,
         block_mlp=("fc1", "fc2"),
     ),
-    # vLLM's BLOOM attention / MLP return their own output (HF's add the residual inside), and
-    # vLLM repacks the per-head [q, k, v] weights into contiguous q | k | v at load.
-    "BloomForCausalLM": replace(
-        _UNFUSED,
-        layers="transformer.h",
-        embed="transformer.word_embeddings",
-        final_norm="transformer.ln_f",
-        attn="self_attention",
-        qkv="query_key_value",
-        o_proj="dense",
-        down="dense_4h_to_h",
-    ),
-    "FalconForCausalLM": replace(
-        _UNFUSED,
-        layers="transformer.h",
-        embed="transformer.word_embeddings",
-        final_norm="transformer.ln_f",
-        attn="self_attention",
-        qkv="query_key_value",
-        o_proj="dense",
-        down="dense_4h_to_h",
-        parallel=True,
-    ),
+    "BloomForCausalLM": BLOOM,
+    # Falcon names its modules as BLOOM does; its blocks are parallel.
+    "FalconForCausalLM": replace(BLOOM, parallel=True),
     "GraniteForCausalLM": replace(_UNFUSED, residual_multiplier="residual_multiplier"),
     # Granite-4.0-H: layers called with keywords return (stream, resid_mid); the next layer takes
     # only the stream. Mamba2 or attention per layer; routed experts plus a shared MLP.

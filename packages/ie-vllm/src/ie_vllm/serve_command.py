@@ -157,9 +157,25 @@ def refuse_data_parallel(rest: list[str]) -> None:
         )
 
 
+def refuse_pipeline_parallel(rest: list[str]) -> None:
+    """The server's workers would resolve points on the first pipeline stage only (see
+    `parallel_support`): refused before vLLM starts, with the backends' own reason."""
+    from ie_core.errors import UnsupportedOperationError
+
+    from ie_vllm.parallel_support import check_pipeline_parallel
+
+    try:
+        check_pipeline_parallel(
+            {"pipeline_parallel_size": _int_option(rest, ("--pipeline-parallel-size", "-pp"))}
+        )
+    except UnsupportedOperationError as exc:
+        raise SystemExit(f"ie serve: {exc}") from None
+
+
 def serve_argv(model: str, backend: str, rest: list[str]) -> list[str]:
     """The `vllm serve` argument list for `ie serve` (exposed for tests and `--dry-run`)."""
     refuse_data_parallel(rest)
+    refuse_pipeline_parallel(rest)
     module = served_backend(backend)
     if module is not None:
         rest = module.serve_args(model, rest)
@@ -240,6 +256,7 @@ __all__ = [
     "is_loopback",
     "plugins_allowlist",
     "refuse_data_parallel",
+    "refuse_pipeline_parallel",
     "serve_argv",
     "serve_command",
     "served_backend",

@@ -81,8 +81,13 @@ def feature_activations(
     from ie_core.api import _with_active
 
     steering = _with_active(model, steering)
-    if isinstance(model, SyncModel):
-        model = model.model
+    m: InterpModel = model.model if isinstance(model, SyncModel) else model
+    return _activations(m, prompts, sae, k, stats, steering)
+
+
+def _activations(
+    model: InterpModel, prompts: Any, sae: Any, k: int | None, stats: bool, steering: Any
+) -> Any:
     many = not isinstance(sae, SAE | str)
     saes: dict[str, Any] = dict(sae) if many else {"sae": sae}  # type: ignore[arg-type]
     if k is not None and k < 1:

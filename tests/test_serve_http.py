@@ -41,6 +41,34 @@ START_TIMEOUT_S = 1200
 PROMPT = "The quick brown fox jumps over the lazy dog"
 
 
+SAE_NAME, SAE_POINT, SAE_WIDTH = "res1", "resid_post.1", 96
+
+
+def _sae_weights() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(26)
+    d = 128  # ie-synthetic/llama's d_model
+    return {"W_enc": torch.randn(d, SAE_WIDTH, generator=g) / d**0.5,
+            "b_enc": torch.randn(SAE_WIDTH, generator=g) / 8,
+            "W_dec": torch.randn(SAE_WIDTH, d, generator=g) / 4,
+            "b_dec": torch.randn(d, generator=g) / 8}  # fmt: skip
+
+
+def _sae_folder(folder: Path) -> Path:
+    """A SAELens folder the server loads with --sae (the Hub is unreachable here)."""
+    from safetensors.torch import save_file
+
+    save_file(_sae_weights(), str(folder / "sae_weights.safetensors"))
+    cfg = {"hook_name": "blocks.1.hook_resid_post", "apply_b_dec_to_input": True}
+    (folder / "cfg.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def _local_sae() -> Any:
+    from ie_core.saes import from_tensors
+
+    return from_tensors(_sae_weights(), address=SAE_POINT, b_dec_in=True)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -54,6 +82,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ie = Path(sys.executable).with_name("ie")
     cmd = [str(ie), "serve", MODEL, "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--api-key", KEY, "--max-model-len", "256", "--disable-uvicorn-access-log"]
+    cmd += ["--sae", f"{SAE_NAME}={_sae_folder(tmp_path_factory.mktemp('sae'))}"]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     with log.open("w") as out:
         proc = subprocess.Popen(
@@ -467,3 +496,83 @@ def test_harvest_over_remote_equals_eager_captures(remote: Any, ref: Any, tmp_pa
             want = run(ref.capture([shard["token_ids"][rows].tolist()], points))
             for p in points:
                 assert float((shard[p][rows] - want[p][0]).abs().max()) <= TOL_EAGER
+
+
+# --- dictionaries served with --sae (issue 26) -----------------------------------------------
+
+
+def _post(server: str, path: str, body: Any) -> httpx.Response:
+    return httpx.post(
+        f"{server}{path}", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=120
+    )
+
+
+def test_served_features_equal_eager_and_steer_by_name(remote: Any, ref: Any) -> None:
+    from ie_core.features import feature_activations, feature_clamp, feature_steer
+
+    sae = _local_sae()
+    listed = run(remote.served_saes())[SAE_NAME]
+    assert listed["address"] == SAE_POINT and listed["d_sae"] == SAE_WIDTH
+    assert listed["key"] == sae.key  # the server loaded exactly these tensors
+    ids = [ref.to_tokens(PROMPT), ref.to_tokens("Four score and seven years ago our fathers")]
+    ids = [p[:8] for p in ids]
+    got = feature_activations(remote, ids, SAE_NAME, k=5, stats=True)
+    want = feature_activations(ref, ids, sae, k=5, stats=True)
+    assert got.ids.shape == (2, 8, 5) and got.sq_error.shape == (2, 8)
+    assert float((got.values - want.values).abs().max()) <= TOL_EAGER
+    dense = feature_activations(remote, ids, {"a": SAE_NAME})["a"].acts
+    assert float((dense - feature_activations(ref, ids, sae).acts).abs().max()) <= TOL_EAGER
+    # Steering by name: the server's op is the one built here from the same dictionary.
+    steer = remote.feature_op(SAE_NAME, 7, coeff=3.0)
+    assert steer == feature_steer(sae, 7, 3.0)
+    clamp = remote.feature_op(SAE_NAME, 7, value=2.0)
+    assert clamp == feature_clamp(sae, 7, 2.0)
+    spec = steer_at("resid_pre.1", clamp)
+    steered = feature_activations(remote, ids, SAE_NAME, k=5, steering=steer_at(SAE_POINT, steer))
+    expected = feature_activations(ref, ids, sae, k=5, steering=steer_at(SAE_POINT, steer))
+    assert float((steered.values - expected.values).abs().max()) <= TOL_EAGER
+    assert float((steered.values - want.values).abs().max()) > 100 * TOL_EAGER  # a control
+    clamped = run(remote.capture(ids, ["resid_post.2"], steering=spec))["resid_post.2"]
+    assert float((clamped - run(ref.capture(ids, ["resid_post.2"], steering=spec))["resid_post.2"]).abs().max()) <= TOL_EAGER  # fmt: skip
+    # A named op inside a raw /v1/ie/capture request is resolved the same way.
+    named = [{"point": "resid_pre", "layers": [1],
+              "ops": [{"kind": "feature_clamp", "sae": SAE_NAME, "feature": 7, "value": 2.0}]}]  # fmt: skip
+    r = _post(remote.server.url, "/v1/ie/capture", {"prompts": ids, "addresses": ["resid_post.2"], "steering": named})  # fmt: skip
+    assert r.status_code == 200, r.text
+    from ie_core.wire import decode_tensors
+
+    assert torch.equal(decode_tensors(r.content)[0]["resid_post.2"], clamped)
+    assert run(remote.stats())["registered"] == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "needle"),
+    [
+        ("/v1/ie/features", {"prompts": [[1, 2, 3]], "saes": ["nope"]}, "served: res1"),
+        ("/v1/ie/features", {"prompts": [[1, 2, 3]], "saes": [SAE_NAME], "k": 97}, "k must be"),
+        ("/v1/ie/features", {"prompts": [[1, 2, 3]], "saes": SAE_NAME}, "non-empty list"),
+        ("/v1/ie/feature_op", {"kind": "feature_steer", "sae": SAE_NAME, "feature": 96}, "outside"),
+        ("/v1/ie/feature_op", {"kind": "additive", "sae": SAE_NAME, "feature": 1}, "'kind'"),
+        (
+            "/v1/ie/capture",
+            {
+                "prompts": [[1, 2]],
+                "addresses": ["resid_post.1"],
+                "steering": [
+                    {
+                        "point": "resid_post",
+                        "layers": [1],
+                        "ops": [{"kind": "feature_ablate", "sae": "nope", "feature": 1}],
+                    }
+                ],
+            },
+            "served: res1",
+        ),
+    ],
+)
+def test_bad_dictionary_requests_are_a_400_naming_the_problem(
+    server: str, path: str, body: Any, needle: str
+) -> None:
+    r = _post(server, path, body)
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]["message"]

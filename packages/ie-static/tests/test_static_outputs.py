@@ -1,6 +1,6 @@
 """vllm-static: per-step logprobs, ragged batches, gradient refusal and capture_attention.
 
-One compiled engine (synthetic Llama, two declared read sites, max_model_len 128), started once
+One compiled engine (synthetic Llama, three declared read sites, max_model_len 128), started once
 (~2-4 min under load: compile). vllm-static shares hooked vLLM's request path, so this checks the
 path holds on the compiled engine: logprobs against a plain HF forward (1e-4, eager vs vLLM fp32),
 ragged rows against its own one-prompt captures (1e-5).
@@ -14,6 +14,7 @@ from ie_core.errors import (
     BadPromptError,
     GradientUnavailableError,
     PointUnavailableError,
+    SteeringSpecError,
     UnsupportedOperationError,
 )
 from ie_core.protocol import SamplingParams, SyncModel
@@ -23,7 +24,7 @@ from ie_core.runner import run
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 MODEL = "ie-synthetic/llama"
-READS = ["resid_post.1", "attn_probs.0"]
+READS = ["resid_post.1", "resid_post.3", "attn_probs.0"]  # 3: the last layer (splice logits)
 PROMPTS = [[1, 17, 42, 99, 7], [1, 250, 3], [1, 64, 11, 5, 180, 23, 9]]
 
 
@@ -139,3 +140,21 @@ def test_static_feature_clamp_relu_and_jumprelu_refusal(pair) -> None:
     jump = steer_at("resid_pre.1", feature_clamp(_dictionary(static.d_model, "jumprelu"), 3, 4.0))
     with pytest.raises(UnsupportedOperationError, match="JumpReLU"):
         static.capture(PROMPTS[0], ["resid_post.1"], steering=jump)
+
+
+def test_static_splice_matches_eager(pair) -> None:
+    """The splice (a clean capture, then a Patch of the reconstruction) on the compiled engine."""
+    from ie_core.splice import splice
+
+    static, eager = pair
+    sae = _dictionary(static.d_model, "relu", seed=4)
+    prompts = [PROMPTS[0], [1, 3, 5, 7, 9]]
+    got = splice(static, prompts, sae)
+    want = splice(eager, prompts, sae)
+    scale = float(want.clean_loss.abs().max())
+    assert float((got.loss - want.loss).abs().max()) < 1e-4 * scale
+    assert float((got.clean_loss - want.clean_loss).abs().max()) < 1e-4 * scale
+    assert float(got.delta.abs().max()) > 1e-2 * scale  # control: the splice moves the loss
+    # A prompt longer than the engine's patch rows per site is refused, naming the reload.
+    with pytest.raises(SteeringSpecError, match="static_patch_rows"):
+        splice(static, [list(range(1, 40))], sae)

@@ -3,10 +3,13 @@ on the same engine: hooked vLLM and vllm-static (encode + top-k in the worker), 
 (generate, capture, encode on the host). SmolLM2-135M, random fp32 dictionaries (16k wide by
 default) at one layer and at four. Results go to JSON and markdown; run it alone.
 
-    uv run --locked python packages/ie-vllm/benchmarks/sae_features.py
+    uv venv /tmp/saelens && uv pip install --python /tmp/saelens/bin/python sae-lens torch==2.13.0
+    uv run --locked python packages/ie-vllm/benchmarks/sae_features.py --saelens-python /tmp/saelens/bin/python
 
-SAELens + TransformerLens is recorded as not run when `sae_lens` does not import (sae-lens 6.x
-pins transformer-lens 3.x, below the 4.x this workspace locks).
+SAELens + TransformerLens (sae-lens 6.x pins transformer-lens 3.x, below the 4.x this workspace
+locks) runs from that environment as a subprocess (`sae_features_saelens.py`: TransformerBridge
+generation, a cached run, SAELens TopK `encode` + top-k); without `--saelens-python` it is
+recorded as not run. Smoke run: `--new-tokens 4 --repeats 1 --width 1024`.
 """
 
 from __future__ import annotations
@@ -107,23 +110,38 @@ def eager_cells(args: argparse.Namespace, sets: dict[str, dict[str, SAE]]) -> di
     return cells
 
 
-def saelens_cell() -> dict:
-    try:
-        import sae_lens  # noqa: F401
-    except ImportError as exc:
-        return {"error": f"sae_lens does not import ({exc}); sae-lens 6.x requires "
-                         "transformer-lens 3.x, this workspace locks 4.x"}  # fmt: skip
-    return {"error": "sae_lens imports, but no SAELens cell is written yet"}
+def saelens_cells(args: argparse.Namespace, sets: dict[str, dict[str, SAE]]) -> dict:
+    """SAELens + TransformerLens on the same work, from its own environment (a subprocess)."""
+    import subprocess
+
+    from ie_core.models import resolve_model_path
+
+    if not args.saelens_python:
+        return {"error": "pass --saelens-python (sae-lens pins a transformer-lens below the "
+                         "workspace's, so it runs from its own environment)"}  # fmt: skip
+    layers = {n: sorted(int(s.address.split(".")[1]) for s in saes.values())
+              for n, saes in sets.items()}  # fmt: skip
+    config = {"prompt": PROMPT, "sets": layers, "width": args.width, "k": args.k,
+              "concurrency": args.concurrency, "new_tokens": args.new_tokens,
+              "repeats": args.repeats}  # fmt: skip
+    cmd = [args.saelens_python, str(HERE / "sae_features_saelens.py"),
+           "--model-folder", str(resolve_model_path(MODEL)), "--config", json.dumps(config)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        last = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"the SAELens subprocess failed: {last[0]}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--backends", default="vllm-static,vllm,eager")
+    ap.add_argument("--backends", default="vllm-static,vllm,eager,saelens")
+    ap.add_argument("--saelens-python", help="python of an environment with sae-lens installed")
     ap.add_argument("--width", type=int, default=16384)
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=16)  # one run in ~8 min on 2 CPU cores
+    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "sae_features")
     args = ap.parse_args()
     sets = {
@@ -133,10 +151,17 @@ def main() -> None:
     tokens = args.concurrency * args.new_tokens
     results: dict[str, Any] = {}
     for backend in args.backends.split(","):
-        cells = eager_cells(args, sets) if backend == "eager" else vllm_cells(backend, args, sets)
+        if backend == "saelens":
+            backend, cells = "saelens+transformerlens", saelens_cells(args, sets)
+        elif backend == "eager":
+            cells = eager_cells(args, sets)
+        else:
+            cells = vllm_cells(backend, args, sets)
+        if "error" in cells:
+            results[backend] = cells
+            continue
         results[backend] = {n: {"seconds": s, "tok_per_s": tokens / s,
                                 "vs_plain": cells["plain"] / s} for n, s in cells.items()}  # fmt: skip
-    results["saelens+transformerlens"] = saelens_cell()
     record = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": platform.processor() or platform.machine(),

@@ -226,3 +226,22 @@ def test_streamed_features_equal_the_read_out_of_the_whole_generation(
     assert values.shape == (10, 4)
     assert (values - want.values[0]).abs().max() < TOL
     assert run(vm.stats())["registered"] == 0
+
+
+@pytest.mark.parametrize("keep_error", [False, True])
+def test_splice_matches_eager(pair: tuple[Any, Any], keep_error: bool) -> None:
+    """The spliced next-token loss on vLLM equals eager's; keep_error=True is the clean run."""
+    from ie_core.splice import splice
+
+    vm, em = pair
+    sae = _dictionary(vm.d_model, "jumprelu", seed=2)
+    got = splice(vm, SAE_PROMPTS, sae, keep_error=keep_error)
+    want = splice(em, SAE_PROMPTS, sae, keep_error=keep_error)
+    scale = float(want.clean_loss.abs().max())
+    assert float((got.loss - want.loss).abs().max()) < TOL * scale
+    assert float((got.clean_loss - want.clean_loss).abs().max()) < TOL * scale
+    if keep_error:
+        assert float((got.loss - got.clean_loss).abs().max()) < TOL * scale
+    else:  # control: the splice moves the loss far beyond the tolerance
+        assert float(got.delta.abs().max()) > 100 * TOL * scale
+    assert run(vm.stats())["registered"] == 0

@@ -1,27 +1,38 @@
 """`FeatureClamp`: the steering op that sets one dictionary feature to a value and keeps the
 reconstruction error, for dictionaries whose feature is a function of its own encoder column
-(ReLU / JumpReLU, no input normalisation). Built by `ie_core.features.feature_clamp`."""
+(ReLU / JumpReLU, no input normalisation). Built by `ie_core.features.feature_clamp`.
+
+Range: the delta is `(value - a(h)) * decoder` with `0 <= a(h) <= |h| |encoder| + |bias|`, so
+`|delta| <= (|value| + |bias| + |h| |encoder|) * max|decoder|`. An op is refused when that bound,
+for a row of norm `ROW_NORM_MAX`, passes half of float32's max: every accepted op then maps every
+row of norm up to `ROW_NORM_MAX` to a finite row (`steer_math` computes it in float64, so
+`h . encoder` cannot overflow on the way).
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ie_core.errors import SteeringSpecError
-from ie_core.spec_values import as_row, real_number
+from ie_core.spec_values import FLOAT32_MAX, as_row, real_number
 
-# The math runs in float32: the products of these values must stay finite there too.
-_PRODUCT_MAX = 1.8e19  # sqrt(float32 max), so |value - a| * |decoder| cannot overflow
+# The largest row norm an accepted clamp is guaranteed finite for. Real models' activations stay
+# below ~1e5 (the "massive activations" of LLMs are ~1e4), so this leaves 25 orders of headroom
+# while still accepting any dictionary whose |encoder| * max|decoder| is below ~1.7e8.
+ROW_NORM_MAX = 1e30
+_DELTA_MAX = FLOAT32_MAX / 2  # the row itself may hold up to the other half
 
 
-def _floats(values: Any, label: str) -> tuple[float, ...]:
-    row = as_row(values, label)  # 1-D, finite, within float32
-    if max(abs(x) for x in row) > _PRODUCT_MAX:
-        raise SteeringSpecError(
-            f"{label} has entries above {_PRODUCT_MAX:.2g}, where the clamp's float32 products "
-            "overflow; rescale the dictionary"
-        )
-    return row
+def delta_bound(
+    encoder: tuple[float, ...], decoder: tuple[float, ...], bias: float, value: float
+) -> float:
+    """The largest `|delta|` entry the clamp can write on a row of norm `ROW_NORM_MAX` (float64:
+    the products of float32 values cannot overflow there)."""
+    enc_norm = math.hypot(*encoder)
+    dec_peak = max(abs(x) for x in decoder)
+    return (abs(value) + abs(bias) + ROW_NORM_MAX * enc_norm) * dec_peak
 
 
 @dataclass(frozen=True)
@@ -39,7 +50,7 @@ class FeatureClamp:
     kind: Literal["feature_clamp"] = field(default="feature_clamp", init=False)
 
     def __post_init__(self) -> None:
-        enc, dec = _floats(self.encoder, "encoder"), _floats(self.decoder, "decoder")
+        enc, dec = as_row(self.encoder, "encoder"), as_row(self.decoder, "decoder")
         if len(enc) != len(dec):
             raise SteeringSpecError(
                 f"encoder ({len(enc)}) and decoder ({len(dec)}) widths differ: a clamp reads and "
@@ -48,13 +59,16 @@ class FeatureClamp:
         object.__setattr__(self, "encoder", enc)
         object.__setattr__(self, "decoder", dec)
         for name in ("bias", "threshold", "value"):
-            v = real_number(getattr(self, name), name)
-            if abs(v) > _PRODUCT_MAX:
-                raise SteeringSpecError(
-                    f"{name} = {v:g} is above {_PRODUCT_MAX:.2g}, where the clamp's float32 "
-                    "products overflow"
-                )
-            object.__setattr__(self, name, v)
+            object.__setattr__(self, name, real_number(getattr(self, name), name))
+        bound = delta_bound(enc, dec, self.bias, self.value)
+        if bound > _DELTA_MAX:
+            raise SteeringSpecError(
+                f"this FeatureClamp could write {bound:.3g} (|value| + |bias| + "
+                f"{ROW_NORM_MAX:g} * |encoder|, times max|decoder|), beyond float32's range "
+                f"for rows of norm up to {ROW_NORM_MAX:g}; a real dictionary's |encoder| * "
+                "max|decoder| is near 1: rescale the encoder column or decoder row, or use "
+                "feature_steer"
+            )
 
     @property
     def vector(self) -> tuple[float, ...]:
@@ -62,4 +76,4 @@ class FeatureClamp:
         return self.decoder
 
 
-__all__ = ["FeatureClamp"]
+__all__ = ["ROW_NORM_MAX", "FeatureClamp", "delta_bound"]

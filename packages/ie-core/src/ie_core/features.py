@@ -68,22 +68,34 @@ def check_dictionary(model: Any, sae: SAE, stats: bool = False) -> None:
 def feature_activations(
     model: InterpModel | SyncModel,
     prompts: Prompt | Sequence[Sequence[int]],
-    sae: SAE | Mapping[str, SAE],
+    sae: SAE | str | Mapping[str, SAE] | Mapping[str, str],
     k: int | None = None,
     *,
     stats: bool = False,
     steering: SteeringArg = None,
 ) -> Any:
-    """Features of `sae` (or of each dictionary in a name -> SAE mapping: a dict of results)."""
+    """Features of `sae` (or of each dictionary in a name -> SAE mapping: a dict of results).
+
+    A string names a dictionary the server serves (`ie serve --sae NAME=SOURCE`, backend
+    `remote`): the encode runs there and only the result comes back."""
     from ie_core.active_steering import with_active
 
     steering = with_active(model, steering)
-    if isinstance(model, SyncModel):
-        model = model.model
-    many = not isinstance(sae, SAE)
-    saes: dict[str, SAE] = dict(sae) if many else {"sae": sae}  # type: ignore[arg-type]
+    m: InterpModel = model.model if isinstance(model, SyncModel) else model
+    return _activations(m, prompts, sae, k, stats, steering)
+
+
+def _activations(
+    model: InterpModel, prompts: Any, sae: Any, k: int | None, stats: bool, steering: Any
+) -> Any:
+    many = not isinstance(sae, SAE | str)
+    saes: dict[str, Any] = dict(sae) if many else {"sae": sae}  # type: ignore[arg-type]
     if k is not None and k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    if any(isinstance(s, str) for s in saes.values()):
+        got = _served(model, prompts, saes, k, stats, steering)
+        out = {n: Features.from_outputs(o) for n, o in got.items()}
+        return out if many else out["sae"]
     for one in saes.values():
         check_dictionary(model, one, stats)
     reduce = getattr(model, "dictionary_features", None)
@@ -96,6 +108,23 @@ def feature_activations(
                for n, s in saes.items()}  # fmt: skip
     out = {n: Features.from_outputs(raw[n]) for n in saes}
     return out if many else out["sae"]
+
+
+def _served(
+    model: Any, prompts: Any, names: dict[str, Any], k: int | None, stats: bool, steering: Any
+) -> dict[str, Any]:
+    """A served read-out: every value a name (a mix with loaded dictionaries is refused)."""
+    if not all(isinstance(s, str) for s in names.values()):
+        raise TypeError("give either served dictionary names or loaded SAEs, not a mix")
+    served = getattr(model, "served_features", None)
+    if served is None:
+        raise UnsupportedOperationError(
+            f"{type(model).__name__} serves no named dictionaries (a name is resolved by an "
+            "`ie serve --sae NAME=SOURCE` server, backend 'remote'); load the dictionary here "
+            "with ie_core.saes.load_sae and pass the SAE"
+        )
+    out: dict[str, Any] = run(served(prompts, names, k=k, stats=stats, steering=steering))
+    return out
 
 
 def feature_steer(sae: SAE, feature: int, coeff: float = 1.0) -> Additive:

@@ -150,6 +150,9 @@ def _tl_patterns() -> list[tuple[re.Pattern[str], str]]:
 
 def address_from_hook(hook_name: str) -> str:
     """`blocks.10.hook_resid_post` -> `resid_post.10` (TransformerLens names, as SAELens writes)."""
+    # TransformerLens before 4 named a norm's output `ln2.hook_normalized` (SAELens transcoders
+    # read it); the registry holds the current `ln2.hook_out`.
+    hook_name = re.sub(r"\.(ln\d|ln_final)\.hook_normalized$", r".\1.hook_out", hook_name)
     for pattern, name in _tl_patterns():
         m = pattern.match(hook_name)
         if m:
@@ -199,8 +202,15 @@ def _saelens(folder: Path, address: str | None) -> SAE:
     from safetensors.torch import load_file
 
     cfg = json.loads((folder / "cfg.json").read_text())
+    # SAELens 6 keeps hook names (and the sae id) under "metadata"; earlier versions at the top.
+    cfg = {**(cfg.get("metadata") or {}), **cfg}
     w = load_file(str(folder / "sae_weights.safetensors"))
     arch = str(cfg.get("architecture", "standard"))
+    if cfg.get("rescale_acts_by_decoder_norm"):
+        raise DictionaryFormatError(
+            "rescale_acts_by_decoder_norm is not supported (its TopK ranks activations scaled "
+            "by decoder norms); fold the norms into W_enc / W_dec and save it without"
+        )
     act_fn = str(cfg.get("activation_fn_str", cfg.get("activation_fn", "relu")))
     k = cfg.get("k", (cfg.get("activation_fn_kwargs") or {}).get("k"))
     if arch == "gated":

@@ -75,10 +75,18 @@ def op_delta(h: torch.Tensor, op: SteeringOp) -> torch.Tensor:
         t = _unit(op.target, dev)
         return (h @ s).unsqueeze(-1) * (t - s)
     if isinstance(op, FeatureClamp):
-        p = h @ torch.tensor(op.encoder, dtype=torch.float32, device=dev) + op.bias
-        act = torch.relu(p) * (p > op.threshold)
-        return (op.value - act).unsqueeze(-1) * torch.tensor(op.decoder, device=dev)
+        return _clamp_delta(h, op)
     raise TypeError(f"unknown steering op {op!r}")
+
+
+def _clamp_delta(h: torch.Tensor, op: FeatureClamp) -> torch.Tensor:
+    """The clamp's delta, computed in float64: `h . encoder` of a huge row by a large encoder can
+    pass float32's max even where the delta the op's range check admits does not (feature_ops)."""
+    f64 = torch.float64
+    p = h.to(f64) @ torch.tensor(op.encoder, dtype=f64, device=h.device) + op.bias
+    act = torch.relu(p) * (p > op.threshold)
+    delta = (op.value - act).unsqueeze(-1) * torch.tensor(op.decoder, dtype=f64, device=h.device)
+    return delta.float()
 
 
 def check_ops_fit(ops: Sequence[SteeringOp], dtype: torch.dtype, where: str) -> None:
@@ -97,6 +105,9 @@ def check_ops_fit(ops: Sequence[SteeringOp], dtype: torch.dtype, where: str) -> 
         elif isinstance(op, Patch):
             peak = max(abs(x) for row in op.values for x in row)
             what = f"patch value {peak:g}"
+        elif isinstance(op, FeatureClamp):
+            peak = abs(op.value) * max(abs(x) for x in op.vector)
+            what = f"feature clamp value * decoder reaches {peak:g}"
         else:
             continue
         if peak > limit:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ from ie_core.protocol import (
     StreamChunk,
     TopK,
 )
+from ie_core.steering import SteeringOp, op_from_dict
 from ie_core.wire import (
     SAFETENSORS,
     decode_tensors,
@@ -297,6 +298,55 @@ class RemoteModel:
             response = await client.get("/v1/ie/stats")
         _raise_for(response)
         return dict(response.json())
+
+    # --- dictionaries served by `ie serve --sae NAME=SOURCE` ----------------------------------
+
+    async def served_saes(self) -> dict[str, Any]:
+        """Per served name: address, out_address, d_in, d_sae, activation, k, key."""
+        async with self.server.client() as client:
+            response = await client.get("/v1/ie/saes")
+        _raise_for(response)
+        return dict(response.json())
+
+    async def served_features(
+        self,
+        tokens: Any,
+        names: Mapping[str, str],
+        *,
+        k: int | None = None,
+        stats: bool = False,
+        steering: SteeringArg = None,
+    ) -> dict[str, dict[str, Any]]:
+        """Per key of `names`, the served dictionary's outputs (`ids` / `values` or `acts`, and
+        `sq_error` / `sq_norm` with stats), encoded in the server's worker."""
+        served = list(dict.fromkeys(names.values()))
+        body = {"prompts": _plain(tokens), "saes": served, "k": k, "stats": stats,
+                "steering": steering_to_wire(steering)}  # fmt: skip
+        tensors, _ = decode_tensors((await self._post("/v1/ie/features", body)).content)
+        out: dict[str, dict[str, Any]] = {}
+        for label, name in names.items():
+            prefix = f"{name}|"
+            out[label] = {n[len(prefix) :]: t for n, t in tensors.items() if n.startswith(prefix)}
+        return out
+
+    def feature_op(
+        self, sae: str, feature: int, *, coeff: float | None = None, value: float | None = None
+    ) -> SteeringOp:
+        """A served feature as a plain op: `coeff` -> `feature_steer`, `value` ->
+        `feature_clamp`, neither -> `feature_ablate` (the server builds it from its dictionary)."""
+        if coeff is not None and value is not None:
+            raise ValueError("give coeff (steer) or value (clamp), not both")
+        body: dict[str, Any] = {"sae": sae, "feature": feature}
+        if coeff is not None:
+            body.update(kind="feature_steer", coeff=coeff)
+        elif value is not None:
+            body.update(kind="feature_clamp", value=value)
+        else:
+            body["kind"] = "feature_ablate"
+        with self.server.sync_client() as client:
+            response = client.post("/v1/ie/feature_op", json=body)
+        _raise_for(response)
+        return op_from_dict(response.json())
 
     async def warmup(self) -> None:
         return None  # the server warmed its engine at start-up

@@ -56,9 +56,11 @@ class IEEndpointPlugin:
     def attach_router(self, app: Any) -> None:
         if not _enabled(getattr(app.state, "args", None)):
             return
+        from ie_vllm.http_features import features_router
         from ie_vllm.http_routes import router
 
         app.include_router(router)
+        app.include_router(features_router)
         app.add_middleware(SteeringMiddleware)
         keys = server_keys(app.state.args)
         if keys:  # added last, so it runs first: no body is read for a request without the key
@@ -69,6 +71,9 @@ class IEEndpointPlugin:
             return
         state.ie_model = await served_model(engine_client, args)
         state.ie_limits = limits_for(state.ie_model, _max_model_len(engine_client, args))
+        from ie_vllm.served_saes import SAES_ENV, load_served
+
+        state.ie_saes = load_served(state.ie_model, os.environ.get(SAES_ENV))
 
 
 def _max_model_len(engine_client: Any, args: Namespace) -> int:
@@ -243,7 +248,10 @@ async def _register_steering(
             f"vllm_xargs.{STEERING_XARG} must be a JSON string (vllm_xargs values are flat)"
         )
     try:
-        specs = steering_from_wire(parse_json(raw.encode()))
+        from ie_vllm.served_saes import resolve_steering
+
+        saes = getattr(scope["app"].state, "ie_saes", None) or {}
+        specs = steering_from_wire(resolve_steering(parse_json(raw.encode()), saes))
     except json.JSONDecodeError as exc:
         raise BadRequest(f"vllm_xargs.{STEERING_XARG} is not valid JSON: {exc}") from None
     model = scope["app"].state.ie_model

@@ -45,6 +45,7 @@ from ie_vllm.http_limits import (
     parse_json,
     text_bytes,
 )
+from ie_vllm.served_saes import resolve_steering
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -162,6 +163,16 @@ def _sampling(data: dict[str, Any]) -> Any:
     return sampling
 
 
+def served_saes(request: Request) -> dict[str, Any]:
+    """The dictionaries named at start-up (`ie serve --sae NAME=SOURCE`), by name."""
+    return getattr(request.app.state, "ie_saes", None) or {}
+
+
+def _steering(request: Request, data: dict[str, Any]) -> Any:
+    """A request's steering specs, its named feature ops resolved against the served ones."""
+    return steering_from_wire(resolve_steering(data.get("steering") or [], served_saes(request)))
+
+
 def _canonical(addresses: list[str]) -> list[str]:
     out = []
     for a in addresses:
@@ -229,7 +240,7 @@ async def capture(request: Request) -> Response:
     check_response(
         limits, size, f"capturing {len(addresses)} addresses over {len(prompts)} prompts"
     )
-    steering = steering_from_wire(data.get("steering") or [])
+    steering = _steering(request, data)
     cache = await _unless_gone(request, m.capture(prompts, addresses, steering=steering))
     return await _tensors({str(a): t for a, t in cache.items()})
 
@@ -242,9 +253,7 @@ async def capture_generation(request: Request) -> Response:
     seq = min(len(ids) + sampling.max_new_tokens - 1, limits.max_model_len)
     size = capture_bytes(m.info.get("widths", {}), _canonical(addresses), [seq])
     check_response(limits, size, f"capturing {len(addresses)} addresses over {seq} tokens")
-    work = m.capture_generation(
-        ids, addresses, sampling, steering=steering_from_wire(data.get("steering") or [])
-    )
+    work = m.capture_generation(ids, addresses, sampling, steering=_steering(request, data))
     result = await _unless_gone(request, work)
     meta = asdict(result.generation)
     return await _tensors({str(a): t for a, t in result.cache.items()}, meta)
@@ -254,7 +263,7 @@ async def capture_generation(request: Request) -> Response:
 async def generate(request: Request) -> JSONResponse:
     m, data, limits = _model(request), await _json(request), _limits(request)
     ids = await _one(m, limits, _field(data, "prompt", (list, str)))
-    work = m.generate(ids, _sampling(data), steering=steering_from_wire(data.get("steering") or []))
+    work = m.generate(ids, _sampling(data), steering=_steering(request, data))
     return JSONResponse(asdict(await _unless_gone(request, work)))
 
 
@@ -264,7 +273,7 @@ async def generate_stream(request: Request) -> Response:
     m, data = _model(request), await _json(request)
     prompt = await _one(m, _limits(request), _field(data, "prompt", (list, str)))
     sampling = _sampling(data)
-    steering = steering_from_wire(data.get("steering") or [])
+    steering = _steering(request, data)
     stream = m.generate_stream(prompt, sampling, steering=steering)
     first = await anext(stream)  # validation errors surface here, before any 200
 
@@ -311,4 +320,4 @@ async def lens_topk(request: Request) -> Response:
     return await _tensors({"ids": top.ids, "probs": top.probs})
 
 
-__all__ = ["RefusingRoute", "router"]
+__all__ = ["RefusingRoute", "router", "served_saes"]

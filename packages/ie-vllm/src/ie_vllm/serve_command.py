@@ -23,6 +23,7 @@ from ie_core.models import resolve_model_path
 
 from ie_vllm.engine import DEFAULT_CPU_KVCACHE_GIB, WORKER_EXTENSION, on_cpu
 from ie_vllm.http_limits import DEFAULT_RESPONSE_MIB, RESPONSE_ENV
+from ie_vllm.served_saes import SAES_ENV, parse_sae_args, sae_env
 from ie_vllm.watchdog import mark_client
 
 BACKENDS = ("vllm", "vllm-generate")
@@ -215,9 +216,18 @@ def serve_command(argv: list[str]) -> int:
         help="refuse a /v1/ie request whose answer would be larger, computed before running it "
         f"(default: {DEFAULT_RESPONSE_MIB})",
     )
+    parser.add_argument(
+        "--sae",
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE",
+        help="serve a sparse dictionary (SAELens / Gemma Scope / sparsify folder or Hub id) under "
+        "NAME for /v1/ie/features and named feature steering; repeatable",
+    )
     args, rest = parser.parse_known_args(argv)
     if args.ie_max_response_mib <= 0:
         raise SystemExit("ie serve: --ie-max-response-mib must be positive")
+    saes = parse_sae_args(args.sae)
     warning = exposure_warning(rest, dict(os.environ), args.allow_no_api_key)
     vllm_argv = serve_argv(args.model, args.backend, rest)
     if warning is not None:
@@ -233,6 +243,7 @@ def serve_command(argv: list[str]) -> int:
     os.environ["VLLM_PLUGINS"] = plugins_allowlist(os.environ.get("VLLM_PLUGINS"))
     os.environ[BACKEND_ENV] = args.backend
     os.environ[RESPONSE_ENV] = str(args.ie_max_response_mib)
+    os.environ[SAES_ENV] = sae_env(saes)
     mark_client()  # the server keeps this pid across execv; its engine processes watch it
     os.execv(sys.executable, [sys.executable, "-m", "ie_vllm.serve_main", *vllm_argv])
     return 0  # not reached

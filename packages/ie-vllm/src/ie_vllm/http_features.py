@@ -1,0 +1,79 @@
+"""The dictionary routes of `ie serve`: `GET /v1/ie/saes` lists the dictionaries named at
+start-up (`--sae NAME=SOURCE`), `POST /v1/ie/features` reads features by name (the encode and
+the top-k run in the worker; the answer is safetensors `NAME|ids`, `NAME|values`, or `NAME|acts`,
+plus `NAME|sq_error` / `NAME|sq_norm` with stats), and `POST /v1/ie/feature_op` turns a named
+feature op into the plain op's JSON (what the remote backend steers with).
+
+A name the server does not serve, a feature outside the dictionary or a dictionary whose point
+this server cannot read is a 4xx with the reason, before any forward runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from ie_vllm.http_errors import BadRequest
+from ie_vllm.http_limits import check_response
+from ie_vllm.http_routes import (
+    RefusingRoute,
+    _batch,
+    _json,
+    _limits,
+    _model,
+    _steering,
+    _tensors,
+    _unless_gone,
+    served_saes,
+)
+from ie_vllm.served_saes import NAMED_KINDS, describe, named_op, served
+
+features_router = APIRouter(prefix="/v1/ie", route_class=RefusingRoute)
+
+
+def _k(data: dict[str, Any], d_sae: int) -> int | None:
+    k = data.get("k")
+    if k is None:
+        return None
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= d_sae:
+        raise BadRequest(f"k must be an integer from 1 to the dictionary's {d_sae}, got {k!r:.40}")
+    return k
+
+
+@features_router.get("/saes")
+async def saes(request: Request) -> JSONResponse:
+    return JSONResponse(describe(served_saes(request)))
+
+
+@features_router.post("/features")
+async def features(request: Request) -> Response:
+    m, data, limits = _model(request), await _json(request), _limits(request)
+    names = data.get("saes")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise BadRequest("'saes' must be a non-empty list of served dictionary names")
+    chosen = {n: served(served_saes(request), n) for n in dict.fromkeys(names)}
+    widest = max(s.d_sae for s in chosen.values())
+    k, stats = _k(data, min(s.d_sae for s in chosen.values())), data.get("stats", False)
+    if not isinstance(stats, bool):
+        raise BadRequest("'stats' must be true or false")
+    prompts = await _batch(m, limits, data.get("prompts"))
+    tokens = sum(min(len(p), limits.max_model_len) for p in prompts)
+    per_token = (12 * k if k is not None else 4 * widest) + (8 if stats else 0)
+    check_response(limits, tokens * per_token * len(chosen), f"features over {tokens} tokens")
+    steering = _steering(request, data)
+    work = m.dictionary_features(prompts, chosen, k=k, stats=stats, steering=steering)
+    out = await _unless_gone(request, work)
+    return await _tensors({f"{n}|{o}": t for n, got in out.items() for o, t in got.items()})
+
+
+@features_router.post("/feature_op")
+async def feature_op(request: Request) -> JSONResponse:
+    data = await _json(request)
+    if data.get("kind") not in NAMED_KINDS:
+        raise BadRequest(f"'kind' must be one of {', '.join(NAMED_KINDS)}")
+    return JSONResponse(named_op(data, served_saes(request)))
+
+
+__all__ = ["features_router"]

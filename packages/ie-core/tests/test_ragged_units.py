@@ -93,3 +93,18 @@ def test_bad_prompt_lists_are_refused_before_any_capture(prompts: object) -> Non
     with pytest.raises(BadPromptError, match="capture_ragged takes"):
         capture_ragged(model, prompts, ["resid_post.0"])  # type: ignore[arg-type]
     assert model.batches == []
+
+
+def test_steering_reaches_every_group_and_one_prompt_works() -> None:
+    seen: list[object] = []
+
+    class Recording(FakeModel):
+        async def capture(self, tokens, addresses, *, steering=None) -> ActivationCache:  # type: ignore[no-untyped-def]
+            seen.append(steering)
+            return await super().capture(tokens, addresses)
+
+    spec = object()
+    cache = capture_ragged(Recording(), ["ab", "c", "de"], ["resid_post.0"], steering=spec)  # type: ignore[arg-type]
+    assert seen == [spec, spec]  # one capture per length, each steered
+    one = capture_ragged(FakeModel(), ["abc"], ["resid_post.0"])
+    assert one["resid_post.0"].shape == (1, 3, WIDTH) and cache.lengths == (2, 1, 2)

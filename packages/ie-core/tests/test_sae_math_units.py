@@ -90,3 +90,17 @@ def test_topk_is_largest_first_and_k_is_capped_at_the_width() -> None:
     assert ids.tolist() == [[1, 3, 2]] and values.tolist() == [[3.0, 2.0, 1.0]]
     ids, values = topk_features(acts, 10)
     assert ids.tolist() == [[1, 3, 2, 0]] and values.shape == (1, 4)
+
+
+def test_jumprelu_at_its_threshold_is_off_and_topk_uses_the_feature_axis() -> None:
+    from ie_core.sae_math import activate
+
+    w = {"threshold": torch.tensor([1.0, 1.0, 1.0])}
+    pre = torch.tensor([[1.0, 1.5, 0.5]])
+    assert activate(pre, w, DictMeta("jumprelu")).tolist() == [[0.0, 1.5, 0.0]]
+    # [batch 1, seq 2, features 5], k = 3: more than the seq axis, fewer than the features.
+    acts = torch.tensor([[[5.0, 1.0, 4.0, 2.0, 3.0], [0.0, 9.0, 8.0, 7.0, 1.0]]])
+    dense = activate(acts, {}, DictMeta("topk", k=3))
+    assert dense.tolist() == [[[5.0, 0.0, 4.0, 0.0, 3.0], [0.0, 9.0, 8.0, 7.0, 0.0]]]
+    ids, values = topk_features(acts, 3)
+    assert ids.tolist() == [[[0, 2, 4], [1, 2, 3]]] and values.shape == (1, 2, 3)

@@ -72,3 +72,22 @@ def test_head_columns_and_patch_rows() -> None:
     assert values[0, 0].tolist() == [3.0, 4.0] and values[0, 2].tolist() == [1.0, 2.0]
     with pytest.raises(RuntimeError, match="needs the rows' positions"):
         patch_rows(Patch([[1.0, 2.0]], positions=(1,)), None, x)
+
+
+def test_head_ops_on_batched_rows() -> None:
+    """[batch, seq, width] rows (what backends pass): heads select columns, positions rows."""
+    h = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
+    scaled = apply_ops(h, [Scale(-1.0, heads=(1,), head_dim=2)])
+    want = h.clone()
+    want[..., 2:] *= -1
+    assert torch.equal(scaled, want)
+    positions = torch.tensor([[0, 1, 2], [5, 6, 7]])
+    patched = apply_ops(
+        h, [Patch([[9.0] * 4], positions=(1, 6), heads=(0,), head_dim=2)], positions=positions
+    )
+    want = h.clone()
+    want[0, 1, :2] = 9.0
+    want[1, 1, :2] = 9.0
+    assert torch.equal(patched, want)
+    rows = apply_ops(h, [Patch([[9.0] * 4], positions=(2,))], positions=positions)
+    assert torch.equal(rows[0, 2], torch.full((4,), 9.0)) and torch.equal(rows[1], h[1])

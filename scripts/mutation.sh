@@ -16,6 +16,6 @@ nice -n 10 uv run --locked --with mutmut==3.8.1 mutmut run --max-children "${MUT
   > /dev/null
 seconds=$(( $(date +%s) - start ))
 uv run --locked --with mutmut==3.8.1 mutmut results --all true > mutants/results.txt
-uv run --locked python "$root/scripts/mutation_report.py" mutants/results.txt "$seconds" \
+uv run --locked python "$root/scripts/mutation_report.py" mutants mutants/results.txt "$seconds" \
   > "$root/docs/notes/mutation.md"
 echo "wrote docs/notes/mutation.md (${seconds}s)"

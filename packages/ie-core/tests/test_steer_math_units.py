@@ -91,3 +91,35 @@ def test_head_ops_on_batched_rows() -> None:
     assert torch.equal(patched, want)
     rows = apply_ops(h, [Patch([[9.0] * 4], positions=(2,))], positions=positions)
     assert torch.equal(rows[0, 2], torch.full((4,), 9.0)) and torch.equal(rows[1], h[1])
+
+
+def test_row_norms_are_per_row_across_scales() -> None:
+    """Each row is scaled by its own power of two: rows 1e30 and 1e-30 apart keep exact norms
+    (one scale for the whole tensor would flush the small row to zero)."""
+    from ie_core.steer_math import row_norm
+
+    h = torch.tensor([[3e30, 4e30], [3e-30, 4e-30], [0.0, 0.0]])
+    got = row_norm(h).squeeze(-1)
+    assert torch.allclose(got[:2] / torch.tensor([5e30, 5e-30]), torch.ones(2), rtol=1e-6)
+    assert got[2] == 0.0
+
+
+def test_every_op_is_checked_not_only_those_before_an_unchecked_one() -> None:
+    ops = [LensAblate([1.0, 0.0]), Scale(2.0), Additive([BIG, 1.0])]
+    with pytest.raises(SteeringSpecError, match="additive delta"):
+        check_ops_fit(ops, torch.float16, "x")  # type: ignore[arg-type]
+
+
+def test_feature_clamp_at_its_threshold_is_off() -> None:
+    from ie_core.feature_ops import FeatureClamp
+
+    h = torch.tensor([[1.0, 0.0], [2.0, 0.0]])  # p = h . e1 = 1 (at the threshold), 2 (above)
+    op = FeatureClamp([1.0, 0.0], [0.0, 1.0], bias=0.0, threshold=1.0, value=5.0)
+    out = apply_ops(h, [op])
+    assert out[:, 1].tolist() == [5.0, 3.0]  # a = 0 at the threshold, 2 above it
+
+
+def test_a_patch_of_every_position_hits_every_row_of_a_batch() -> None:
+    h = torch.zeros(2, 3, 2)
+    values, hit = patch_rows(Patch([1.0, 2.0]), None, h)
+    assert hit.shape == (2, 3) and bool(hit.all()) and values.shape == (2, 3, 2)

@@ -32,6 +32,12 @@ EQUIVALENT: dict[str, str] = {
     "ie_core.sae_math.xǁDictMetaǁfrom_dict__mutmut_24": "bool(None) is bool(False)",
     "ie_core.steer_math.x_unit_vector__mutmut_12": "peak is never 0: as_vector refuses zero vectors",
     "ie_core.steer_math.x_head_columns__mutmut_1": "Patch and Scale refuse heads without head_dim",
+    "ie_core.spec_values.x__real_dtype__mutmut_7": "str(None) names no complex or bool dtype",
+    "ie_core.spec_values.x__real_dtype__mutmut_10": "str(None) names no complex or bool dtype",
+    **{
+        f"ie_core.wire.x_steering_from_wire__mutmut_{n}": "bool(None) is bool(False)"
+        for n in (77, 79, 85, 87, 93, 95)
+    },
 }
 
 _LINE = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>.+)$")
@@ -55,8 +61,10 @@ def _sources(mutants: Path, module: str) -> dict[str, str]:
 
 def diff(sources: dict[str, str], name: str) -> list[str]:
     func = name.split(".")[-1]
-    orig = sources.get(func.rsplit("__mutmut_", 1)[0] + "__mutmut_orig", "").splitlines()[1:]
-    mutated = sources.get(func, "").splitlines()[1:]
+    base = func.rsplit("__mutmut_", 1)[0]
+    orig = sources.get(base + "__mutmut_orig", "").replace(base + "__mutmut_orig", base, 1)
+    mutated = sources.get(func, "").replace(func, base, 1)
+    orig, mutated = orig.splitlines(), mutated.splitlines()
     lines = difflib.unified_diff(orig, mutated, lineterm="", n=0)
     return [x for x in lines if x[:1] in "+-" and not x.startswith(("+++", "---"))]
 

@@ -106,7 +106,7 @@ def test_render_writes_matrix_between_markers_and_pages(tmp_path: Path) -> None:
     render_all(results, tmp_path)
     text = (tmp_path / "README.md").read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text
-    assert "| [ie-synthetic/a](models/ie-synthetic__a.md) | · | ✅ 1/1 |" in text
+    assert "| [ie-synthetic/a](models/ie-synthetic__a.md) | · | ✅ 1/1 · bit-exact |" in text
     assert "UNEXPLAINED" in text  # a failing cell with no recorded explanation is flagged
     assert (tmp_path / "models" / "ie-synthetic__b.md").exists()
 
@@ -177,3 +177,46 @@ def test_a_mixer_a_hybrid_layer_lacks_is_no_module_for_nnsight() -> None:
     assert _envoy(root, ["model", "layers", "0", "mamba"]) == "m"
     with pytest.raises(AttributeError):
         _envoy(root, ["model", "layers", "0", "self_attn"])
+
+
+def test_committed_results_agree_with_the_current_gates() -> None:
+    """Drift check: re-gating the stored metrics changes nothing (else `ie validate rescore`)."""
+    from ie_validator.rescoring import rescore
+
+    stale = [
+        f"{r['hf_id']} / {r['engine']}" for r in load_results(CHECKOUT.results) if rescore(r) != r
+    ]
+    assert not stale, "run `uv run ie validate rescore`"
+
+
+def _result_with(points: list[dict]) -> dict:
+    summary = {"pass": len(points), "warn": 0, "fail": 0, "n/a": 0}
+    return {"status": "ok", "dtype": "float32", "verdict": "pass", "summary": summary,
+            "points": points}  # fmt: skip
+
+
+def _point(tier: str, rel: float, max_abs: float) -> dict:
+    return {"tier": tier, "status": "pass", "reason": "", "cos": 1.0, "rel_diff": rel,
+            "max_abs_diff": max_abs}  # fmt: skip
+
+
+def test_rescore_applies_the_gates_to_stored_metrics() -> None:
+    from ie_validator.rescoring import rescore
+
+    fine = _result_with([_point("fused", 5e-5, 1e-4), _point("raw_hf", 5e-6, 1e-5)])
+    assert rescore(fine) == fine
+    loose = _result_with([_point("fused", 2e-4, 1e-3), _point("raw_hf", 2e-5, 1e-4)])
+    out = rescore(loose)
+    assert [p["status"] for p in out["points"]] == ["warn", "fail"]
+    assert out["summary"] == {"pass": 0, "warn": 1, "fail": 1, "n/a": 0}
+    assert out["verdict"] == "fail"
+
+
+def test_a_cell_shows_its_worst_and_bit_exact_only_at_zero() -> None:
+    from ie_validator.render import _cell
+
+    exact = _result_with([_point("raw_hf", 0.0, 0.0), _point("raw_hf", 0.0, 0.0)])
+    assert _cell(exact).endswith("· bit-exact")
+    # One point off by a rounding step is not bit-exact, however small.
+    near = _result_with([_point("raw_hf", 0.0, 0.0), _point("raw_hf", 3e-8, 1e-7)])
+    assert _cell(near).endswith("· rel ≤ 3.0e-08") and "bit-exact" not in _cell(near)

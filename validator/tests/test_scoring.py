@@ -18,10 +18,31 @@ def test_identical_passes_with_exact_metrics(tier: Tier) -> None:
     assert s.max_abs_diff == 0.0 and s.rel_diff == 0.0
 
 
-def test_small_noise_passes_raw_tier_large_noise_fails() -> None:
-    assert score(REF, REF + 1e-5, Tier.RAW_HF).status is Status.PASS
-    noisy = score(REF, REF + RNG.normal(scale=1e-2, size=REF.shape), Tier.RAW_HF)
-    assert noisy.status is Status.FAIL and "raw-HF gate" in noisy.reason
+def test_gates_are_the_project_tolerances_per_tier() -> None:
+    """fp32: rel <= 1e-5 on the raw-HF tier (the tests' same-engine tolerance), 1e-4 on the
+    fused tier (eager vs vLLM); just past each gate fails (raw) or warns (fused)."""
+    noise = RNG.normal(size=REF.shape)
+    noise *= np.linalg.norm(REF) / np.linalg.norm(noise)  # rel(REF + e * noise) == e
+    assert score(REF, REF + 0.9e-5 * noise, Tier.RAW_HF).status is Status.PASS
+    raw = score(REF, REF + 1.1e-5 * noise, Tier.RAW_HF)
+    assert raw.status is Status.FAIL and "raw_hf gate (float32)" in raw.reason
+    assert score(REF, REF + 0.9e-4 * noise, Tier.FUSED).status is Status.PASS
+    fused = score(REF, REF + 1.1e-4 * noise, Tier.FUSED)
+    assert fused.status is Status.WARN and "rel <= 0.0001" in fused.reason
+
+
+def test_the_old_loose_gates_no_longer_pass() -> None:
+    # Negative control: 2e-3 absolute noise (the old raw gate) and rel 0.4 (the old fused gate
+    # passed up to 0.5) are both far outside the project's tolerances.
+    assert score(REF, REF + 2e-3, Tier.RAW_HF).status is Status.FAIL
+    assert score(REF, REF + RNG.normal(scale=0.4, size=REF.shape), Tier.FUSED).status is not (
+        Status.PASS
+    )
+
+
+def test_a_dtype_without_gates_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"no validator gates for bfloat16.*float32"):
+        score(REF, REF.copy(), Tier.RAW_HF, dtype="bfloat16")
 
 
 @pytest.mark.parametrize("tier", list(Tier))
@@ -39,7 +60,11 @@ def test_scale_error_fails_relative_gate() -> None:
     assert fused.rel_diff == pytest.approx(1.0)
     assert fused.status is Status.WARN and "rel" in fused.reason
     assert score(REF, 2.0 * REF, Tier.RAW_HF).status is Status.FAIL
-    assert score(REF, 1.2 * REF, Tier.FUSED).status is Status.PASS  # rel 0.2 is inside the gate
+    # A 1.2x scale error (rel 0.2, cos 1) is a wrong tensor on every tier.
+    assert score(REF, 1.2 * REF, Tier.FUSED).status is Status.WARN
+    assert score(REF, 1.2 * REF, Tier.RAW_HF).status is Status.FAIL
+    # A 1 + 1e-6 scale is rounding: it passes both.
+    assert score(REF, (1 + 1e-6) * REF, Tier.RAW_HF).status is Status.PASS
 
 
 @pytest.mark.parametrize("tier", list(Tier))
@@ -67,11 +92,11 @@ def test_mask_conventions_agree_but_different_masks_fail() -> None:
 
 def test_worst_token_is_reported_not_gating() -> None:
     other = REF.copy()
-    other[0, 4] += 5e-4
+    other[0, 4] += 5e-6
     s = score(REF, other, Tier.RAW_HF)
     assert s.status is Status.PASS
     assert s.worst_token == 4
-    assert s.worst_token_max_abs_diff == pytest.approx(5e-4)
+    assert s.worst_token_max_abs_diff == pytest.approx(5e-6)
 
 
 def test_nan_fails() -> None:

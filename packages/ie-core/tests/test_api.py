@@ -42,6 +42,28 @@ def test_runner_runs_coroutines_and_async_iterators() -> None:
     assert list(iterate(count())) == [0, 1, 2]
 
 
+def test_runner_works_in_a_forked_child() -> None:
+    """A child forked after the background loop started gets a loop of its own (it inherited the
+    loop object, not its thread); an alarm ends the child if it would hang instead."""
+    import os
+    import signal
+
+    async def triple(x: int) -> int:
+        return 3 * x
+
+    assert run(triple(1)) == 3  # the parent's loop is running
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        signal.alarm(30)
+        os.write(write, str(run(triple(2))).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 16) == b"6" and os.waitstatus_to_exitcode(status) == 0
+    assert run(triple(3)) == 9  # the parent's loop is untouched
+
+
 def test_unknown_backend_is_refused_with_the_known_names() -> None:
     with pytest.raises(BackendNotInstalledError, match=r"unknown backend .tpu.*eager"):
         load_model("ie-synthetic/llama", backend="tpu")

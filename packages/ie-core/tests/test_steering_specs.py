@@ -253,3 +253,31 @@ def _clamp_growth(op) -> float:  # type: ignore[no-untyped-def]
     if op.kind != "feature_clamp":
         return 0.0
     return float(np.hypot.reduce(op.encoder)) * max(abs(x) for x in op.decoder)
+
+
+def test_values_exactly_at_the_float32_limits_are_accepted() -> None:
+    """The bounds are inclusive: float32's max itself is a float32 value, its smallest normal a
+    usable direction scale (a `>=` or `<=` in the checks would refuse them)."""
+    from ie_core.feature_ops import FeatureClamp
+    from ie_core.spec_values import FLOAT32_MAX, FLOAT32_MIN_NORMAL, as_vector, real_number
+
+    assert real_number(FLOAT32_MAX, "x") == FLOAT32_MAX
+    assert as_vector([FLOAT32_MAX, 0.0]) == (FLOAT32_MAX, 0.0)
+    assert as_vector([FLOAT32_MIN_NORMAL]) == (FLOAT32_MIN_NORMAL,)
+    edge = 1.8e19
+    clamp = FeatureClamp([edge, 1.0], [1.0, -edge], bias=edge, threshold=0.0, value=-edge)
+    assert clamp.encoder[0] == edge and clamp.value == -edge
+
+
+def test_tensor_dtypes_are_judged_by_name() -> None:
+    import numpy as np
+    from ie_core.spec_values import as_row, real_number
+
+    with pytest.raises(SteeringSpecError, match=r"dtype torch\.bool"):
+        as_row(torch.tensor([True, False]))
+    with pytest.raises(SteeringSpecError, match="complex"):
+        as_row(np.array([1 + 1j]))
+    assert as_row(np.array([1.5, 2.0], dtype=np.float16)) == (1.5, 2.0)
+    assert real_number(torch.tensor(2.5), "x") == 2.5 and real_number(np.float32(1.5), "x") == 1.5
+    with pytest.raises(SteeringSpecError, match="must be a real number"):
+        real_number(torch.tensor(True), "x")

@@ -209,12 +209,24 @@ def test_topk_probabilities_are_full_vocab_softmax() -> None:
 
 
 def test_grad_opt_in_keeps_the_graph() -> None:
+    """The gradient through a grad capture equals plain autograd through HF's own hidden states
+    (resid_post.1 is hidden_states[2]); layers past the read get none (negative control)."""
     model = synthetic_model("llama")
+    hf = model.hf_model
+    weight = hf.model.layers[1].mlp.down_proj.weight
     cache = run(model.capture(_ids(model), ["resid_post.1", "resid_post.3"], grad=True))
     assert cache["resid_post.3"].requires_grad
-    cache["resid_post.3"].sum().backward()
-    assert model.hf_model.model.layers[2].mlp.down_proj.weight.grad is not None
-    model.hf_model.zero_grad(set_to_none=True)
+    try:
+        (cache["resid_post.1"] ** 2).sum().backward()
+        got = weight.grad.clone()
+        assert hf.model.layers[2].mlp.down_proj.weight.grad is None
+        hf.zero_grad(set_to_none=True)
+        out = hf(input_ids=torch.tensor([_ids(model)]), output_hidden_states=True, use_cache=False)
+        (out.hidden_states[2] ** 2).sum().backward()
+        assert float(got.abs().max()) > 1e-3
+        assert torch.allclose(got, weight.grad, atol=1e-5, rtol=1e-5)
+    finally:
+        hf.zero_grad(set_to_none=True)
     plain = run(model.capture(_ids(model), ["resid_post.1"]))
     assert not plain["resid_post.1"].requires_grad
 

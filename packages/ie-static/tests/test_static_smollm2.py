@@ -191,10 +191,24 @@ def test_refusals_name_the_declared_set(engines) -> None:
 
 
 def test_self_test_reads_and_sentinel_write(engines) -> None:
-    static, _ = engines
+    """The self-test's read and its sentinel generations are the hooked engine's values."""
+    from ie_static.backend import SELF_TEST_PROMPT
+
+    static, hooked = engines
     report = run(static.self_test())
-    assert report["read_norm"] > 0
-    assert report["base"] != report["steered"]
+    ids = hooked.to_tokens(SELF_TEST_PROMPT)
+    site = report["read_site"]
+    want = float(run(hooked.capture(ids, [site]))[site].float().norm())
+    assert abs(report["read_norm"] - want) <= REL * want
+    write = report["write_site"]
+    sp = SamplingParams(max_new_tokens=4, stop_at_eos=False)
+    assert report["base"] == run(hooked.generate(ids, sp)).token_ids
+    # The same sentinel as the self-test's: a unit vector times 50 mean row norms at its site.
+    scale = 50.0 * float(run(hooked.capture(ids, [write]))[write].float().norm(dim=-1).mean())
+    vector = torch.randn(WIDTH, generator=torch.Generator().manual_seed(0))
+    sentinel = steer_at(write, Additive(vector / vector.norm(), scale))
+    assert report["steered"] == run(hooked.generate(ids, sp, steering=sentinel)).token_ids
+    assert report["base"] != report["steered"]  # negative control: the sentinel acts
 
 
 CLEAN = "The Eiffel Tower is in the city of"

@@ -64,6 +64,14 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rescore(args: argparse.Namespace) -> int:
+    from ie_validator.rescoring import rescore_all
+
+    for hf_id, engine, old, new in rescore_all(args.results):
+        print(f"{hf_id} / {engine}: {old} -> {new}")
+    return _render(args)
+
+
 def _mappings(args: argparse.Namespace) -> int:
     from ie_validator.render import render_mappings
 
@@ -129,6 +137,11 @@ def validate_command(argv: list[str]) -> int:
     )
     _results_arg(render)
     render.set_defaults(func=_render)
+    rescore = command(
+        "rescore", help="re-apply the gates to the stored metrics of every result, then render"
+    )
+    _results_arg(rescore)
+    rescore.set_defaults(func=_rescore)
     mappings = command("mappings", help="print or write docs/ENGINE_HOOK_MAPPINGS.md")
     group = mappings.add_mutually_exclusive_group()
     group.add_argument("--write", action="store_true", help="write the doc")

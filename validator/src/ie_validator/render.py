@@ -39,7 +39,21 @@ def _cell(result: dict[str, Any] | None) -> str:
         parts.append(f"{s['fail']} fail")
     if s["n/a"]:
         parts.append(f"{s['n/a']} n/a")
+    worst = _worst(result)
+    if worst:
+        parts.append(worst)
     return " · ".join(parts)
+
+
+def _worst(result: dict[str, Any]) -> str:
+    """The measured worst of the compared points: `bit-exact` only where every max abs diff is
+    0.0, else the largest relative error (what the gate reads)."""
+    scored = [p for p in result["points"] if p["max_abs_diff"] is not None]
+    if not scored:
+        return ""
+    if all(p["max_abs_diff"] == 0.0 for p in scored):
+        return "bit-exact"
+    return f"rel ≤ {max(p['rel_diff'] for p in scored):.1e}"
 
 
 def _by_model(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -64,9 +78,11 @@ def _non_pass(result: dict[str, Any]) -> list[str]:
         statuses = "/".join(sorted({r["status"] for r in rows}))
         cos = [r["cos"] for r in rows if r["cos"] is not None]
         diff = [r["max_abs_diff"] for r in rows if r["max_abs_diff"] is not None]
+        rel = [r["rel_diff"] for r in rows if r["rel_diff"] is not None]
         if cos:
             lines.append(
-                f"{where} {statuses}: min cos {min(cos):.6f}, max abs diff {max(diff):.3g}"
+                f"{where} {statuses}: max rel {max(rel):.3g}, min cos {min(cos):.6f}, "
+                f"max abs diff {max(diff):.3g}"
             )
         else:
             lines.append(f"{where} {statuses}: {rows[0]['reason'][:200]}")
@@ -78,8 +94,10 @@ def render_matrix(results: list[dict[str, Any]]) -> str:
     engines = [e for e in ALL if any(e in cells for cells in by_model.values())] or list(ALL)
     engines += [e for e in ALL if e not in engines]
     lines = [
-        LEGEND + ". A cell reads `passed/compared`; n/a points are declared gaps "
-        "(drill down on the model page for each reason).",
+        LEGEND + ". A cell reads `passed/compared`, then the measured worst: `bit-exact` "
+        "(every compared point's max abs diff is 0.0) or `rel ≤ x`, the largest relative "
+        "error |a - b|₂ / |ref|₂ of its points; n/a points are declared gaps (drill down on "
+        "the model page for each reason).",
         "",
         "| model | " + " | ".join(engines) + " |",
         "| --- | " + " | ".join("---" for _ in engines) + " |",

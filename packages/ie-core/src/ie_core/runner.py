@@ -7,6 +7,7 @@ AsyncLLM binds to the loop it first runs on) stays usable from plain scripts and
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -26,6 +27,17 @@ def loop() -> asyncio.AbstractEventLoop:
             thread = threading.Thread(target=_loop.run_forever, name="ie-core-loop", daemon=True)
             thread.start()
         return _loop
+
+
+def _forget_loop_in_child() -> None:
+    # A forked child has the parent's loop object but not its thread: waiting on it would hang
+    # forever, so the child starts its own loop on first use.
+    global _loop, _lock
+    _loop = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loop_in_child)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

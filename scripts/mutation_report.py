@@ -1,0 +1,184 @@
+"""The committed mutation report (docs/notes/mutation.md) from mutmut's results: killed /
+survived per module, the score, and every mutant not killed with its diff and category.
+
+Categories of a mutant not killed: `message` (it changes only the words of an error message or
+the label a message names: the tests match key phrases, not every byte), `device` (it drops a
+`device=` argument: the CPU suite cannot tell devices apart), `equivalent` (same result for every
+input, reason in EQUIVALENT), else `open` (a test should kill it). Usage:
+mutation_report.py MUTANTS_DIR RESULTS SECONDS
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+# Mutants that compute the same thing for every input (name -> why).
+EQUIVALENT: dict[str, str] = {
+    "ie_core.ragged.x__pad__mutmut_12": "slice(None, n) is slice(0, n)",
+    "ie_core.ragged.x__pad__mutmut_14": "slice(n) is slice(0, n)",
+    "ie_core.ragged.x_capture_ragged_async__mutmut_36": "the placeholder is overwritten",
+    "ie_core.ragged.x_capture_ragged_async__mutmut_39": "order and caches always match in length",
+    "ie_core.ragged.x_capture_ragged_async__mutmut_42": "order and caches always match in length",
+    "ie_core.ragged.x_capture_ragged_async__mutmut_43": "order and caches always match in length",
+    "ie_core.sae_math.x_activate__mutmut_23": "torch.topk's default dim is -1",
+    "ie_core.sae_math.x_topk_features__mutmut_7": "torch.topk's default dim is -1",
+    "ie_core.sae_math.x_normalized__mutmut_18": "std is shift-invariant: std(x + mu) = std(x - mu)",
+    "ie_core.sae_math.xǁDictMetaǁfrom_dict__mutmut_22": "bool(None) is bool(False)",
+    "ie_core.sae_math.xǁDictMetaǁfrom_dict__mutmut_24": "bool(None) is bool(False)",
+    "ie_core.steer_math.x_unit_vector__mutmut_12": "peak is never 0: as_vector refuses zero vectors",
+    "ie_core.steer_math.x_head_columns__mutmut_1": "Patch and Scale refuse heads without head_dim",
+    "ie_core.spec_values.x__real_dtype__mutmut_7": "str(None) names no complex or bool dtype",
+    "ie_core.spec_values.x__real_dtype__mutmut_10": "str(None) names no complex or bool dtype",
+    **{
+        f"ie_core.wire.x_steering_from_wire__mutmut_{n}": "bool(None) is bool(False)"
+        for n in (77, 79, 85, 87, 93, 95)
+    },
+}
+
+_LINE = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>.+)$")
+_STRING = re.compile(r'f?"[^"]*"')
+
+
+def _module(name: str) -> str:
+    """`ie_core.steer_math.x_op_delta__mutmut_3` -> `ie_core.steer_math` (methods: `xǁClassǁ`)."""
+    return ".".join(p for p in name.split(".") if not p.startswith(("x_", "xǁ")))
+
+
+def _sources(mutants: Path, module: str) -> dict[str, str]:
+    path = mutants / "src" / (module.replace(".", "/") + ".py")
+    src = path.read_text()
+    return {
+        n.name: ast.get_source_segment(src, n) or ""
+        for n in ast.walk(ast.parse(src))
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+
+
+def diff(sources: dict[str, str], name: str) -> list[str]:
+    func = name.split(".")[-1]
+    base = func.rsplit("__mutmut_", 1)[0]
+    orig = sources.get(base + "__mutmut_orig", "").replace(base + "__mutmut_orig", base, 1)
+    mutated = sources.get(func, "").replace(func, base, 1)
+    orig, mutated = orig.splitlines(), mutated.splitlines()
+    lines = difflib.unified_diff(orig, mutated, lineterm="", n=0)
+    return [x for x in lines if x[:1] in "+-" and not x.startswith(("+++", "---"))]
+
+
+def _no_device(line: str) -> str:
+    """The line without what says where a tensor lives (CPU-only tests cannot see it)."""
+    line = re.sub(r"device=[\w.]+,? ?", "", line)
+    line = re.sub(r"\.to\((x\.device|None)\)", "", line)
+    line = re.sub(r"_unit\(([\w.]+), (dev|None)?\)", r"_unit(\1)", line)
+    return line.replace("dev = None", "dev = h.device").replace(", )", ")")
+
+
+def _no_dtype(line: str) -> str:
+    """torch.tensor of Python floats is float32 and of ints int64 by default: the same tensor."""
+    line = re.sub(r"dtype=(torch\.float32|torch\.long|None),? ?", "", line)
+    return line.replace(", )", ")")
+
+
+def category(name: str, lines: list[str]) -> str:
+    if name in EQUIVALENT:
+        return "equivalent"
+    old = [x[1:] for x in lines if x.startswith("-")]
+    new = [x[1:] for x in lines if x.startswith("+")]
+    if old and len(old) == len(new):
+        pairs = list(zip(old, new, strict=True))
+        if all(_STRING.sub('""', a) == _STRING.sub('""', b) for a, b in pairs):
+            return "message"
+        if all(_no_device(a) == _no_device(b) for a, b in pairs):
+            return "device"
+        if all(_no_dtype(a) == _no_dtype(b) for a, b in pairs) and any("dtype=" in a for a in old):
+            return "default dtype"
+        label = re.compile(r"\b(label|name|\"\w+\")(?=\s*[,)])|None(?=\s*[,)])")
+        if all(label.sub("L", a).replace(", )", ")") == label.sub("L", b).replace(", )", ")")
+               for a, b in pairs) and any("label" in a or '"' in a for a in old):  # fmt: skip
+            return "message"
+    if new and all(x.strip() in ("None", "None,") for x in new) and all('"' in x for x in old):
+        return "message"
+    if len(new) == 1 and re.search(r"Error\(None\)", new[0]):
+        return "message"
+    return "open"
+
+
+def report(mutants: Path, results: dict[str, str], seconds: int) -> str:
+    by_module: dict[str, dict[str, str]] = {}
+    for name, status in results.items():
+        by_module.setdefault(_module(name), {})[name] = status
+    header = (
+        "| module | mutants | killed | not killed | message | device | default dtype | "
+        "equivalent | open | score |"
+    )
+    lines = [
+        "# Mutation testing",
+        "",
+        "<!-- Generated by scripts/mutation.sh (mutmut 3.8.1). Do not edit by hand. -->",
+        "",
+        f"Command: `scripts/mutation.sh` (niced; configuration in packages/ie-core/pyproject.toml, "
+        f"`[tool.mutmut]`). Run time: {seconds} s on the shared 2-core CPU. Each mutant is one "
+        "small change to a module; it is killed when one of ie-core's fast unit tests fails "
+        "(timeouts count as killed). A mutant not killed is `message` (it changes only the words "
+        "of an error message, or the label a message names; the tests match key phrases), "
+        "`device` (it drops a device argument, which a CPU-only suite cannot see), `default "
+        "dtype` (it drops a dtype that is torch's default for that data: float32, int64), "
+        "`equivalent` (same result for every input; reason below) or `open` (a test should kill "
+        "it). Score = killed / (mutants - message - device - default dtype - equivalent); raw = killed / mutants.",
+        "",
+        header,
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    detail: list[str] = []
+    total = Counter()
+    for module, mutants_of in sorted(by_module.items()):
+        sources = _sources(mutants, module)
+        cats = Counter()
+        killed = 0
+        for name, status in sorted(mutants_of.items()):
+            if status in ("killed", "timeout"):
+                killed += 1
+                continue
+            d = diff(sources, name)
+            cat = category(name, d)
+            cats[cat] += 1
+            why = f" ({EQUIVALENT[name]})" if cat == "equivalent" else ""
+            detail.append(f"- `{name}` {status}, **{cat}**{why}: `{' / '.join(d)[:240]}`")
+        excluded = cats["message"] + cats["device"] + cats["default dtype"] + cats["equivalent"]
+        score = 100.0 * killed / max(len(mutants_of) - excluded, 1)
+        lines.append(
+            f"| `{module}` | {len(mutants_of)} | {killed} | {len(mutants_of) - killed} | "
+            f"{cats['message']} | {cats['device']} | {cats['default dtype']} | "
+            f"{cats['equivalent']} | {cats['open']} | "
+            f"{score:.1f}% (raw {100.0 * killed / len(mutants_of):.1f}%) |"
+        )
+        total.update(cats)
+        total["all"] += len(mutants_of)
+        total["killed"] += killed
+    excluded = total["message"] + total["device"] + total["default dtype"] + total["equivalent"]
+    lines.append(
+        f"| all | {total['all']} | {total['killed']} | {total['all'] - total['killed']} | "
+        f"{total['message']} | {total['device']} | {total['default dtype']} | "
+        f"{total['equivalent']} | {total['open']} | "
+        f"{100.0 * total['killed'] / max(total['all'] - excluded, 1):.1f}% "
+        f"(raw {100.0 * total['killed'] / max(total['all'], 1):.1f}%) |"
+    )
+    lines += ["", "Not killed, with the diff (`mutmut show NAME` in packages/ie-core):", ""]
+    return "\n".join([*lines, *(detail or ["- none"])]) + "\n"
+
+
+def parse(text: str) -> dict[str, str]:
+    return {m["name"]: m["status"].strip() for m in map(_LINE.match, text.splitlines()) if m}
+
+
+def main() -> None:
+    mutants, results, seconds = Path(sys.argv[1]), Path(sys.argv[2]).read_text(), sys.argv[3]
+    print(report(mutants, parse(results), int(seconds)), end="")
+
+
+if __name__ == "__main__":
+    main()

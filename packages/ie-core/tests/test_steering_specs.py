@@ -264,9 +264,16 @@ def test_values_exactly_at_the_float32_limits_are_accepted() -> None:
     assert real_number(FLOAT32_MAX, "x") == FLOAT32_MAX
     assert as_vector([FLOAT32_MAX, 0.0]) == (FLOAT32_MAX, 0.0)
     assert as_vector([FLOAT32_MIN_NORMAL]) == (FLOAT32_MIN_NORMAL,)
-    edge = 1.8e19
-    clamp = FeatureClamp([edge, 1.0], [1.0, -edge], bias=edge, threshold=0.0, value=-edge)
-    assert clamp.encoder[0] == edge and clamp.value == -edge
+    # FeatureClamp's own bound (feature_ops.delta_bound) is inclusive too: an encoder whose
+    # bound lands exactly on the limit is accepted, the next float above it is refused.
+    from ie_core.feature_ops import ROW_NORM_MAX, delta_bound
+
+    limit = FLOAT32_MAX / 2
+    enc = limit / ROW_NORM_MAX
+    clamp = FeatureClamp([enc], [1.0], bias=0.0, threshold=0.0, value=0.0)
+    assert clamp.encoder[0] == enc and delta_bound((enc,), (1.0,), 0.0, 0.0) <= limit
+    with pytest.raises(SteeringSpecError, match="beyond float32's range"):
+        FeatureClamp([enc * 1.001], [1.0], bias=0.0, threshold=0.0, value=0.0)
 
 
 def test_tensor_dtypes_are_judged_by_name() -> None:

@@ -23,3 +23,18 @@ document.addEventListener("htmx:afterSwap", (event) => {
   const pt = document.getElementById("pt-" + card.dataset.point);
   if (pt) pt.classList.add("selected");
 });
+
+// The block diagram is laid out 1470 px wide: shrink it to fit a wrap up to 25% narrower (a
+// 1400 px window shows final_norm and lm_head without scrolling); narrower screens scroll it.
+function fitDiagrams() {
+  document.querySelectorAll(".diagramwrap").forEach((wrap) => {
+    const diagram = wrap.querySelector(".diagram");
+    if (!diagram) return;
+    diagram.style.zoom = "";
+    const scale = wrap.clientWidth / diagram.offsetWidth;
+    if (scale < 1 && scale >= 0.75) diagram.style.zoom = String(Math.floor(scale * 1000) / 1000);
+  });
+}
+document.addEventListener("DOMContentLoaded", fitDiagrams);
+window.addEventListener("resize", fitDiagrams);
+document.addEventListener("htmx:afterSettle", fitDiagrams);

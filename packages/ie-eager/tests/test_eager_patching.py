@@ -261,7 +261,10 @@ def test_generate_with_hooks_equals_greedy_full_forwards(model: EagerModel) -> N
 def test_attribution_equals_hand_written_gradients(model: EagerModel) -> None:
     clean_ids, corrupt_ids = model.to_tokens(CLEAN), model.to_tokens(CORRUPT)
     layers = (0, 9, 29)
+    model.hf_model.zero_grad(set_to_none=True)
     got = attribution_patch(model, CLEAN, CORRUPT, metric=METRIC, layers=layers)
+    # Only the offsets' gradients are taken: the model's weights are left without a .grad.
+    assert all(p.grad is None for p in model.hf_model.parameters())
     source = _hf_block_inputs(model, clean_ids)
     base = _hf_block_inputs(model, corrupt_ids)
     offsets = {i: torch.zeros_like(base[i], requires_grad=True) for i in layers}

@@ -214,6 +214,7 @@ def test_grad_opt_in_keeps_the_graph() -> None:
     model = synthetic_model("llama")
     hf = model.hf_model
     weight = hf.model.layers[1].mlp.down_proj.weight
+    hf.zero_grad(set_to_none=True)  # the model is shared: an earlier test may have left gradients
     cache = run(model.capture(_ids(model), ["resid_post.1", "resid_post.3"], grad=True))
     assert cache["resid_post.3"].requires_grad
     try:

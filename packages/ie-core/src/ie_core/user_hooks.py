@@ -99,10 +99,10 @@ async def attribution_patch_async(
         (await model.capture([clean_ids], [last]))[last][:, -1]
     )
     score = metric.fn(logits.float(), ids)
-    score.sum().backward()
+    # Gradients of the offsets only: backward() would also leave .grad on the model's weights.
+    grads = torch.autograd.grad(score.sum(), [offsets[a] for a in addresses], allow_unused=True)
     rows = []
-    for a in addresses:
-        grad = offsets[a].grad
+    for a, grad in zip(addresses, grads, strict=True):
         if grad is None:
             raise RuntimeError(f"no gradient reached {a}; the metric does not depend on it")
         diff = (clean_cache[a] - corrupt_cache[a]).float()

@@ -31,7 +31,10 @@ def test_vllm_backend_without_engine_names_both_extras(monkeypatch: pytest.Monke
 
 
 def test_missing_backend_package_names_the_extras(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loading, "entry_points", lambda group: [])
+    from ie_core import backend_plugin
+
+    # No backend installed: the descriptors' discovery finds no entry point at all.
+    monkeypatch.setattr(backend_plugin, "entry_points", lambda **_: [])
     with pytest.raises(BackendNotInstalledError, match=r"ie-vllm\[gpu\].*ie-vllm\[cpu\]"):
         loading.load_model("x", backend="vllm")
     with pytest.raises(BackendNotInstalledError, match=r"'ie-static' 'ie-vllm\[cpu\]'"):

@@ -110,10 +110,15 @@ async def final_logits(
         return cache[last][0, -1]
 
     rows = await asyncio.gather(*(one(p, s) for p, s in zip(prompts, steerings, strict=True)))
-    stacked = torch.stack(list(rows))
+    return await decode_rows(model, torch.stack(list(rows)))
+
+
+async def decode_rows(model: InterpModel, rows: torch.Tensor) -> torch.Tensor:
+    """`[n, vocab]` fp32 logits of residual rows `[n, d_model]` through the model's lens,
+    `DECODE_CHUNK` rows per call."""
     parts = [
-        await model.decode_residuals(stacked[i : i + DECODE_CHUNK])
-        for i in range(0, stacked.shape[0], DECODE_CHUNK)
+        await model.decode_residuals(rows[i : i + DECODE_CHUNK])
+        for i in range(0, rows.shape[0], DECODE_CHUNK)
     ]
     return torch.cat(parts).float()
 
@@ -236,6 +241,7 @@ __all__ = [
     "Metric",
     "SweepResult",
     "answer_prob",
+    "decode_rows",
     "final_logits",
     "logit_diff",
     "mean_activation",

@@ -6,7 +6,8 @@ It is composed from what every backend serves: one clean capture of the dictiona
 of the last residual, the reconstruction computed here (`ie_core.sae_math`), then one `Patch` per
 prompt writing it at `sae.out_address`. That is the splice exactly, not an approximation: the rows
 a dictionary reads lie upstream of (or at) the point it writes, so writing there cannot change
-them. Logits come from the last residual through the backend's own lens, as in `patch_sweep`.
+them. Logits come from the last residual through the backend's own lens, chunked as in
+`patch_sweep` (`patching.decode_rows`), so a remote answer stays within the server's size budget.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from ie_core.errors import UnsupportedOperationError
 from ie_core.features import check_dictionary
 from ie_core.interventions import Patch
+from ie_core.patching import decode_rows
 from ie_core.prompts import prompt_batch
 from ie_core.protocol import InterpModel, SyncModel
 from ie_core.runner import run
@@ -121,8 +123,8 @@ def _prompts(model: InterpModel, prompts: Any) -> tuple[tuple[int, ...], ...]:
 
 def _lens(model: InterpModel, rows: torch.Tensor) -> torch.Tensor:
     """`[batch, seq, vocab]` fp32 logits of last-layer residual rows through the model's lens."""
-    flat = run(model.decode_residuals(rows.reshape(-1, rows.shape[-1])))
-    return flat.float().reshape(*rows.shape[:-1], -1)
+    flat = run(decode_rows(model, rows.reshape(-1, rows.shape[-1])))
+    return flat.reshape(*rows.shape[:-1], -1)
 
 
 def _loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -149,7 +149,7 @@ async def _completion(server: str, ids: list[int], steering: Any = None) -> list
 def test_remote_capture_equals_eager(remote: Any, ref: Any) -> None:
     ids = ref.to_tokens(PROMPT)
     assert remote.to_tokens(PROMPT) == ids
-    addresses = [a for a in remote.info["widths"] if not a.startswith("attn_scores")]
+    addresses = [a for a in remote.info.widths if not a.startswith("attn_scores")]
     got = run(remote.capture([ids], addresses))
     want = run(ref.capture([ids], addresses))
     worst = max(float((got[a] - want[a]).abs().max()) for a in addresses)

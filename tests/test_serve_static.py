@@ -42,7 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_static_capture_and_steering_over_http_equal_eager(server: str) -> None:
     remote = load_model(server, backend="remote")
-    assert remote.info["backend"] == "vllm-static"
+    assert remote.info.backend == "vllm-static"
     assert set(remote.points()) == {"resid_post", "mlp_out"}
     ref = load_model(MODEL, backend="eager", device="cpu", dtype="float32")
     ids = ref.to_tokens(PROMPT)

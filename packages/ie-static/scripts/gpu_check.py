@@ -201,7 +201,7 @@ async def run_check(args: argparse.Namespace) -> dict[str, Any]:
     static = await StaticModel.create_static(
         MODEL, static_points="auto", static_writes=[f"resid_post.{layer}"], **common
     )
-    summary["static_info"] = static.static_info
+    summary["static_info"] = static.static_info.to_wire()
     summary["static_generate"] = await rates(static, args.new_tokens)
     summary["static_capture_every_layer"] = await rates(static, args.new_tokens, addresses)
     await static.shutdown()

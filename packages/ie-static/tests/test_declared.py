@@ -10,6 +10,7 @@ from ie_static.backend import load
 from ie_static.declared import TAPPABLE, declared_sets, describe, unresolved
 from ie_static.memory import MIN_ROWS, BufferBudgetError, plan_buffers
 from ie_static.tables import TableShape, table_bytes
+from ie_static.tap_info import TapInfo
 
 SHAPE = TableShape(slots=16, ops=4, masks=4, positions=2048)
 
@@ -46,7 +47,7 @@ def test_all_follows_the_family_and_auto_writes_skip_capture_points() -> None:
     assert "attn_probs.0" not in d.writes and "z.1" in d.writes
     assert "mlp_act" not in names  # the family registry: sparse-only MLPs have no dense mlp_act
     assert not d.named_reads
-    info = {"reads": ["z.1"], "writes": [], "refused": {"z.1": "why"}}
+    info = TapInfo.from_wire({"reads": ["z.1"], "writes": [], "refused": {"z.1": "why"}})
     named = declared_sets(["z.1", "embeddings"], ["z.1"], 2)
     assert unresolved(named, info) == {"embeddings": "not tapped", "z.1": "why"}
 
@@ -160,13 +161,14 @@ def test_a_model_with_no_map_is_an_unsupported_model_with_the_one_reason() -> No
     records the hooked backend's per-point reason; mixed reasons stay a PointUnavailableError."""
     from ie_core.errors import UnsupportedModelError
     from ie_static.declared import refuse_unresolved
+    from ie_static.tap_info import TapInfo
 
     why = "ie-vllm has no map of XForCausalLM's modules on vLLM; use backend='eager' for this model"
     d = declared_sets("all", "auto", 2, get_family("granitemoehybrid"))
-    info = {"reads": [], "writes": [], "refused": {a: why for a in d.reads}}
+    refused = {a: why for a in d.reads}
     with pytest.raises(UnsupportedModelError) as caught:
-        refuse_unresolved(d, info, "XForCausalLM")
+        refuse_unresolved(d, TapInfo((), (), refused), "XForCausalLM")
     assert str(caught.value) == why
-    info["refused"]["z.1"] = "another reason"
+    refused["z.1"] = "another reason"
     with pytest.raises(PointUnavailableError, match="none of the declared static_points"):
-        refuse_unresolved(d, info, "XForCausalLM")
+        refuse_unresolved(d, TapInfo((), (), refused), "XForCausalLM")

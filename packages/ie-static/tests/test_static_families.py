@@ -79,9 +79,9 @@ def _by_point(diffs: dict[str, float]) -> dict[str, float]:
 def test_every_hooked_point_is_tapped_and_equals_eager(pair) -> None:
     family, static, eager = pair
     # The hooked backend's resolver table (static.info) is what `vllm` serves on this family.
-    hooked_points = {a.split(".")[0] for a in static.info["widths"]}
-    assert set(static.points()) == hooked_points, (family, static.static_info["refused"])
-    assert set(static.reads) == set(static.info["widths"])
+    hooked_points = {a.split(".")[0] for a in static.info.widths}
+    assert set(static.points()) == hooked_points, (family, static.static_info.refused)
+    assert set(static.reads) == set(static.info.widths)
     reads = list(static.reads)
     got = run(static.capture(PROMPT, reads))
     want = run(eager.capture([PROMPT], reads))

@@ -38,7 +38,7 @@ def pair():
 
 def test_every_tapped_point_equals_eager_and_the_summed_mlp_is_refused(pair) -> None:
     static, eager = pair
-    hooked = {a.split(".")[0] for a in static.info["widths"]}
+    hooked = {a.split(".")[0] for a in static.info.widths}
     assert set(static.points()) == hooked - set(TWO_MODULE)
     for name in TWO_MODULE:
         with pytest.raises(PointUnavailableError, match="two modules"):

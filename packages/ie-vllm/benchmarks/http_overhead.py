@@ -85,9 +85,9 @@ def main() -> None:
         remote = load_model(f"http://127.0.0.1:{port}", backend="remote")
         # PROMPT_TOKENS ids of plain text (the synthetic tokenizer spends ~3 per word).
         ids = local.to_tokens("The quick brown fox jumps over the lazy dog. " * 64)[:PROMPT_TOKENS]
-        remote_info: dict[str, Any] = remote.info  # type: ignore[attr-defined]  # RemoteModel
+        widths = remote.info.widths  # type: ignore[attr-defined]  # RemoteModel
         # Every per-token point the server serves (attention maps are seq x seq: left out).
-        every = [a for a in remote_info["widths"] if not a.startswith(("attn_scores", "attn_p"))]
+        every = [a for a in widths if not a.startswith(("attn_scores", "attn_p"))]
         spec = steer_at("resid_post.1", Additive([1.0] * local.d_model, 2.0))
         params = SamplingParams(max_new_tokens=args.new_tokens, stop_at_eos=False)
         workloads = (

@@ -247,22 +247,22 @@ def test_vllm_generate_refuses_capture_and_steering_naming_the_alternatives() ->
 def test_bad_input_is_refused_before_the_engine() -> None:
     model = _stub_model("vllm")
     with pytest.raises(PointUnavailableError, match="unreachable on vLLM"):
-        model._check("mlp_pre.0")
+        model.admission.check("mlp_pre.0")
     with pytest.raises(PointUnavailableError, match="layer 0"):
-        model._check("router_logits.0")
+        model.admission.check("router_logits.0")
     with pytest.raises(ValueError, match="out of range"):
-        model._check("resid_post.2")
+        model.admission.check("resid_post.2")
     with pytest.raises(ValueError, match="vocabulary"):
-        model._prompt_ids([1, 500])
+        model.admission.prompt_ids([1, 500])
     with pytest.raises(ValueError, match="empty"):
-        model._prompt_ids([])
+        model.admission.prompt_ids([])
     with pytest.raises(SteeringSpecError, match="width 3"):
-        model._steer_specs(steer_at("resid_post.0", Additive((1.0, 2.0, 3.0))), [1, 2])
+        model.admission.steer_specs(steer_at("resid_post.0", Additive((1.0, 2.0, 3.0))), [1, 2])
     with pytest.raises(SteeringSpecError, match="capture-only"):
-        model._steer_specs(steer_at("router_logits.1", Additive((1.0, 2.0, 3.0))), [1, 2])
+        model.admission.steer_specs(steer_at("router_logits.1", Additive((1.0, 2.0, 3.0))), [1, 2])
     with pytest.raises(ValueError, match="d_model=4"):
         residual_rows(torch.zeros(2, 5), model.d_model)
-    masked = model._steer_specs(
+    masked = model.admission.steer_specs(
         steer_at(
             "resid_post.1", Additive((1.0, 0, 0, 0)), mask=PositionMask((1,), special_tokens=True)
         ),
@@ -276,12 +276,12 @@ def test_capture_prompts_go_through_the_shared_strict_normaliser() -> None:
     from ie_core.errors import BadPromptError
 
     model = _stub_model("vllm")
-    assert model._prompt_list(list(np.array([1, 2, 3]))) == [(1, 2, 3)]
-    assert model._prompt_list(torch.tensor([[1, 2], [3, 4]])) == [(1, 2), (3, 4)]
+    assert model.admission.prompts(list(np.array([1, 2, 3]))) == [(1, 2, 3)]
+    assert model.admission.prompts(torch.tensor([[1, 2], [3, 4]])) == [(1, 2), (3, 4)]
     with pytest.raises(BadPromptError, match="not flattened"):
-        model._prompt_list(torch.tensor([[[1, 2]]]))
+        model.admission.prompts(torch.tensor([[[1, 2]]]))
     with pytest.raises(BadPromptError, match="integers"):
-        model._prompt_list(torch.tensor([1.5, 2.0]))
+        model.admission.prompts(torch.tensor([1.5, 2.0]))
 
 
 def test_branch_sum_reads_the_sum_and_a_write_makes_the_layer_add_it() -> None:

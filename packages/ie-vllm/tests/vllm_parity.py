@@ -14,7 +14,7 @@ PROMPT_TEXT = "The quick brown fox jumps over the lazy dog while the cat sleeps"
 
 def servable_addresses(model: Any) -> list[str]:
     """Every address the vLLM model serves, attention maps included."""
-    return sorted(model.info["widths"], key=_order)
+    return sorted(model.info.widths, key=_order)
 
 
 def _order(address: str) -> tuple[int, str]:

@@ -67,12 +67,11 @@ def probe(
     n_layers: int,
     check: Callable[[Address], Any],
     writable: Callable[[Address, Any], bool],
-    reason: Callable[[Address, str], str] = lambda _address, message: message,
 ) -> Capabilities:
     """A backend's capabilities from its own resolver: `check(address)` returns what the address
     resolves to or raises PointUnavailableError; `writable(address, resolved)` says whether a
-    write reaches it. Reasons are the resolver's own messages (`reason` may cut the part that
-    repeats the address, so one reason covers every layer it refuses)."""
+    write reaches it. Reasons are the errors' own `reason` (the why without the address, so one
+    reason covers every layer it refuses)."""
     out: Capabilities = {}
     for point in POINTS:
         addresses = (
@@ -87,7 +86,7 @@ def probe(
             try:
                 resolved = check(address)
             except PointUnavailableError as exc:
-                text = same_reason(address, reason(address, str(exc)))
+                text = same_reason(address, exc.reason)
                 refused.setdefault(text, []).append(address.layer)
                 continue
             if address.layer is not None:

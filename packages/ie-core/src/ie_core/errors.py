@@ -58,7 +58,14 @@ class LayerOutOfRangeError(AddressError):
 
 
 class PointUnavailableError(InterpError):
-    """The model or backend cannot produce this point; the message says why and what to use."""
+    """The model or backend cannot produce this point; the message says why and what to use.
+
+    `reason` is the why alone, without the address, so one reason can stand for every layer a
+    backend refuses (the capability answers carry it)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = message if reason is None else reason
 
 
 class BackendNotInstalledError(InterpError, ImportError):

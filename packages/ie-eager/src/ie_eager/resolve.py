@@ -107,7 +107,7 @@ class Resolver:
     # -- internals --
 
     def _refuse(self, point: Point, why: str) -> PointUnavailableError:
-        return PointUnavailableError(f"{point.name} is not available on this model: {why}")
+        return PointUnavailableError(f"{point.name} is not available on this model: {why}", why)
 
     def _missing(self, point: Point, fallback: str) -> PointUnavailableError:
         if self.family is not None and not self.family.has_point(point):

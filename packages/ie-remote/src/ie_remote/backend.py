@@ -23,6 +23,7 @@ from ie_core.errors import (
     PointUnavailableError,
     UnsupportedOperationError,
 )
+from ie_core.model_info import ModelInfo
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -100,11 +101,10 @@ class RemoteModel:
 
     backend = BACKEND
 
-    def __init__(self, server: Server, info: dict[str, Any]) -> None:
+    def __init__(self, server: Server, info: ModelInfo) -> None:
         self.server = server
         self.info = info
-        self.model_id = str(info["model_id"])
-        self._widths: dict[str, int] = dict(info.get("widths", {}))
+        self.model_id = info.model_id
 
     @classmethod
     def connect(
@@ -117,32 +117,31 @@ class RemoteModel:
         with server.sync_client() as client:
             response = client.get("/v1/ie/info")
         _raise_for(response)
-        return cls(server, response.json())
+        return cls(server, ModelInfo.from_wire(response.json()))
 
     # --- shape and tokens ------------------------------------------------------------------
 
     @property
     def n_layers(self) -> int:
-        return int(self.info["n_layers"])
+        return self.info.n_layers
 
     @property
     def d_model(self) -> int:
-        return int(self.info["d_model"])
+        return self.info.d_model
 
     @property
     def architecture(self) -> str:
-        return str(self.info.get("architecture", ""))
+        return self.info.architecture
 
     def points(self) -> tuple[str, ...]:
-        return tuple(self.info.get("points", ()))
+        return self.info.points
 
     def point_width(self, address: AddressLike) -> int:
         text = str(to_address(address, check=True))
-        if text in self._widths:
-            return int(self._widths[text])
-        refused = self.info.get("refused", {})
-        reason = refused.get(text) or refused.get(text.split(".")[0]) or "not served"
-        raise PointUnavailableError(f"{text} is unavailable on the server: {reason}")
+        if text in self.info.widths:
+            return self.info.widths[text]
+        reason = self.info.refusal(text) or "not served"
+        raise PointUnavailableError(f"{text} is unavailable on the server: {reason}", reason)
 
     def _post_sync(self, path: str, body: dict[str, Any]) -> Any:
         with self.server.sync_client() as client:
@@ -232,8 +231,9 @@ class RemoteModel:
         self, tokens: Prompt, layers: Sequence[int] | None = None
     ) -> ActivationCache:
         if layers is None:
+            parsed = [to_address(a) for a in self.info.widths]
             layers = sorted(
-                int(a.split(".")[1]) for a in self._widths if a.startswith("attn_probs.")
+                a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None
             )
         return await self.capture(tokens, [f"attn_probs.{layer}" for layer in layers])
 

@@ -8,13 +8,14 @@ read and write only the sites the engine declared.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from ie_core.address import Address
+from ie_core.address import Address, to_address
 from ie_core.errors import PointUnavailableError, UnsupportedOperationError
+from ie_core.model_info import ModelInfo
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
@@ -25,6 +26,7 @@ from ie_static.config import CONFIG_KEY, StaticConfig
 from ie_static.declared import BACKEND, refuse_unresolved
 from ie_static.launch import DEFAULT_BUFFER_GIB, plan_launch
 from ie_static.policy import StaticPolicy, reload_hint
+from ie_static.tap_info import TapInfo
 
 SELF_TEST_PROMPT = "The capital of France is"
 
@@ -42,15 +44,15 @@ class StaticModel(VLLMModel):
     def __init__(
         self,
         engine: Engine,
-        info: dict[str, Any],
+        info: ModelInfo | Mapping[str, Any],
         tokenizer: Any,
         model_id: str,
         config: StaticConfig,
-        static_info: dict[str, Any],
+        static_info: TapInfo,
     ) -> None:
         # What the worker installed: the declared set less what this model lacks.
-        self.reads: tuple[str, ...] = tuple(static_info["reads"])
-        self.writes: tuple[str, ...] = tuple(static_info["writes"])
+        self.reads: tuple[str, ...] = static_info.reads
+        self.writes: tuple[str, ...] = static_info.writes
         super().__init__(
             engine,
             info,
@@ -58,7 +60,7 @@ class StaticModel(VLLMModel):
             model_id,
             BACKEND,
             channel=StaticChannel(engine, config.slots),
-            policy=StaticPolicy(self.reads, self.writes, config, static_info.get("refused")),
+            policy=StaticPolicy(self.reads, self.writes, config, static_info.refused),
         )
         self.config = config
         self.static_info = static_info
@@ -112,8 +114,8 @@ class StaticModel(VLLMModel):
         )
         try:
             info = (await engine.rpc("ie_setup", False))[0]
-            static_info = (await engine.rpc("ie_static_setup"))[0]
-            static_info["planned_bytes"] = launch.plan.total
+            taps = TapInfo.from_wire((await engine.rpc("ie_static_setup"))[0])
+            static_info = taps.planned(launch.plan.total)
             refuse_unresolved(launch.declared, static_info, launch.architecture)
             tokenizer = AutoTokenizer.from_pretrained(launch.source)
             model = cls(engine, info, tokenizer, model_id, launch.config, static_info)
@@ -127,12 +129,13 @@ class StaticModel(VLLMModel):
     # --- declared sets ---------------------------------------------------------------------
 
     def points(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(a.split(".")[0] for a in self.reads))
+        return tuple(dict.fromkeys(to_address(a).name for a in self.reads))
 
     async def capture_attention(self, tokens: Any, layers: Sequence[int] | None = None) -> Any:
         """Attention probabilities at declared `attn_probs` layers (recomputed from q and k)."""
         if layers is None:
-            layers = [int(a.split(".")[1]) for a in self.reads if a.startswith("attn_probs.")]
+            parsed = [to_address(a) for a in self.reads]
+            layers = [a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None]
             if not layers:
                 raise PointUnavailableError(
                     "capture_attention reads attn_probs, and this vllm-static engine declared "

@@ -18,6 +18,8 @@ from ie_core.errors import PointUnavailableError, UnsupportedModelError
 from ie_core.families import Family
 from ie_core.points import POINTS, Point, get_point
 
+from ie_static.tap_info import TapInfo
+
 BACKEND = "vllm-static"
 TAPPABLE: tuple[str, ...] = tuple(p.name for p in POINTS if p.serving(BACKEND).served)
 
@@ -114,13 +116,10 @@ def declared_sets(
     return Declared(reads, writes, named_reads, named_writes)
 
 
-def unresolved(declared: Declared, info: dict[str, Any]) -> dict[str, str]:
+def unresolved(declared: Declared, info: TapInfo) -> dict[str, str]:
     """Singly named addresses the loaded model did not tap (-> the resolver's reason)."""
-    missing = (declared.named_reads - set(info["reads"])) | (
-        declared.named_writes - set(info["writes"])
-    )
-    refused = info.get("refused", {})
-    return {a: refused.get(a, "not tapped") for a in sorted(missing)}
+    missing = (declared.named_reads - set(info.reads)) | (declared.named_writes - set(info.writes))
+    return {a: info.refused.get(a, "not tapped") for a in sorted(missing)}
 
 
 def describe(addresses: Sequence[str]) -> str:
@@ -145,7 +144,7 @@ def describe(addresses: Sequence[str]) -> str:
     return "; ".join(parts)
 
 
-def refuse_unresolved(declared: Declared, info: dict[str, Any], architecture: str) -> None:
+def refuse_unresolved(declared: Declared, info: TapInfo, architecture: str) -> None:
     """Singly named sites the loaded model lacks are refused (before any request runs)."""
     missing = unresolved(declared, info)
     if missing:
@@ -155,15 +154,15 @@ def refuse_unresolved(declared: Declared, info: dict[str, Any], architecture: st
             "declare only sites this model has (bare point names and 'all' keep what it has), "
             "or use backend='vllm'"
         )
-    if not info["reads"]:
-        reasons = set(dict(info.get("refused", {})).values())
+    if not info.reads:
+        reasons = set(info.refused.values())
         if len(reasons) == 1:
             # Every point refused for one reason (ie-vllm has no map of this architecture): the
             # backend cannot serve the model at all, and says why as hooked vLLM does per point.
             raise UnsupportedModelError(reasons.pop())
         raise PointUnavailableError(
             f"none of the declared static_points exist on {architecture}; "
-            f"refused: {info.get('refused', {})}"
+            f"refused: {dict(info.refused)}"
         )
 
 

@@ -99,7 +99,7 @@ class StaticWorkerMixin:
         buf_bytes = sum(s.buf.numel() * s.buf.element_size() for s in reads.values())  # type: ignore[union-attr]
         table_bytes = sum(s.table.nbytes() for s in writes.values())  # type: ignore[union-attr]
         step = state.taps.step
-        return {
+        return {  # TapInfo's wire form (plain data crosses vLLM's RPC)
             "reads": list(state.plan.reads),
             "writes": list(state.plan.writes),
             "refused": dict(state.plan.refused),

@@ -7,24 +7,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from ie_core.address import AddressLike, check_layer, to_address
+from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import PointCapability
 from ie_core.errors import (
     BadPromptError,
     GradientUnavailableError,
-    PointUnavailableError,
-    PromptTooLongError,
-    SteeringSpecError,
-    UnsupportedOperationError,
 )
+from ie_core.model_info import ModelInfo
 from ie_core.models import resolve_model_path
-from ie_core.points import POINTS, get_point
+from ie_core.points import POINTS
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -33,23 +30,19 @@ from ie_core.protocol import (
     SteeringArg,
     StreamChunk,
     TopK,
-    prompt_batch,
-    prompt_ids,
     steering_tuple,
 )
 from ie_core.runner import run
-from ie_core.steer_scope import mask_positions
 
 from ie_vllm import lens_decode
 from ie_vllm import logprobs as lp
+from ie_vllm.admission import GENERATE, Admission
 from ie_vllm.channel import Channel, HookedChannel
 from ie_vllm.engine import Engine
 from ie_vllm.policy import SitePolicy
-from ie_vllm.registry import SteerSpec
 from ie_vllm.request import Flow, gather
 
 HOOKED = "vllm"
-GENERATE = "vllm-generate"
 DEFAULT_SAMPLING = SamplingParams()
 
 
@@ -63,7 +56,7 @@ class VLLMModel:
     def __init__(
         self,
         engine: Engine,
-        info: dict[str, Any],
+        info: ModelInfo | Mapping[str, Any],
         tokenizer: Any,
         model_id: str,
         backend: str,
@@ -72,14 +65,13 @@ class VLLMModel:
         policy: SitePolicy | None = None,
     ) -> None:
         self.engine = engine
-        self.info = info
+        self.info = info if isinstance(info, ModelInfo) else ModelInfo.from_wire(info)
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.backend = backend
         self.channel: Channel = channel if channel is not None else HookedChannel(engine)
-        self.policy = policy if policy is not None else SitePolicy(info.get("writable", ()))
-        self._widths: dict[str, int] = dict(info.get("widths", {}))
-        self._refused: dict[str, str] = dict(info.get("refused", {}))
+        self.policy = policy if policy is not None else SitePolicy(self.info.writable)
+        self.admission = Admission(backend, self.info, tokenizer, self.policy, engine)
         self.flow = Flow(engine, self.channel, self._params, self._text)
 
     # --- construction --------------------------------------------------------------------------
@@ -109,25 +101,25 @@ class VLLMModel:
 
     @property
     def n_layers(self) -> int:
-        return int(self.info["n_layers"])
+        return self.info.n_layers
 
     @property
     def d_model(self) -> int:
-        return int(self.info["d_model"])
+        return self.info.d_model
 
     @property
     def architecture(self) -> str:
-        return str(self.info.get("architecture", ""))
+        return self.info.architecture
 
     def points(self) -> tuple[str, ...]:
         """Names of the points this model serves on this backend, in forward order."""
         if self.backend == GENERATE:
             return ()
-        served = {to_address(a).name for a in self._widths}
+        served = {to_address(a).name for a in self.info.widths}
         return tuple(p.name for p in POINTS if p.name in served)
 
     def point_width(self, address: AddressLike) -> int:
-        return self._widths[self._check(address)]
+        return self.info.widths[self.admission.check(address)]
 
     def capabilities(self) -> dict[str, PointCapability]:
         """What this engine serves, per point, from its own address check."""
@@ -158,92 +150,6 @@ class VLLMModel:
             )
         )
 
-    # --- validation --------------------------------------------------------------------------
-
-    def _refuse_on_generate(self, what: str) -> None:
-        if self.backend == GENERATE:
-            raise UnsupportedOperationError(
-                f"{what} is not available on backend 'vllm-generate', which runs vLLM untouched "
-                "for speed; load the model with backend='vllm' (any point, chosen per request) "
-                "or backend='vllm-static' (declared points, compiled) to capture or steer"
-            )
-
-    def _check(self, address: AddressLike) -> str:
-        """Validate an address for this model; returns its string form or raises with the reason."""
-        addr = to_address(address, check=True)
-        if addr.is_path:
-            raise PointUnavailableError(
-                f"{addr} addresses a raw module, which backend {self.backend!r} does not hook; "
-                "use backend='eager' for path addresses"
-            )
-        if addr.stream is not None:
-            raise PointUnavailableError(f"{addr}: {self.architecture} has a single residual stream")
-        check_layer(addr, self.n_layers)
-        text = str(addr)
-        if text in self._widths:
-            self.policy.check_read(text)
-            return text
-        reason = self._refused.get(text) or self._refused.get(addr.name)
-        if reason is None:
-            reason = f"{addr.name} does not exist at layer {addr.layer} of {self.architecture}"
-        raise PointUnavailableError(f"{text} is unavailable on backend {self.backend!r}: {reason}")
-
-    def _prompt_ids(self, tokens: Prompt) -> tuple[int, ...]:
-        vocab = max(len(self.tokenizer), self.info.get("vocab_size", 0))
-        return prompt_ids(tokens, self.to_tokens, vocab)
-
-    def _check_length(self, ids: Sequence[int], new_tokens: int) -> None:
-        """Refuse up front what vLLM would cut short silently at max_model_len."""
-        limit = self.engine.max_model_len
-        if len(ids) + new_tokens > limit:
-            raise PromptTooLongError(
-                f"{len(ids)} prompt tokens + {new_tokens} new tokens = {len(ids) + new_tokens} "
-                f"exceed this engine's max_model_len={limit}, so vLLM would stop early; shorten "
-                f"the prompt, ask for at most {max(limit - len(ids), 0)} new tokens, or load the "
-                "model with a larger max_model_len"
-            )
-
-    def _steer_specs(
-        self, steering: SteeringArg, prompt_ids: Sequence[int]
-    ) -> tuple[SteerSpec, ...]:
-        specs: list[SteerSpec] = []
-        for s in steering_tuple(steering):
-            if any(op.kind == "hook" for op in s.ops):
-                raise UnsupportedOperationError(
-                    f"a Hook at {s.point} runs a Python function, and backend {self.backend!r} "
-                    "runs its forward in vLLM's worker processes, where ie-vllm does not ship "
-                    "your callables (they would run outside this process's state and locks); "
-                    "express the intervention as ops (Patch, Scale, Additive, ...), which every "
-                    "backend runs, or use backend='eager' for your own hooks"
-                )
-            for addr in s.addresses():
-                text = self._check(addr)
-                if not self.policy.can_write(text):
-                    raise SteeringSpecError(
-                        f"{text} cannot be written on backend {self.backend!r}: "
-                        f"{self._write_reason(text)}"
-                    )
-                s.check_width(self._widths[text])
-            masked = mask_positions(s.mask, prompt_ids, self.tokenizer.all_special_ids)
-            until = len(prompt_ids) if s.mask.prefill_only else None
-            specs.extend(
-                SteerSpec(str(a), s.ops, tuple(sorted(masked)), until) for a in s.addresses()
-            )
-        self.policy.check_steering(tuple(specs))
-        return tuple(specs)
-
-    def _write_reason(self, address: str) -> str:
-        point = get_point(to_address(address).name)
-        if not point.writable:
-            return f"{point.name} is a capture-only point"
-        return self.policy.write_reason(address)
-
-    def _captures(self, addresses: Sequence[AddressLike]) -> tuple[str, ...]:
-        if isinstance(addresses, str):
-            addresses = [addresses]
-        out = tuple(dict.fromkeys(self._check(a) for a in addresses))
-        return out
-
     # --- sampling ----------------------------------------------------------------------------
 
     def _params(self, key: str, sampling: SamplingParams) -> Any:
@@ -269,18 +175,19 @@ class VLLMModel:
         grad: bool = False,
     ) -> ActivationCache:
         """One forward per prompt (all submitted together); tensors `[batch, seq, ...]`."""
-        self._refuse_on_generate("capture")
+        self.admission.refuse_on_generate("capture")
         self._refuse_grad(grad, "capture")
-        prompts = self._prompt_list(tokens)
+        prompts = self.admission.prompts(tokens)
         _refuse_ragged([len(p) for p in prompts])
-        captures = self._captures(addresses)
+        captures = self.admission.captures(addresses)
         one = SamplingParams(max_new_tokens=1, stop_at_eos=False)
 
         for ids in prompts:
-            self._check_length(ids, 1)  # capture samples one token
+            self.admission.check_length(ids, 1)  # capture samples one token
 
         async def one_prompt(ids: tuple[int, ...]) -> dict[str, torch.Tensor]:
-            _, rows = await self.flow.run(ids, one, captures, self._steer_specs(steering, ids))
+            steer = self.admission.steer_specs(steering, ids)
+            _, rows = await self.flow.run(ids, one, captures, steer)
             return rows
 
         results = await self.flow.on_engine(gather(*(one_prompt(p) for p in prompts)))
@@ -293,10 +200,6 @@ class VLLMModel:
                 "forward under inference mode in its worker processes, so no autograd graph "
                 "exists to return; load the model with backend='eager' for gradients"
             )
-
-    def _prompt_list(self, tokens: Prompt | Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
-        vocab = max(len(self.tokenizer), self.info.get("vocab_size", 0))
-        return list(prompt_batch(tokens, self.to_tokens, vocab))
 
     def _batch_cache(
         self,
@@ -328,17 +231,14 @@ class VLLMModel:
         steering: SteeringArg = None,
     ) -> GenerationCapture:
         """Generate, capturing over prompt + generated[:-1] as vLLM runs it (prefill, then decode)."""
-        self._refuse_on_generate("capture_generation")
-        ids = self._prompt_ids(tokens)
-        self._check_length(ids, sampling.max_new_tokens)
-        captures = self._captures(addresses)
-        steer = self._steer_specs(steering, ids)
+        self.admission.refuse_on_generate("capture_generation")
+        req = self.admission.request(tokens, sampling.max_new_tokens, addresses, steering)
         last: list[Any] = []
         token_ids, rows = await self.flow.on_engine(
-            self.flow.run(ids, sampling, captures, steer, last)
+            self.flow.run(req.ids, sampling, req.captures, req.steer, last)
         )
-        cache = ActivationCache({a: rows[a].unsqueeze(0) for a in captures})
-        return GenerationCapture(self._generation(ids, token_ids, sampling, last), cache)
+        cache = ActivationCache({a: rows[a].unsqueeze(0) for a in req.captures})
+        return GenerationCapture(self._generation(req.ids, token_ids, sampling, last), cache)
 
     async def capture_generation_stream(
         self,
@@ -352,13 +252,10 @@ class VLLMModel:
 
         The first token comes with the prompt's rows; token i with the row of token i-1.
         """
-        self._refuse_on_generate("capture_generation_stream")
-        ids = self._prompt_ids(tokens)
-        self._check_length(ids, sampling.max_new_tokens)
-        captures = self._captures(addresses)
-        steer = self._steer_specs(steering, ids)
+        self.admission.refuse_on_generate("capture_generation_stream")
+        req = self.admission.request(tokens, sampling.max_new_tokens, addresses, steering)
         async for item in self.flow.bridge(
-            self.flow.stream_capture(ids, sampling, captures, steer)
+            self.flow.stream_capture(req.ids, sampling, req.captures, req.steer)
         ):
             yield item
 
@@ -366,9 +263,9 @@ class VLLMModel:
         self, tokens: Prompt, layers: Sequence[int] | None = None
     ) -> ActivationCache:
         """Attention probabilities `[batch, heads, q, k]`, recomputed from post-RoPE q and k."""
-        self._refuse_on_generate("capture_attention")
+        self.admission.refuse_on_generate("capture_attention")
         if layers is None:
-            parsed = [to_address(a) for a in self._widths]
+            parsed = [to_address(a) for a in self.info.widths]
             layers = [a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None]
         cache = await self.capture(tokens, [f"attn_probs.{layer}" for layer in layers])
         return cache
@@ -381,13 +278,13 @@ class VLLMModel:
         steering: SteeringArg = None,
     ) -> Generation:
         if steering_tuple(steering):
-            self._refuse_on_generate("steering")
-        ids = self._prompt_ids(tokens)
-        self._check_length(ids, sampling.max_new_tokens)
-        steer = self._steer_specs(steering, ids)
+            self.admission.refuse_on_generate("steering")
+        req = self.admission.request(tokens, sampling.max_new_tokens, (), steering)
         last: list[Any] = []
-        token_ids, _ = await self.flow.on_engine(self.flow.run(ids, sampling, (), steer, last))
-        return self._generation(ids, token_ids, sampling, last)
+        token_ids, _ = await self.flow.on_engine(
+            self.flow.run(req.ids, sampling, (), req.steer, last)
+        )
+        return self._generation(req.ids, token_ids, sampling, last)
 
     async def generate_stream(
         self,
@@ -397,11 +294,9 @@ class VLLMModel:
         steering: SteeringArg = None,
     ) -> AsyncIterator[StreamChunk]:
         if steering_tuple(steering):
-            self._refuse_on_generate("steering")
-        ids = self._prompt_ids(tokens)
-        self._check_length(ids, sampling.max_new_tokens)
-        steer = self._steer_specs(steering, ids)
-        async for item in self.flow.bridge(self.flow.stream_tokens(ids, sampling, steer)):
+            self.admission.refuse_on_generate("steering")
+        req = self.admission.request(tokens, sampling.max_new_tokens, (), steering)
+        async for item in self.flow.bridge(self.flow.stream_tokens(req.ids, sampling, req.steer)):
             yield item
 
     def _generation(

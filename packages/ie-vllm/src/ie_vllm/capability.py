@@ -18,14 +18,11 @@ GENERATE_REASON = (
 
 
 def capabilities(model: Any) -> Capabilities:
-    """Per point of a loaded `VLLMModel` (or subclass): every address tried on `model._check`."""
+    """Per point of a loaded `VLLMModel` (or subclass): every address tried on `model.admission.check`."""
     if model.backend == "vllm-generate":
         return {p.name: PointCapability(False, False, (), GENERATE_REASON) for p in POINTS}
-
-    def reason(address: Address, message: str) -> str:
-        return message.removeprefix(f"{address} is unavailable on backend {model.backend!r}: ")
 
     def writable(_address: Address, text: str) -> bool:
         return bool(model.policy.can_write(text))
 
-    return probe(model.n_layers, model._check, writable, reason)
+    return probe(model.n_layers, model.admission.check, writable)

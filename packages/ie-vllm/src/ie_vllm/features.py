@@ -44,7 +44,7 @@ def dictionary_reducers(
     """One `sae` reducer per dictionary, its address checked as a capture would be."""
     out = []
     for name, sae in saes.items():
-        (address,) = model._captures([sae.address])
+        (address,) = model.admission.captures([sae.address])
         params = {"dictionary": sae.key, "k": k, "stats": stats}
         out.append(ReducerSpec(name, "sae", address, params))
     return tuple(out)
@@ -60,20 +60,20 @@ async def dictionary_features(
     steering: SteeringArg = None,
 ) -> dict[str, dict[str, torch.Tensor]]:
     """Per dictionary name, its outputs `[batch, seq, ...]` over one forward per prompt."""
-    model._refuse_on_generate("feature_activations")
-    prompts = model._prompt_list(tokens)
+    model.admission.refuse_on_generate("feature_activations")
+    prompts = model.admission.prompts(tokens)
     if len({len(p) for p in prompts}) > 1:
         raise ValueError(
             f"prompts of different lengths {[len(p) for p in prompts]} cannot share one "
             "[batch, seq] tensor; read them one at a time or pad them to one length"
         )
     for ids in prompts:
-        model._check_length(ids, 1)
+        model.admission.check_length(ids, 1)
     reducers = dictionary_reducers(model, saes, k, stats)
     one = SamplingParams(max_new_tokens=1, stop_at_eos=False)
 
     async def one_prompt(ids: tuple[int, ...]) -> dict[str, torch.Tensor]:
-        steer = model._steer_specs(steering, ids)
+        steer = model.admission.steer_specs(steering, ids)
         _, rows = await model.flow.run(ids, one, (), steer, reducers=reducers)
         return rows
 
@@ -104,14 +104,14 @@ async def generate_with_features(
 ) -> list[tuple[tuple[int, ...], dict[str, torch.Tensor]]]:
     """Generate every prompt together; per prompt its token ids and, per `name|output`, the top-k
     features at every position of prompt + generated[:-1] (computed in the worker per step)."""
-    model._refuse_on_generate("generate_with_features")
+    model.admission.refuse_on_generate("generate_with_features")
     reducers = dictionary_reducers(model, saes, k, False)
-    ids_list = [model._prompt_ids(p) for p in prompts]
+    ids_list = [model.admission.prompt_ids(p) for p in prompts]
     for ids in ids_list:
-        model._check_length(ids, params.max_new_tokens)
+        model.admission.check_length(ids, params.max_new_tokens)
 
     async def one(ids: tuple[int, ...]) -> tuple[tuple[int, ...], dict[str, torch.Tensor]]:
-        steer = model._steer_specs(steering, ids)
+        steer = model.admission.steer_specs(steering, ids)
         return await model.flow.run(ids, params, (), steer, reducers=reducers)
 
     async def all_prompts() -> list[tuple[tuple[int, ...], dict[str, torch.Tensor]]]:
@@ -132,11 +132,10 @@ async def dictionary_generation_stream(
 ) -> AsyncIterator[tuple[StreamChunk, dict[str, dict[str, torch.Tensor]]]]:
     """Each generated token with, per dictionary, the top-k features of the rows computed since
     the previous token (the first token carries the prompt's rows), reduced in the worker."""
-    model._refuse_on_generate("stream_features")
-    ids = model._prompt_ids(prompt)
-    model._check_length(ids, params.max_new_tokens)
+    model.admission.refuse_on_generate("stream_features")
+    req = model.admission.request(prompt, params.max_new_tokens, (), steering)
+    ids, steer = req.ids, req.steer
     reducers = dictionary_reducers(model, saes, k, False)
-    steer = model._steer_specs(steering, ids)
 
     async def collect(key: str, start: int, stop: int) -> dict[str, dict[str, torch.Tensor]]:
         got = await model.channel.collect(key, start, stop, False)

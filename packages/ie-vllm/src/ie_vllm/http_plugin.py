@@ -261,8 +261,8 @@ async def _register_steering(
             "template, so positions are not the client's); use POST /v1/ie/generate with prompt ids"
         )
     if specs:
-        model._refuse_on_generate("steering")
-    steer = model._steer_specs(specs, ())
+        model.admission.refuse_on_generate("steering")
+    steer = model.admission.steer_specs(specs, ())
     key = new_key()
     await model.channel.register([RequestSpec(key, (), steer, 0)])
     xargs[KEY_ARG] = key

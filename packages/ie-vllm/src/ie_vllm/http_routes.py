@@ -24,7 +24,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from ie_core.address import to_address
-from ie_core.prompts import prompt_batch, prompt_ids
 from ie_core.wire import (
     SAFETENSORS,
     decode_tensors,
@@ -147,14 +146,12 @@ def _texts(prompt: Any) -> list[str]:
 async def _batch(m: Any, limits: Limits, prompts: Any) -> list[tuple[int, ...]]:
     """Token ids of one prompt or a list of them; text bounded first, tokenized in a thread."""
     check_text(limits, text_bytes(_texts(prompts)), "the prompt")
-    vocab = max(len(m.tokenizer), int(m.info.get("vocab_size") or 0))
-    return list(await asyncio.to_thread(prompt_batch, prompts, m.to_tokens, vocab))
+    return await asyncio.to_thread(m.admission.prompts, prompts)
 
 
 async def _one(m: Any, limits: Limits, prompt: Any) -> tuple[int, ...]:
     check_text(limits, text_bytes(_texts(prompt)), "the prompt")
-    vocab = max(len(m.tokenizer), int(m.info.get("vocab_size") or 0))
-    return await asyncio.to_thread(prompt_ids, prompt, m.to_tokens, vocab)
+    return await asyncio.to_thread(m.admission.prompt_ids, prompt)
 
 
 def _sampling(data: dict[str, Any]) -> Any:
@@ -206,22 +203,14 @@ async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
 @router.get("/info")
 async def info(request: Request) -> JSONResponse:
     m = _model(request)
-    points = set(m.points())  # a vllm-static server lists only the points it declared
-    widths = {a: w for a, w in m.info.get("widths", {}).items() if a.split(".")[0] in points}
-    return JSONResponse(
-        {
-            "model_id": m.model_id,
-            "backend": m.backend,
-            "architecture": m.architecture,
-            "n_layers": m.n_layers,
-            "d_model": m.d_model,
-            "points": list(m.points()),
-            "widths": widths,
-            "writable": m.info.get("writable", []),
-            "refused": m.info.get("refused", {}),
-            "vocab_size": m.info.get("vocab_size"),
-        }
+    points = m.points()  # a vllm-static server lists only the points it declared
+    served = m.info.with_fields(
+        model_id=m.model_id,
+        backend=m.backend,
+        points=tuple(points),
+        widths=m.info.widths_of(set(points)),
     )
+    return JSONResponse(served.to_wire())
 
 
 @router.get("/stats")
@@ -236,7 +225,7 @@ async def capture(request: Request) -> Response:
     prompts = await _batch(m, limits, _field(data, "prompts", (list, str)))
     addresses = _addresses(data)
     lengths = [min(len(p), limits.max_model_len) for p in prompts]  # longer: the model refuses
-    size = capture_bytes(m.info.get("widths", {}), _canonical(addresses), lengths)
+    size = capture_bytes(m.info.widths, _canonical(addresses), lengths)
     check_response(
         limits, size, f"capturing {len(addresses)} addresses over {len(prompts)} prompts"
     )
@@ -251,7 +240,7 @@ async def capture_generation(request: Request) -> Response:
     ids = await _one(m, limits, _field(data, "prompt", (list, str)))
     addresses, sampling = _addresses(data), _sampling(data)
     seq = min(len(ids) + sampling.max_new_tokens - 1, limits.max_model_len)
-    size = capture_bytes(m.info.get("widths", {}), _canonical(addresses), [seq])
+    size = capture_bytes(m.info.widths, _canonical(addresses), [seq])
     check_response(limits, size, f"capturing {len(addresses)} addresses over {seq} tokens")
     work = m.capture_generation(ids, addresses, sampling, steering=_steering(request, data))
     result = await _unless_gone(request, work)
@@ -291,7 +280,7 @@ async def generate_stream(request: Request) -> Response:
 
 
 def _vocab(m: Any) -> int:
-    return int(m.info.get("vocab_size") or 0) or len(m.tokenizer)
+    return m.info.vocab_size or len(m.tokenizer)
 
 
 @router.post("/decode_residuals")

@@ -30,7 +30,7 @@ def residual_rows(rows: Any, d_model: int) -> tuple[torch.Tensor, tuple[int, ...
 async def logits(model: VLLMModel, rows: Any) -> torch.Tensor:
     """Full logits `[..., vocab]`; refused above FULL_LOGITS_LIMIT bytes."""
     flat, lead = residual_rows(rows, model.d_model)
-    vocab = int(model.info.get("vocab_size", 0)) or len(model.tokenizer)
+    vocab = model.info.vocab_size or len(model.tokenizer)
     size = flat.shape[0] * vocab * 4
     if size > FULL_LOGITS_LIMIT:
         raise UnsupportedOperationError(

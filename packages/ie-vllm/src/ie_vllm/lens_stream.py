@@ -30,7 +30,7 @@ def check_served(model: VLLMModel) -> None:
             "reads the hooked worker's captured rows; load the model with backend='vllm' or "
             "'eager'"
         )
-    if int(model.info.get("tp_size", 1)) > 1 or int(model.info.get("pp_size", 1)) > 1:
+    if model.info.tp_size > 1 or model.info.pp_size > 1:
         raise UnsupportedOperationError(
             "the streaming lens read-out runs on one worker rank; load with "
             "tensor_parallel_size=1 and pipeline_parallel_size=1, or use capture_generation_stream "
@@ -49,16 +49,14 @@ async def lens_generation_stream(
     steering: SteeringArg = None,
 ) -> AsyncIterator[LensStep]:
     check_served(model)
-    ids = model._prompt_ids(tokens)
-    model._check_length(ids, params.max_new_tokens)
-    captures = model._captures(addresses)
-    steer = model._steer_specs(steering, ids)
+    req = model.admission.request(tokens, params.max_new_tokens, addresses, steering)
+    captures = req.captures
     wire = payload.encode(dict(transports)) if transports else {}
 
     async def topk(key: str, start: int, stop: int) -> dict[str, TopK]:
         got = await model.engine.rpc_payload("ie_lens_collect_topk", key, start, stop, k, wire)
         return {a: TopK(got[f"{a}|ids"], got[f"{a}|probs"]) for a in captures}
 
-    steps = model.flow.stream_steps(ids, params, captures, steer, topk)
+    steps = model.flow.stream_steps(req.ids, params, captures, req.steer, topk)
     async for chunk, tops in model.flow.bridge(steps):
         yield LensStep(chunk, tops)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from ie_core.model_info import ModelInfo
 from torch import nn
 
 from ie_vllm.access import Reader, Writer
@@ -63,13 +63,13 @@ class PointTable:
     attn: dict[int, AttnGeom] = field(default_factory=dict)
     widths: dict[str, int] = field(default_factory=dict)  # address -> width
 
-    def info(self) -> dict[str, Any]:
-        """Plain data for the host: widths, writability, refusals, attention geometry."""
-        return {
-            "n_layers": self.n_layers,
-            "d_model": self.d_model,
-            "widths": dict(self.widths),
-            "writable": sorted(self.writable),
-            "refused": dict(self.refused),
-            "attn_heads": {layer: g.heads for layer, g in self.attn.items()},
-        }
+    def info(self) -> ModelInfo:
+        """What the host needs: shape, widths, writability, refusals, heads per layer."""
+        return ModelInfo(
+            n_layers=self.n_layers,
+            d_model=self.d_model,
+            widths=dict(self.widths),
+            writable=tuple(sorted(self.writable)),
+            refused=dict(self.refused),
+            attn_heads={layer: g.heads for layer, g in self.attn.items()},
+        )

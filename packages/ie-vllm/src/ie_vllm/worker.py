@@ -114,13 +114,14 @@ class IEWorkerExtension(LensWorkerMixin):
             wrap_model_forward(
                 runner, lambda original: _forward_with_layout(runner, state, original)
             )
-        info = table.info()
-        info["vocab_size"] = int(getattr(text_config, "vocab_size", 0) or 0)
-        info["architecture"] = loaded.architecture
-        info["tp_size"] = runner.parallel_config.tensor_parallel_size
-        info["pp_size"] = runner.parallel_config.pipeline_parallel_size
-        self._ie_info = info
-        return info
+        info = table.info().with_fields(
+            vocab_size=int(getattr(text_config, "vocab_size", 0) or 0),
+            architecture=loaded.architecture,
+            tp_size=runner.parallel_config.tensor_parallel_size,
+            pp_size=runner.parallel_config.pipeline_parallel_size,
+        )
+        self._ie_info = info.to_wire()  # plain data: vLLM's RPC serializer takes no dataclass
+        return dict(self._ie_info)
 
     # --- requests ----------------------------------------------------------------------------
 

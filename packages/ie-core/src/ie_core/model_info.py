@@ -1,0 +1,108 @@
+"""`ModelInfo`: what a loaded model says about itself, one typed record on every process boundary.
+
+A vLLM worker builds it from its point table, the host reads it, `ie serve` sends it as
+`GET /v1/ie/info` and the remote client reads it back; each side checks it with `from_wire`
+instead of reading keys out of a dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from ie_core.address import to_address
+from ie_core.errors import InterpError
+
+__all__ = ["ModelInfo", "ModelInfoError"]
+
+
+class ModelInfoError(InterpError, ValueError):
+    """A model description that is missing a field or holds one of the wrong type."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Shape, served addresses (with widths), writable addresses and refusals of one model."""
+
+    n_layers: int
+    d_model: int
+    widths: Mapping[str, int] = field(default_factory=dict)  # served address -> row width
+    writable: tuple[str, ...] = ()
+    refused: Mapping[str, str] = field(default_factory=dict)  # address or point name -> reason
+    architecture: str = ""
+    vocab_size: int = 0  # 0 when the config does not say; the tokenizer's length is used then
+    attn_heads: Mapping[int, int] = field(default_factory=dict)  # layer -> query heads
+    tp_size: int = 1
+    pp_size: int = 1
+    model_id: str = ""  # filled by the server; a worker does not know the name it was loaded by
+    backend: str = ""
+    points: tuple[str, ...] = ()  # served point names in forward order (set by the server)
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> ModelInfo:
+        """Parse a worker's or server's description; raises ModelInfoError naming the field."""
+        if not isinstance(data, Mapping):
+            raise ModelInfoError(f"a model description is a JSON object, got {type(data).__name__}")
+        return cls(
+            n_layers=_int(data, "n_layers", required=True),
+            d_model=_int(data, "d_model", required=True),
+            widths={str(a): int(w) for a, w in _mapping(data, "widths").items()},
+            writable=tuple(str(a) for a in _list(data, "writable")),
+            refused={str(k): str(v) for k, v in _mapping(data, "refused").items()},
+            architecture=str(data.get("architecture") or ""),
+            vocab_size=_int(data, "vocab_size"),
+            attn_heads={int(k): int(v) for k, v in _mapping(data, "attn_heads").items()},
+            tp_size=_int(data, "tp_size", 1),
+            pp_size=_int(data, "pp_size", 1),
+            model_id=str(data.get("model_id") or ""),
+            backend=str(data.get("backend") or ""),
+            points=tuple(str(p) for p in _list(data, "points")),
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        """Plain JSON data (layer keys of `attn_heads` become strings, as JSON keys are)."""
+        out = asdict(self)
+        out["widths"] = dict(self.widths)
+        out["refused"] = dict(self.refused)
+        out["attn_heads"] = {str(k): v for k, v in self.attn_heads.items()}
+        out["writable"] = list(self.writable)
+        out["points"] = list(self.points)
+        return out
+
+    def with_fields(self, **changes: Any) -> ModelInfo:
+        """A copy with some fields replaced (the server adds its name, backend and points)."""
+        return replace(self, **changes)
+
+    def widths_of(self, points: set[str]) -> dict[str, int]:
+        """The widths of the addresses whose point is in `points`."""
+        return {a: w for a, w in self.widths.items() if to_address(a).name in points}
+
+    def refusal(self, address: str) -> str | None:
+        """The reason `address` is refused (its own, else its point's), or None."""
+        return self.refused.get(address) or self.refused.get(to_address(address).name)
+
+
+def _int(data: Mapping[str, Any], key: str, default: int = 0, *, required: bool = False) -> int:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise ModelInfoError(f"the model description has no {key!r}")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ModelInfoError(f"{key} must be an integer, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _mapping(data: Mapping[str, Any], key: str) -> Mapping[Any, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise ModelInfoError(f"{key} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _list(data: Mapping[str, Any], key: str) -> list[Any]:
+    value = data.get(key) or []
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+        raise ModelInfoError(f"{key} must be a list, got {type(value).__name__}")
+    return list(value)

@@ -1,0 +1,166 @@
+"""The checks every request passes before vLLM sees it: addresses, prompt ids, length, steering.
+
+`VLLMModel`, the lens stream, the dictionary ops, the HTTP plugin and the capability probe all
+admit a request here, so each refuses bad input with the same words and none of them reaches
+into the model's internals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ie_core.address import AddressLike, check_layer, to_address
+from ie_core.errors import (
+    PointUnavailableError,
+    PromptTooLongError,
+    SteeringSpecError,
+    UnsupportedOperationError,
+)
+from ie_core.model_info import ModelInfo
+from ie_core.points import get_point
+from ie_core.protocol import Prompt, SteeringArg, prompt_batch, prompt_ids, steering_tuple
+from ie_core.steer_scope import mask_positions
+
+from ie_vllm.policy import SitePolicy
+from ie_vllm.registry import SteerSpec
+
+__all__ = ["GENERATE", "Admission", "Admitted"]
+
+GENERATE = "vllm-generate"
+
+
+class _Limits(Protocol):
+    @property
+    def max_model_len(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A request that passed: its prompt ids, the addresses it captures and its write specs."""
+
+    ids: tuple[int, ...]
+    captures: tuple[str, ...]
+    steer: tuple[SteerSpec, ...]
+
+
+class Admission:
+    """One model's request checks, from its `ModelInfo`, tokenizer, write policy and engine."""
+
+    def __init__(
+        self, backend: str, info: ModelInfo, tokenizer: Any, policy: SitePolicy, engine: _Limits
+    ) -> None:
+        self.backend = backend
+        self.info = info
+        self.tokenizer = tokenizer
+        self.policy = policy
+        self.engine = engine  # read lazily: max_model_len is the running engine's
+
+    def request(
+        self,
+        tokens: Prompt,
+        new_tokens: int,
+        addresses: Sequence[AddressLike] = (),
+        steering: SteeringArg = None,
+    ) -> Admitted:
+        """Prompt ids, length, captures and steering of one generation, checked in that order."""
+        ids = self.prompt_ids(tokens)
+        self.check_length(ids, new_tokens)
+        return Admitted(ids, self.captures(addresses), self.steer_specs(steering, ids))
+
+    def refuse_on_generate(self, what: str) -> None:
+        if self.backend == GENERATE:
+            raise UnsupportedOperationError(
+                f"{what} is not available on backend 'vllm-generate', which runs vLLM untouched "
+                "for speed; load the model with backend='vllm' (any point, chosen per request) "
+                "or backend='vllm-static' (declared points, compiled) to capture or steer"
+            )
+
+    def check(self, address: AddressLike) -> str:
+        """Validate an address for this model; returns its string form or raises with the reason."""
+        addr = to_address(address, check=True)
+        if addr.is_path:
+            raise PointUnavailableError(
+                f"{addr} addresses a raw module, which backend {self.backend!r} does not hook; "
+                "use backend='eager' for path addresses"
+            )
+        if addr.stream is not None:
+            arch = self.info.architecture
+            raise PointUnavailableError(f"{addr}: {arch} has a single residual stream")
+        check_layer(addr, self.info.n_layers)
+        text = str(addr)
+        if text in self.info.widths:
+            self.policy.check_read(text)
+            return text
+        reason = self.info.refusal(text)
+        if reason is None:
+            reason = f"{addr.name} does not exist at layer {addr.layer} of {self.info.architecture}"
+        raise PointUnavailableError(
+            f"{text} is unavailable on backend {self.backend!r}: {reason}", reason
+        )
+
+    def captures(self, addresses: Sequence[AddressLike]) -> tuple[str, ...]:
+        if isinstance(addresses, str):
+            addresses = [addresses]
+        return tuple(dict.fromkeys(self.check(a) for a in addresses))
+
+    def vocab(self) -> int:
+        return max(len(self.tokenizer), self.info.vocab_size)
+
+    def prompt_ids(self, tokens: Prompt) -> tuple[int, ...]:
+        return prompt_ids(tokens, self._to_tokens, self.vocab())
+
+    def prompts(self, tokens: Prompt | Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+        """A batch of prompts (a string, ids, rows of ids, a 2-D tensor) as id tuples."""
+        return list(prompt_batch(tokens, self._to_tokens, self.vocab()))
+
+    def check_length(self, ids: Sequence[int], new_tokens: int) -> None:
+        """Refuse up front what vLLM would cut short silently at max_model_len."""
+        limit = self.engine.max_model_len
+        if len(ids) + new_tokens > limit:
+            raise PromptTooLongError(
+                f"{len(ids)} prompt tokens + {new_tokens} new tokens = {len(ids) + new_tokens} "
+                f"exceed this engine's max_model_len={limit}, so vLLM would stop early; shorten "
+                f"the prompt, ask for at most {max(limit - len(ids), 0)} new tokens, or load the "
+                "model with a larger max_model_len"
+            )
+
+    def steer_specs(
+        self, steering: SteeringArg, prompt_ids: Sequence[int]
+    ) -> tuple[SteerSpec, ...]:
+        """The write specs the workers register: each address checked, writable, of its width."""
+        specs: list[SteerSpec] = []
+        for s in steering_tuple(steering):
+            if any(op.kind == "hook" for op in s.ops):
+                raise UnsupportedOperationError(
+                    f"a Hook at {s.point} runs a Python function, and backend {self.backend!r} "
+                    "runs its forward in vLLM's worker processes, where ie-vllm does not ship "
+                    "your callables (they would run outside this process's state and locks); "
+                    "express the intervention as ops (Patch, Scale, Additive, ...), which every "
+                    "backend runs, or use backend='eager' for your own hooks"
+                )
+            for addr in s.addresses():
+                text = self.check(addr)
+                if not self.policy.can_write(text):
+                    raise SteeringSpecError(
+                        f"{text} cannot be written on backend {self.backend!r}: "
+                        f"{self.write_reason(text)}"
+                    )
+                s.check_width(self.info.widths[text])
+            masked = mask_positions(s.mask, prompt_ids, self.tokenizer.all_special_ids)
+            until = len(prompt_ids) if s.mask.prefill_only else None
+            specs.extend(
+                SteerSpec(str(a), s.ops, tuple(sorted(masked)), until) for a in s.addresses()
+            )
+        self.policy.check_steering(tuple(specs))
+        return tuple(specs)
+
+    def write_reason(self, address: str) -> str:
+        point = get_point(to_address(address).name)
+        if not point.writable:
+            return f"{point.name} is a capture-only point"
+        return self.policy.write_reason(address)
+
+    def _to_tokens(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])

@@ -204,7 +204,7 @@ def test_a_session_entered_in_one_thread_does_not_touch_a_forward_in_another() -
     def other_thread() -> None:
         result["during"] = model.forward_with_cache(ids, [READ])[1][READ]
 
-    with Session(model.hf_model, (), model._writes(strong, [ids])):
+    with Session(model.hf_model, (), model.admission.writes(strong, [ids])):
         assert _hook_count(model) > 0  # the steering hooks are installed while it runs
         thread = threading.Thread(target=other_thread)
         thread.start()

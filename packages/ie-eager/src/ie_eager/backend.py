@@ -15,13 +15,11 @@ from ie_core.errors import (
     BadPromptError,
     ModelClosedError,
     PointUnavailableError,
-    SteeringSpecError,
     UnsupportedOperationError,
 )
 from ie_core.families import Family, family_for_architecture
-from ie_core.logprobs import StepLogprobs
 from ie_core.models import resolve_model_path
-from ie_core.prompts import check_generation_length, position_limit
+from ie_core.prompts import position_limit
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -30,22 +28,19 @@ from ie_core.protocol import (
     SteeringArg,
     StreamChunk,
     TopK,
-    prompt_batch,
-    prompt_ids,
     renamed_sampling,
     sampling_params,
-    steering_tuple,
 )
-from ie_core.steer_math import check_ops_fit
-from ie_core.steer_scope import mask_positions, pin_prompt
+from ie_core.steer_scope import pin_prompt
 from ie_core.text_stream import TextStream
 from torch import nn
 
-from ie_eager import capability, checkpoint, lens, sampling
+from ie_eager import capability, checkpoint, lens
+from ie_eager.admission import EagerAdmission
+from ie_eager.decode import DecodeStep, decode_steps
 from ie_eager.devices import DeviceUnavailableError as DeviceUnavailableError
 from ie_eager.devices import resolve_device, resolve_dtype
-from ie_eager.hooks import Session, Write
-from ie_eager.logprobs import step_logprobs
+from ie_eager.hooks import Session
 from ie_eager.progress_bar import generation_bar
 from ie_eager.resolve import Resolved, Resolver, Tap
 from ie_eager.structure import Structure, analyze
@@ -95,6 +90,15 @@ class EagerModel:
         self.resolver = Resolver(self.structure, self.family, hf_model, self._probe)
         self._points: tuple[str, ...] | None = None
         self.max_positions = position_limit(self.text_config)
+        self.admission = EagerAdmission(
+            tokenizer,
+            self.resolver,
+            self.structure.shapes.vocab,
+            self.max_positions,
+            next(hf_model.parameters()).dtype,
+            self._check_open,
+            (getattr(hf_model, "generation_config", None), config, tokenizer),
+        )
 
     @property
     def hf_model(self) -> nn.Module:
@@ -202,42 +206,6 @@ class EagerModel:
             list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
         )
 
-    def _prompt_ids(self, tokens: Prompt) -> list[int]:
-        self._check_open()
-        vocab = self.structure.shapes.vocab
-        return list(prompt_ids(tokens, self.to_tokens, vocab, self.max_positions))
-
-    def _batch_ids(self, tokens: Any) -> list[list[int]]:
-        self._check_open()
-        vocab = self.structure.shapes.vocab
-        rows = [list(r) for r in prompt_batch(tokens, self.to_tokens, vocab, self.max_positions)]
-        lengths = {len(r) for r in rows}
-        if len(lengths) > 1:
-            raise BadPromptError(
-                f"batch rows have different lengths {sorted(lengths)}; the eager backend does not "
-                "pad (padding changes positions); use ie_core.ragged.capture_ragged (right-padded,"
-                " true lengths recorded), capture rows of equal length, or one at a time"
-            )
-        return rows
-
-    # -- steering --
-
-    def _writes(self, steering: SteeringArg, prompts: list[list[int]]) -> list[Write]:
-        specs = steering_tuple(steering)
-        writes: list[Write] = []
-        special = set(getattr(self.tokenizer, "all_special_ids", []) or [])
-        for spec in specs:
-            for address in spec.addresses():
-                r = self.resolver.resolve(address)
-                if not r.writable or r.kind == "attention":
-                    raise SteeringSpecError(f"{address} is capture-only and cannot be steered")
-                if r.width is not None:
-                    spec.check_width(r.width)
-                check_ops_fit(spec.ops, self.dtype, str(address))
-                masked = tuple(mask_positions(spec.mask, p, special) for p in prompts)
-                writes.append(Write(r, spec.ops, masked, spec.width))
-        return writes
-
     # -- forward --
 
     def forward_with_cache(
@@ -249,9 +217,9 @@ class EagerModel:
         grad: bool = False,
     ) -> tuple[torch.Tensor, ActivationCache]:
         """One forward: (logits `[batch, seq, vocab]`, cache). Eager-only convenience."""
-        rows = self._batch_ids(tokens)
+        rows = self.admission.batch_ids(tokens)
         reads = [self.resolver.resolve(a) for a in addresses]
-        writes = self._writes(steering, rows)
+        writes = self.admission.writes(steering, rows)
         ids = torch.tensor(rows, dtype=torch.long, device=self.device)
         context = torch.enable_grad() if grad else torch.no_grad()
         with context, Session(self.hf_model, reads, writes, keep_graph=grad) as session:
@@ -289,55 +257,10 @@ class EagerModel:
 
     # -- generation --
 
-    def _decode_loop(
-        self,
-        ids: list[int],
-        params: SamplingParams,
-        steering: SteeringArg,
-        record: list[StepLogprobs] | None = None,
-    ) -> Iterator[int]:
-        """Yield generated token ids one by one, steering prefill and every decode step; with
-        `params.logprobs` set, append each step's logprobs to `record` before yielding.
-
-        The hooks and the no-grad mode are set around each forward only: while the caller holds
-        a yielded token (a suspended stream), other requests on the model see neither."""
-        params = sampling_params(params)
-        check_generation_length(len(ids), params.max_new_tokens, self.max_positions)
-        writes = self._writes(steering, [ids])
-        session = Session(self.hf_model, (), writes)
-        gen = sampling.make_generator(params, self.device)
-        eos = self._eos_ids() if params.stop_at_eos else set()
-        inputs = torch.tensor([ids], dtype=torch.long, device=self.device)
-        past = None
-        position = 0
-        for _ in range(params.max_new_tokens):
-            session.offset = position
-            session.batch_shape = (1, inputs.shape[1])
-            with torch.no_grad(), session:
-                out = self.hf_model(input_ids=inputs, past_key_values=past, use_cache=True)
-                token = sampling.next_token(out.logits[0, -1], params, gen)
-                if record is not None and params.logprobs is not None:
-                    record.append(step_logprobs(out.logits[0, -1], token, params.logprobs))
-            past = out.past_key_values
-            position += inputs.shape[1]
-            yield token
-            if token in eos:
-                return
-            inputs = torch.tensor([[token]], dtype=torch.long, device=self.device)
-
-    def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        for source in (
-            getattr(self.hf_model, "generation_config", None),
-            self.config,
-            self.tokenizer,
-        ):
-            value = getattr(source, "eos_token_id", None)
-            if isinstance(value, int):
-                ids.add(value)
-            elif isinstance(value, list | tuple):
-                ids.update(int(v) for v in value)
-        return ids
+    def _decode(
+        self, ids: list[int], params: SamplingParams, steering: SteeringArg
+    ) -> Iterator[DecodeStep]:
+        return decode_steps(self.hf_model, self.admission, ids, params, steering)
 
     async def generate(
         self,
@@ -349,18 +272,15 @@ class EagerModel:
     ) -> Generation:
         # Checked first: the progress bar reads max_new_tokens before the decode loop runs.
         sampling = _checked_sampling(renamed_sampling(sampling, sampling_params, _GREEDY))
-        ids = self._prompt_ids(tokens)
-        steps: list[StepLogprobs] = []
-        out = list(
-            generation_bar(
-                self._decode_loop(ids, sampling, steering, steps), sampling.max_new_tokens
-            )
-        )
+        ids = self.admission.prompt_ids(tokens)
+        steps = list(generation_bar(self._decode(ids, sampling, steering), sampling.max_new_tokens))
+        out = [s.token for s in steps]
+        logprobs = tuple(s.logprobs for s in steps if s.logprobs is not None)
         return Generation(
             tuple(ids),
             tuple(out),
             self.tokenizer.decode(out, skip_special_tokens=True),
-            tuple(steps) if steps else None,
+            logprobs or None,
         )
 
     async def generate_stream(
@@ -372,11 +292,10 @@ class EagerModel:
         sampling_params: SamplingParams | None = None,
     ) -> AsyncIterator[StreamChunk]:
         sampling = renamed_sampling(sampling, sampling_params, _GREEDY)
-        ids = self._prompt_ids(tokens)
+        ids = self.admission.prompt_ids(tokens)
         text = TextStream(lambda out: self.tokenizer.decode(out, skip_special_tokens=True))
-        steps: list[StepLogprobs] = []
-        for token in self._decode_loop(ids, sampling, steering, steps):
-            yield StreamChunk(token, text.push(token), steps[-1] if steps else None)
+        for step in self._decode(ids, sampling, steering):
+            yield StreamChunk(step.token, text.push(step.token), step.logprobs)
 
     async def capture_generation(
         self,

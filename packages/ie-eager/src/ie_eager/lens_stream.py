@@ -1,5 +1,5 @@
-"""Eager's streaming lens read-out: the decode loop of `EagerModel._decode_loop` with reads, the
-lens top-k taken from each forward's rows before the next token is sampled on."""
+"""Eager's streaming lens read-out: the one decode loop (`ie_eager.decode`) with reads, the lens
+top-k taken from each forward's rows as its token is yielded."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from ie_core.address import AddressLike
 from ie_core.lens_stream import LensStep
-from ie_core.prompts import check_generation_length
-from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK, sampling_params
+from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK
+from ie_core.text_stream import TextStream
 
-from ie_eager import lens, sampling
-from ie_eager.hooks import Session
+from ie_eager import lens
+from ie_eager.decode import decode_steps
 
 if TYPE_CHECKING:
     from ie_eager.backend import EagerModel
@@ -37,36 +37,14 @@ async def lens_generation_stream(
     transports: Mapping[str, torch.Tensor],
     steering: SteeringArg = None,
 ) -> AsyncIterator[LensStep]:
-    ids = model._prompt_ids(tokens)
-    params = sampling_params(params)
-    check_generation_length(len(ids), params.max_new_tokens, model.max_positions)
+    ids = model.admission.prompt_ids(tokens)
     reads = [model.resolver.resolve(a) for a in addresses]
-    session = Session(model.hf_model, reads, model._writes(steering, [ids]))
-    gen = sampling.make_generator(params, model.device)
-    eos = model._eos_ids() if params.stop_at_eos else set()
-    inputs = torch.tensor([ids], dtype=torch.long, device=model.device)
-    past, position, out, emitted = None, 0, [], ""
-    for _ in range(params.max_new_tokens):
-        session.offset = position
-        session.batch_shape = (1, inputs.shape[1])
-        with torch.no_grad(), session:
-            step = model.hf_model(input_ids=inputs, past_key_values=past, use_cache=True)
-            token = sampling.next_token(step.logits[0, -1], params, gen)
-        past, position = step.past_key_values, position + inputs.shape[1]
+    text = TextStream(lambda out: model.tokenizer.decode(out, skip_special_tokens=True))
+    for step in decode_steps(model.hf_model, model.admission, ids, params, steering, reads):
         tops = {
             str(r.address): read_out(
-                model, session.captured[r.address][0], k, transports.get(str(r.address))
+                model, step.rows[r.address][0], k, transports.get(str(r.address))
             )
             for r in reads
         }
-        out.append(token)
-        text = model.tokenizer.decode(out, skip_special_tokens=True)
-        # As generate_stream: emit only text that is complete so far (multi-byte characters).
-        chunk = (
-            text[len(emitted) :] if text.startswith(emitted) and "\ufffd" not in text[-1:] else ""
-        )
-        emitted += chunk
-        yield LensStep(StreamChunk(token, chunk), tops)
-        if token in eos:
-            return
-        inputs = torch.tensor([[token]], dtype=torch.long, device=model.device)
+        yield LensStep(StreamChunk(step.token, text.push(step.token)), tops)

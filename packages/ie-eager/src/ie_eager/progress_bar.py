@@ -7,14 +7,17 @@ or `IE_PROGRESS=1`), and only for long generations; the bar goes to stderr and c
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TypeVar
 
 from ie_core.progress import progress_enabled
+
+T = TypeVar("T")
 
 MIN_TOKENS = 32  # shorter generations finish before a bar would tell anyone anything
 
 
-def generation_bar(tokens: Iterator[int], total: int) -> Iterator[int]:
-    """Yield `tokens` unchanged, advancing a bar of `total` generated tokens."""
+def generation_bar(tokens: Iterator[T], total: int) -> Iterator[T]:
+    """Yield `tokens` (or decode steps) unchanged, advancing a bar of `total` generated tokens."""
     if total < MIN_TOKENS or not progress_enabled():
         yield from tokens
         return

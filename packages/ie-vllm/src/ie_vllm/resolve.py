@@ -9,6 +9,7 @@ hook's arguments or output, and how to write steered rows back. vLLM's decoder l
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from ie_core.address import to_address
@@ -75,42 +76,103 @@ def resolve(model: nn.Module, architecture: str, hf_config: Any, tp_size: int = 
             table.refused[p.name] = why
         return table
 
-    def add(address: str, site: SiteDef, writable: bool = True) -> None:
-        table.sites.setdefault(site.name, site)
-        table.addresses[address] = site.name
-        table.widths[address] = site.width
-        if writable and site.write is not None:
-            table.writable.add(address)
-
-    def site(
-        name: str,
-        module: nn.Module,
-        hook: str,
-        rw: tuple[Reader, Writer | None],
-        width: int,
-        kind: str = "tensor",
-    ) -> SiteDef:
-        return SiteDef(name, module, hook, rw[0], rw[1], width, kind)
-
-    # Trunk points.
-    bt = profile.batched
-    embed = get_module(model, profile.embed)
-    if embed is not None:
-        lm = get_module(model, profile.layers.rsplit(".", 1)[0])
-        scale = getattr(lm, "normalizer", None) if profile.embed_scale else None
-        rw = scaled_out(scale, bt) if scale is not None else post_out(bt)
-        add("embeddings", site("embeddings", embed, "post", rw, d_model))
-    norm = get_module(model, profile.final_norm)
-    if norm is not None:
-        add("final_norm", site("final_norm", norm, "post", post_out(bt), d_model))
-
+    trunk = Sites(table, profile, architecture, hf_config, None, model, d_model)
+    for group in dict.fromkeys(TRUNK_RESOLVERS.values()):
+        group(trunk)
+    m = profile.residual_multiplier
+    mult = float(getattr(hf_config, m, 1.0)) if m else None
     for i, layer in enumerate(cast("Iterable[nn.Module]", layers)):
         if layer.__class__.__name__ == "PPMissingLayer":
             continue
-        _resolve_layer(table, profile, architecture, hf_config, i, layer, add, site, d_model)
+        here = Sites(table, profile, architecture, hf_config, i, layer, d_model, mult)
+        for group in dict.fromkeys(LAYER_RESOLVERS.values()):
+            group(here)
 
     _refuse_rest(table, architecture, tp_size)
     return table
+
+
+@dataclass(frozen=True)
+class Sites:
+    """One decoder layer (or the trunk, `i` None) being resolved, and where its sites go."""
+
+    table: PointTable
+    profile: Profile
+    architecture: str
+    hf_config: Any
+    i: int | None
+    module: nn.Module  # the decoder layer; the whole model for the trunk
+    d_model: int
+    mult: float | None = None  # Granite's residual multiplier on the branches it adds
+
+    def name(self, point: str) -> str:
+        return point if self.i is None else f"{point}.{self.i}"
+
+    def site(
+        self,
+        point: str,
+        module: nn.Module,
+        hook: str,
+        rw: tuple[Reader, Writer | None],
+        width: int | None = None,
+        kind: str = "tensor",
+    ) -> SiteDef:
+        width = self.d_model if width is None else width
+        return SiteDef(self.name(point), module, hook, rw[0], rw[1], width, kind)
+
+    def add(self, point: str, site: SiteDef, writable: bool = True) -> None:
+        address = self.name(point)
+        self.table.sites.setdefault(site.name, site)
+        self.table.addresses[address] = site.name
+        self.table.widths[address] = site.width
+        if writable and site.write is not None:
+            self.table.writable.add(address)
+
+    def hook(self, point: str, module: nn.Module, hook: str, rw: Any, **kw: Any) -> None:
+        """Serve `point` from a hook on `module` (`kw`: width, kind, writable)."""
+        writable = kw.pop("writable", True)
+        self.add(point, self.site(point, module, hook, rw, **kw), writable)
+
+    def alias(self, point: str, same_as: str) -> None:
+        """Serve `point` from the site of `same_as` (the two tensors are one on this layout)."""
+        self.add(point, self.table.sites[self.name(same_as)])
+
+    def refuse(self, point: str, why: str) -> None:
+        self.table.refused[self.name(point)] = why
+
+    def served(self, point: str) -> bool:
+        return self.name(point) in self.table.widths
+
+    def child(self, name: str | None) -> nn.Module | None:
+        return getattr(self.module, name, None) if name else None
+
+
+# --- the trunk -----------------------------------------------------------------------------
+
+
+def _embeddings(s: Sites) -> None:
+    embed = get_module(s.module, s.profile.embed)
+    if embed is None:
+        return
+    bt = s.profile.batched
+    lm = get_module(s.module, s.profile.layers.rsplit(".", 1)[0])
+    scale = getattr(lm, "normalizer", None) if s.profile.embed_scale else None
+    s.hook(
+        "embeddings", embed, "post", scaled_out(scale, bt) if scale is not None else post_out(bt)
+    )
+
+
+def _final_norm(s: Sites) -> None:
+    norm = get_module(s.module, s.profile.final_norm)
+    if norm is not None:
+        s.hook("final_norm", norm, "post", post_out(s.profile.batched))
+
+
+def _no_module(_s: Sites) -> None:
+    """A point no vLLM layout hooks here; `_refuse_rest` gives its reason from the registry."""
+
+
+# --- one decoder layer ---------------------------------------------------------------------
 
 
 def _residual_rw(profile: Profile) -> tuple[tuple[Reader, Writer], tuple[Reader, Writer]]:
@@ -123,87 +185,56 @@ def _residual_rw(profile: Profile) -> tuple[tuple[Reader, Writer], tuple[Reader,
     return pre, (post_first() if profile.first_out else post_out(profile.batched))
 
 
-def _resolve_layer(
-    table: PointTable,
-    profile: Profile,
-    architecture: str,
-    hf_config: Any,
-    i: int,
-    layer: nn.Module,
-    add: Callable[..., None],
-    site: Callable[..., SiteDef],
-    d_model: int,
-) -> None:
-    bt = profile.batched
-    rs_pre, rs_post = _residual_rw(profile)
+def _residual(s: Sites) -> None:
+    rs_pre, rs_post = _residual_rw(s.profile)
     # A fused layer returns (hidden, residual): a static tap reads their sum without storing it.
-    post_kind = "residual_pair" if profile.fused_residual else "tensor"
-    add(f"resid_pre.{i}", site(f"resid_pre.{i}", layer, "pre", rs_pre, d_model))
-    add(f"resid_post.{i}", site(f"resid_post.{i}", layer, "post", rs_post, d_model, post_kind))
-    m = profile.residual_multiplier
-    mult = float(getattr(hf_config, m, 1.0)) if m else None
+    post_kind = "residual_pair" if s.profile.fused_residual else "tensor"
+    s.hook("resid_pre", s.module, "pre", rs_pre)
+    s.hook("resid_post", s.module, "post", rs_post, kind=post_kind)
 
-    attn = getattr(layer, profile.attn, None)
-    if attn is not None:
-        a = profile.attn_hidden_arg
-        a = a if a is not None else (1 if profile.fused_residual else 0)
-        attn_arg = pre_arg("hidden_states", a, bt)
-        add(f"attn_in.{i}", site(f"attn_in.{i}", attn, "pre", attn_arg, d_model))
-        add(f"attn_out.{i}", site(f"attn_out.{i}", attn, "post", post_out(bt), d_model))
-        _resolve_attention(table, attn, profile, i, add, site)
 
-    post_attn = getattr(layer, profile.post_attn_norm, None) if profile.post_attn_norm else None
-    if post_attn is not None:
-        add(
-            f"attn_out_post.{i}",
-            site(f"attn_out_post.{i}", post_attn, "post", post_out(bt), d_model),
-        )
-    elif attn is not None and mult is not None:
-        # Granite adds attn_out * residual_multiplier to the stream, outside any module.
-        rw = scaled_out(mult, bt)
-        add(f"attn_out_post.{i}", site(f"attn_out_post.{i}", attn, "post", rw, d_model))
-    elif attn is not None:
-        add(f"attn_out_post.{i}", table.sites[f"attn_out.{i}"])
+def _attention_block(s: Sites) -> None:
+    """attn_in / attn_out / attn_out_post, and the heads' points inside attention."""
+    profile, bt = s.profile, s.profile.batched
+    attn = s.child(profile.attn)
     if attn is None:
-        _resolve_mixer(table, profile, i, layer, add, site, d_model, mult)
+        _mixer(s)
+        return
+    a = profile.attn_hidden_arg
+    a = a if a is not None else (1 if profile.fused_residual else 0)
+    s.hook("attn_in", attn, "pre", pre_arg("hidden_states", a, bt))
+    s.hook("attn_out", attn, "post", post_out(bt))
+    _attention(s, attn)
+    post_attn = s.child(profile.post_attn_norm)
+    if post_attn is not None:
+        s.hook("attn_out_post", post_attn, "post", post_out(bt))
+    elif s.mult is not None:
+        # Granite adds attn_out * residual_multiplier to the stream, outside any module.
+        s.hook("attn_out_post", attn, "post", scaled_out(s.mult, bt))
+    else:
+        s.alias("attn_out_post", "attn_out")
 
-    if not _is_parallel(profile, hf_config):
-        _resolve_resid_mid(profile, i, layer, add, site, d_model)
 
-    _resolve_mlp(table, profile, architecture, i, layer, add, site, d_model, mult)
-
-
-def _resolve_mixer(
-    table: PointTable,
-    profile: Profile,
-    i: int,
-    layer: nn.Module,
-    add: Callable[..., None],
-    site: Callable[..., SiteDef],
-    d_model: int,
-    mult: float | None,
-) -> None:
+def _mixer(s: Sites) -> None:
     """A layer whose token mixer is not attention (Mamba2): attn_in / attn_out are its input and
     output; the attention-only points are refused at this layer."""
-    name, mixer = next(
-        ((n, m) for n in profile.mixers if (m := getattr(layer, n, None)) is not None), ("", None)
-    )
+    found = ((n, m) for n in s.profile.mixers if (m := s.child(n)) is not None)
+    name, mixer = next(found, ("", None))
     if mixer is None:
         return
-    add(f"attn_in.{i}", site(f"attn_in.{i}", mixer, "pre", pre_arg("hidden_states", 0), d_model))
-    add(f"attn_out.{i}", site(f"attn_out.{i}", mixer, "post", post_out(), d_model))
-    if mult is not None:
-        rw = scaled_out(mult)
-        add(f"attn_out_post.{i}", site(f"attn_out_post.{i}", mixer, "post", rw, d_model))
+    s.hook("attn_in", mixer, "pre", pre_arg("hidden_states", 0))
+    s.hook("attn_out", mixer, "post", post_out())
+    if s.mult is not None:
+        s.hook("attn_out_post", mixer, "post", scaled_out(s.mult))
     else:
-        add(f"attn_out_post.{i}", table.sites[f"attn_out.{i}"])
+        s.alias("attn_out_post", "attn_out")
     why = (
-        f"layer {i} mixes tokens with {type(mixer).__name__} ({name}), a state-space layer with "
+        f"layer {s.i} mixes tokens with {type(mixer).__name__} ({name}), a state-space layer with "
         "no softmax attention, heads' scores or value projection; its input and output are "
         "attn_in and attn_out"
     )
     for point in ("value", "z", "attn_scores", "attn_probs"):
-        table.refused[f"{point}.{i}"] = why
+        s.refuse(point, why)
 
 
 def _is_parallel(profile: Profile, hf_config: Any) -> bool:
@@ -215,128 +246,91 @@ def _is_parallel(profile: Profile, hf_config: Any) -> bool:
     return profile.parallel
 
 
-def _resolve_resid_mid(
-    profile: Profile,
-    i: int,
-    layer: nn.Module,
-    add: Callable[..., None],
-    site: Callable[..., SiteDef],
-    d_model: int,
-) -> None:
-    bt = profile.batched
+def _resid_mid(s: Sites) -> None:
+    profile, bt = s.profile, s.profile.batched
+    if _is_parallel(profile, s.hf_config):
+        return  # attention and MLP both read resid_pre: no stream between them
     if profile.resid_mid_at_mlp:
         # OLMo-2 feeds the stream itself to the MLP; the layer keeps its own copy as the
         # residual, so a write there would not reach it: read only.
-        mlp = next((m for n in profile.mlps if (m := getattr(layer, n, None)) is not None), None)
+        mlp = next((m for n in profile.mlps if (m := s.child(n)) is not None), None)
         if mlp is not None:
-            rw = pre_arg("hidden_states", 0, bt)
-            add(f"resid_mid.{i}", site(f"resid_mid.{i}", mlp, "pre", rw, d_model), writable=False)
+            s.hook("resid_mid", mlp, "pre", pre_arg("hidden_states", 0, bt), writable=False)
         return
-    pre_mlp = getattr(layer, profile.pre_mlp_norm, None) if profile.pre_mlp_norm else None
+    pre_mlp = s.child(profile.pre_mlp_norm)
     if pre_mlp is not None:
         rw = pre_sum("x", 0, "residual", 1) if profile.fused_residual else pre_arg("x", 0, bt)
         # Unfused layers keep their own copy of the residual: a write to the norm's input
         # would not reach it, so resid_mid is read only there.
-        s = site(f"resid_mid.{i}", pre_mlp, "pre", rw, d_model)
-        add(f"resid_mid.{i}", s, writable=profile.fused_residual)
+        s.hook("resid_mid", pre_mlp, "pre", rw, writable=profile.fused_residual)
 
 
-def _resolve_mlp(
-    table: PointTable,
-    profile: Profile,
-    architecture: str,
-    i: int,
-    layer: nn.Module,
-    add: Callable[..., None],
-    site: Callable[..., SiteDef],
-    d_model: int,
-    mult: float | None,
-) -> None:
-    bt = profile.batched
-    mlp = next((m for n in profile.mlps if (m := getattr(layer, n, None)) is not None), None)
+def _mlp(s: Sites) -> None:
+    profile, bt = s.profile, s.profile.batched
+    mlp = next((m for n in profile.mlps if (m := s.child(n)) is not None), None)
     first = last = None
     if profile.block_mlp is not None:
         # OPT keeps fc1 / fc2 on the decoder layer: mlp_in is fc1's input, mlp_out fc2's output.
-        first, last = (getattr(layer, n, None) for n in profile.block_mlp)
-    shared = getattr(layer, profile.shared_mlp, None) if profile.shared_mlp else None
+        first, last = (s.child(n) for n in profile.block_mlp)
+    shared = s.child(profile.shared_mlp)
     if mlp is not None and shared is not None:
-        _resolve_branch_mlp(profile, i, layer, mlp, shared, add, site, d_model, mult)
-        _resolve_router(table, profile, architecture, i, mlp, add, site)
+        _branch_mlp(s, mlp, shared)
+        _router(s, mlp)
         return
     if mlp is not None or (first is not None and last is not None):
-        src_in, src_out = (mlp, mlp) if mlp is not None else (first, last)
+        pair = (mlp, mlp) if mlp is not None else (first, last)
+        src_in, src_out = cast("tuple[nn.Module, nn.Module]", pair)
         name_in = "hidden_states" if mlp is not None else "input_"
-        rw_in = pre_arg(name_in, 0, bt)
-        add(f"mlp_in.{i}", site(f"mlp_in.{i}", src_in, "pre", rw_in, d_model))
-        add(f"mlp_out.{i}", site(f"mlp_out.{i}", src_out, "post", post_out(bt), d_model))
+        s.hook("mlp_in", src_in, "pre", pre_arg(name_in, 0, bt))
+        s.hook("mlp_out", src_out, "post", post_out(bt))
         down = getattr(mlp, profile.down, None) if mlp is not None else last
         if down is not None:
             width = int(
                 getattr(down, "input_size_per_partition", 0) or getattr(down, "input_size", 0)
             )
-            rw = pre_arg("input_", 0, bt)
-            add(f"mlp_act.{i}", site(f"mlp_act.{i}", down, "pre", rw, width))
+            s.hook("mlp_act", down, "pre", pre_arg("input_", 0, bt), width=width)
         else:
-            table.refused[f"mlp_act.{i}"] = (
+            s.refuse(
+                "mlp_act",
                 "unreachable on vLLM: the experts of this sparse layer run in one fused MoE "
-                "kernel, so no down-projection input exists; use backend='eager'"
+                "kernel, so no down-projection input exists; use backend='eager'",
             )
     if mlp is not None:
-        _resolve_router(table, profile, architecture, i, mlp, add, site)
+        _router(s, mlp)
 
-    post_mlp = getattr(layer, profile.post_mlp_norm, None) if profile.post_mlp_norm else None
+    post_mlp = s.child(profile.post_mlp_norm)
     if post_mlp is not None:
-        rw = post_out(bt)
-        add(f"mlp_out_post.{i}", site(f"mlp_out_post.{i}", post_mlp, "post", rw, d_model))
-    elif f"mlp_out.{i}" in table.widths and mult is not None:
-        src = table.sites[f"mlp_out.{i}"].module
-        rw = scaled_out(mult, bt)
-        add(f"mlp_out_post.{i}", site(f"mlp_out_post.{i}", src, "post", rw, d_model))
-    elif f"mlp_out.{i}" in table.widths:
-        add(f"mlp_out_post.{i}", table.sites[f"mlp_out.{i}"])
+        s.hook("mlp_out_post", post_mlp, "post", post_out(bt))
+    elif s.served("mlp_out") and s.mult is not None:
+        src = s.table.sites[s.name("mlp_out")].module
+        s.hook("mlp_out_post", src, "post", scaled_out(s.mult, bt))
+    elif s.served("mlp_out"):
+        s.alias("mlp_out_post", "mlp_out")
 
 
-def _resolve_router(
-    table: PointTable,
-    profile: Profile,
-    architecture: str,
-    i: int,
-    mlp: nn.Module,
-    add: Callable[..., None],
-    site: Callable[..., SiteDef],
-) -> None:
-    router = getattr(mlp, profile.router, None)
+def _router(s: Sites, mlp: nn.Module) -> None:
+    router = getattr(mlp, s.profile.router, None)
     experts = getattr(mlp, "experts", None)
     if router is not None and experts is not None:
         n_exp = int(getattr(router, "output_size", 0) or getattr(experts, "global_num_experts", 0))
-        rw = post_out()
-        add(f"router_logits.{i}", site(f"router_logits.{i}", router, "post", rw, n_exp), False)
-    elif _family_has(architecture, "router_logits"):
-        table.refused[f"router_logits.{i}"] = f"layer {i} is a dense MLP layer with no router"
+        s.hook("router_logits", router, "post", post_out(), width=n_exp, writable=False)
+    elif _family_has(s.architecture, "router_logits"):
+        s.refuse("router_logits", f"layer {s.i} is a dense MLP layer with no router")
 
 
-def _resolve_branch_mlp(
-    profile: Profile,
-    i: int,
-    layer: nn.Module,
-    routed: nn.Module,
-    shared: nn.Module,
-    add: Callable[..., None],
-    site: Callable[..., SiteDef],
-    d_model: int,
-    mult: float | None,
-) -> None:
+def _branch_mlp(s: Sites, routed: nn.Module, shared: nn.Module) -> None:
     """Routed experts and a shared MLP summed inline (Granite-4.0-H): mlp_in is the pre-MLP
     norm's output, which both read (the routed one a copy taken after it); mlp_out is the sum,
     read at the shared MLP (which runs second) with the routed output a companion hook kept."""
-    norm = getattr(layer, profile.pre_mlp_norm, None)
+    norm = s.child(s.profile.pre_mlp_norm)
     if norm is not None:
-        add(f"mlp_in.{i}", site(f"mlp_in.{i}", norm, "post", post_out(), d_model))
-    for name, scale in ((f"mlp_out.{i}", 1.0), (f"mlp_out_post.{i}", mult or 1.0)):
+        s.hook("mlp_in", norm, "post", post_out())
+    for point, scale in (("mlp_out", 1.0), ("mlp_out_post", s.mult or 1.0)):
         branch = BranchSum()
         read, write = branch.rw(scale)
         companion = ((routed, branch.companion),)
-        add(name, SiteDef(name, shared, "post", read, write, d_model, companions=companion))
+        name = s.name(point)
+        s.add(point, SiteDef(name, shared, "post", read, write, s.d_model, companions=companion))
 
 
 def _family_has(architecture: str, point: str) -> bool:
@@ -344,20 +338,15 @@ def _family_has(architecture: str, point: str) -> bool:
     return family is not None and family.has_point(get_point(point))
 
 
-def _resolve_attention(
-    table: PointTable,
-    attn: nn.Module,
-    profile: Profile,
-    i: int,
-    add: Callable[..., None],
-    site: Callable[..., SiteDef],
-) -> None:
+def _attention(s: Sites, attn: nn.Module) -> None:
+    """value, z and the q/k norms from attention's projections; scores and probabilities from
+    its post-RoPE q and k, recomputed in the worker (the geometry kept in `table.attn`)."""
     inner = getattr(attn, "attn", None)
     heads = int(getattr(inner, "num_heads", 0))
     kv_heads = int(getattr(inner, "num_kv_heads", 0))
     head_dim = int(getattr(inner, "head_size", 0))
     q_size, kv_size = heads * head_dim, kv_heads * head_dim
-    bt = profile.batched
+    profile, bt = s.profile, s.profile.batched
     qkv = getattr(attn, profile.qkv, None)
     if qkv is not None and inner is not None:
         if profile.value_per_head and heads == kv_heads:
@@ -366,45 +355,55 @@ def _resolve_attention(
             rw = head_slice(heads, 3, 2, head_dim, bt)
         else:
             rw = column_slice(q_size + kv_size, q_size + 2 * kv_size, bt)
-        add(f"value.{i}", site(f"value.{i}", qkv, "post", rw, kv_size))
+        s.hook("value", qkv, "post", rw, width=kv_size)
     o_proj = getattr(attn, profile.o_proj, None)
     if o_proj is not None:
-        add(f"z.{i}", site(f"z.{i}", o_proj, "pre", pre_arg("input_", 0, bt), q_size))
+        s.hook("z", o_proj, "pre", pre_arg("input_", 0, bt), width=q_size)
     for norm_name, point, width in (("q_norm", "q", q_size), ("k_norm", "k", kv_size)):
         norm = getattr(attn, norm_name, None)
         if norm is None:
             continue
-        add(
-            f"{point}_norm_in.{i}",
-            site(f"{point}_norm_in.{i}", norm, "pre", pre_arg("x", 0, bt), width),
-        )
-        rw = post_out(bt)
-        add(f"{point}_norm_out.{i}", site(f"{point}_norm_out.{i}", norm, "post", rw, width))
-    if inner is not None and bt:
+        s.hook(f"{point}_norm_in", norm, "pre", pre_arg("x", 0, bt), width=width)
+        s.hook(f"{point}_norm_out", norm, "post", post_out(bt), width=width)
+    if inner is None:
+        return
+    if bt:
         for p in ("attn_scores", "attn_probs"):
-            table.refused[f"{p}.{i}"] = (
+            s.refuse(
+                p,
                 f"{p} is not served by hooked vLLM on {type(attn).__name__}: vLLM runs this "
                 "family through its Transformers modeling backend, which calls the attention "
                 "layer's forward directly, so no hook sees the post-RoPE q and k to recompute "
-                "it from; use backend='eager'"
+                "it from; use backend='eager'",
             )
-    elif inner is not None:
-        impl = getattr(inner, "impl", None)
-        slopes = getattr(impl, "alibi_slopes", None)
-        table.attn[i] = AttnGeom(
-            heads=heads,
-            kv_heads=kv_heads,
-            head_dim=head_dim,
-            scale=float(getattr(impl, "scale", head_dim**-0.5)),
-            softcap=float(getattr(impl, "logits_soft_cap", 0.0) or 0.0),
-            window=getattr(inner, "sliding_window", None),
-            alibi=tuple(float(x) for x in slopes) if slopes is not None else (),
-            sinks=_sinks(attn),
-        )
-        table.sites[f"attn_q.{i}"] = site(f"attn_q.{i}", inner, "pre", qkv_arg(0), q_size)
-        table.sites[f"attn_k.{i}"] = site(f"attn_k.{i}", inner, "pre", qkv_arg(1), kv_size)
-        for p in ("attn_scores", "attn_probs"):
-            table.widths[f"{p}.{i}"] = heads
+        return
+    _attention_maps(s, attn, inner, heads, kv_heads, head_dim)
+
+
+def _attention_maps(
+    s: Sites, attn: nn.Module, inner: nn.Module, heads: int, kv_heads: int, head_dim: int
+) -> None:
+    """attn_scores / attn_probs: q and k sites read before vLLM's attention kernel, and the
+    geometry the worker recomputes softmax(q k^T) with."""
+    assert s.i is not None
+    impl = getattr(inner, "impl", None)
+    slopes = getattr(impl, "alibi_slopes", None)
+    s.table.attn[s.i] = AttnGeom(
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        scale=float(getattr(impl, "scale", head_dim**-0.5)),
+        softcap=float(getattr(impl, "logits_soft_cap", 0.0) or 0.0),
+        window=getattr(inner, "sliding_window", None),
+        alibi=tuple(float(x) for x in slopes) if slopes is not None else (),
+        sinks=_sinks(attn),
+    )
+    s.table.sites[s.name("attn_q")] = s.site("attn_q", inner, "pre", qkv_arg(0), heads * head_dim)
+    s.table.sites[s.name("attn_k")] = s.site(
+        "attn_k", inner, "pre", qkv_arg(1), kv_heads * head_dim
+    )
+    for p in ("attn_scores", "attn_probs"):
+        s.table.widths[s.name(p)] = heads
 
 
 def _sinks(attn: nn.Module) -> tuple[float, ...]:
@@ -439,3 +438,41 @@ def _refuse_rest(table: PointTable, architecture: str, tp_size: int) -> None:
                 table.widths.pop(address)
                 table.addresses.pop(address, None)
                 table.writable.discard(address)
+
+
+# One resolver per registry point (a test holds the keys to the registry). A resolver serves a
+# group of points that share modules; each group runs once per layer, in first-listed order.
+TRUNK_RESOLVERS: dict[str, Callable[[Sites], None]] = {
+    "embeddings": _embeddings,
+    "final_norm": _final_norm,
+    "lm_head": _no_module,
+}
+LAYER_RESOLVERS: dict[str, Callable[[Sites], None]] = {
+    "resid_pre": _residual,
+    **dict.fromkeys(
+        ("attn_in", "q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out", "value"),
+        _attention_block,
+    ),
+    **dict.fromkeys(
+        ("attn_scores", "attn_probs", "z", "attn_out", "attn_out_post"), _attention_block
+    ),
+    "resid_mid": _resid_mid,
+    **dict.fromkeys(("mlp_in", "mlp_act", "router_logits", "mlp_out", "mlp_out_post"), _mlp),
+    "resid_post": _residual,
+    # Fused away or absent in every layout ie-vllm maps: refused with the registry's reason.
+    **dict.fromkeys(
+        ("attn_gate", "mlp_pre", "mlp_pre_linear", "expert_weights", "expert_indices"), _no_module
+    ),
+    **dict.fromkeys(
+        (
+            "resid_streams",
+            "attn_stream_collapse",
+            "mlp_stream_collapse",
+            "attn_stream_write",
+            "mlp_stream_write",
+            "attn_stream_mix",
+            "mlp_stream_mix",
+        ),
+        _no_module,
+    ),
+}

@@ -47,8 +47,8 @@ def test_ie_static_imports_only_ie_vllms_public_names() -> None:
 def test_the_import_check_catches_a_private_module(tmp_path: Path) -> None:
     # Negative control: a private-module import is reported.
     path = tmp_path / "x.py"
-    path.write_text("from ie_vllm.backend import VLLMModel\n")
-    assert _ie_vllm_imports(path) == ["ie_vllm.backend:VLLMModel"]
+    path.write_text("from ie_vllm.host.backend import VLLMModel\n")
+    assert _ie_vllm_imports(path) == ["ie_vllm.host.backend:VLLMModel"]
 
 
 class _Engine:

@@ -60,7 +60,7 @@ def _once(fn: Any) -> float:
 
 def vllm_cells(backend: str, args: argparse.Namespace, sets: dict[str, dict[str, SAE]]) -> dict:
     from ie_core.loading import load_model
-    from ie_vllm.features import generate_with_features
+    from ie_vllm.host.features import generate_with_features
 
     points = sorted({s.address for saes in sets.values() for s in saes.values()})
     extra = {"static_points": points} if backend == "vllm-static" else {}

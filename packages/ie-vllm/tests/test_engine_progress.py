@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ie_vllm.engine import engine_kwargs
+from ie_vllm.host.engine import engine_kwargs
 
 
 def test_log_output_turns_the_loading_bar_off(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,10 +8,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from ie_core.errors import UnsupportedOperationError
+from ie_core.model_info import ModelInfo
 from ie_core.steer_scope import ScopedPositions, scoped
 from ie_core.steering import Additive
-from ie_vllm.lens_stream import check_served
-from ie_vllm.registry import RequestSpec, SteerSpec
+from ie_vllm.host.lens_stream import check_served
+from ie_vllm.specs import RequestSpec, SteerSpec
 
 
 def test_prefill_scope_survives_the_wire() -> None:
@@ -33,6 +34,9 @@ def test_worker_mask_keeps_generated_rows_out_only_when_scoped() -> None:
     assert type(plain) is frozenset and 8 not in plain
 
 
+SHAPE = {"n_layers": 2, "d_model": 4}
+
+
 @pytest.mark.parametrize(
     ("backend", "info", "match"),
     [
@@ -43,4 +47,5 @@ def test_worker_mask_keeps_generated_rows_out_only_when_scoped() -> None:
 )
 def test_streaming_read_out_refusals(backend: str, info: dict, match: str) -> None:
     with pytest.raises(UnsupportedOperationError, match=match):
-        check_served(SimpleNamespace(backend=backend, info=info))  # type: ignore[arg-type]
+        model = SimpleNamespace(backend=backend, info=ModelInfo.from_wire({**SHAPE, **info}))
+        check_served(model)  # type: ignore[arg-type]

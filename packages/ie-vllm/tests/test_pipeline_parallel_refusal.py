@@ -6,7 +6,7 @@ import psutil
 import pytest
 from ie_core import load_model
 from ie_core.errors import UnsupportedOperationError
-from ie_vllm.parallel_support import check_pipeline_parallel
+from ie_vllm.host.parallel_support import check_pipeline_parallel
 
 
 def test_load_model_refuses_pp2_before_any_engine() -> None:
@@ -31,7 +31,7 @@ def test_vllm_static_refuses_pp2_before_any_engine() -> None:
 
 @pytest.mark.parametrize("backend", ["vllm", "vllm-static"])
 def test_ie_serve_refuses_pp2_before_vllm_starts(backend: str) -> None:
-    from ie_vllm.serve_command import serve_argv
+    from ie_vllm.server.serve_command import serve_argv
 
     for rest in (["--pipeline-parallel-size", "2"], ["-pp=2"]):
         with pytest.raises(SystemExit, match="ie serve: pipeline_parallel_size=2 is not served"):

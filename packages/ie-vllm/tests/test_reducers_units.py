@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import torch
 from ie_core.sae_math import DictMeta, encode
-from ie_vllm import reducers
-from ie_vllm.reducers import ReducerSpec
-from ie_vllm.registry import RequestSpec
+from ie_vllm.specs import ReducerSpec, RequestSpec
+from ie_vllm.worker.extension import reducers
 
 
 def _put(key: str, seed: int, meta: DictMeta) -> dict[str, torch.Tensor]:

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ie_vllm.http_errors import MAX_MESSAGE, BadRequest, error_body, status_for
-from ie_vllm.http_limits import Limits, capture_bytes, check_response, check_text, parse_json
-from ie_vllm.serve_command import exposure_warning, is_loopback, serve_argv
+from ie_vllm.server.http_errors import MAX_MESSAGE, BadRequest, error_body, status_for
+from ie_vllm.server.http_limits import Limits, capture_bytes, check_response, check_text, parse_json
+from ie_vllm.server.serve_command import exposure_warning, is_loopback, serve_argv
 
 MODEL = "ie-synthetic/llama"
 

@@ -13,7 +13,7 @@ from ie_core.errors import DictionaryError, DictionaryShapeError, SteeringSpecEr
 from ie_core.features import feature_ablate, feature_clamp, feature_steer
 from ie_core.saes import from_tensors
 from ie_core.wire import op_to_wire, steering_from_wire
-from ie_vllm.served_saes import load_served, parse_sae_args, resolve_steering, sae_env
+from ie_vllm.server.served_saes import load_served, parse_sae_args, resolve_steering, sae_env
 
 D, F = 8, 12
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from ie_core.errors import UnsupportedModelError
-from ie_vllm import cpu_support
+from ie_vllm.host import cpu_support
 
 
 def _folder(tmp_path: Path, **config: object) -> Path:

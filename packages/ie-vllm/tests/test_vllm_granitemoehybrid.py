@@ -3,7 +3,7 @@ experts plus a shared MLP summed inline, Granite multipliers.
 
 vLLM's layers return `(stream, resid_mid)` and are called with keywords; the Mamba2 layers' mixer
 is `mamba`, whose input and output are attn_in / attn_out there. mlp_out is read at the shared MLP
-(it runs second) plus the routed output a companion hook kept (`ie_vllm.access.BranchSum`). Every
+(it runs second) plus the routed output a companion hook kept (`ie_vllm.worker.access.BranchSum`). Every
 served point equals eager within 1e-4 (fp32), steering the branch equals eager's, and a reader of
 one MLP module alone (the wrong implementation) is off by far more than the tolerance.
 """

@@ -95,8 +95,8 @@ class _Tok:
 
 
 def _model() -> Any:
-    from ie_vllm.backend import VLLMModel
-    from ie_vllm.engine import Engine
+    from ie_vllm.host.backend import VLLMModel
+    from ie_vllm.host.engine import Engine
 
     info = {
         "n_layers": 2,

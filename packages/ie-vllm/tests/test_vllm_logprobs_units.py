@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from ie_vllm.logprobs import step, steps
+from ie_vllm.host.logprobs import step, steps
 
 
 @dataclass

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 from ie_core.families import FAMILIES
-from ie_vllm.access import column_slice, head_slice, post_first, scaled_out
-from ie_vllm.backend import VLLMModel
-from ie_vllm.capability import capabilities
-from ie_vllm.profiles import PROFILES
+from ie_vllm.host.backend import VLLMModel
+from ie_vllm.host.capability import capabilities
+from ie_vllm.worker.access import column_slice, head_slice, post_first, scaled_out
+from ie_vllm.worker.profiles import PROFILES
 
 
 def test_every_synthetic_family_has_a_profile() -> None:

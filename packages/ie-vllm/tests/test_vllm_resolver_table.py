@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from ie_core.points import POINTS
-from ie_vllm.resolve import LAYER_RESOLVERS, TRUNK_RESOLVERS
+from ie_vllm.worker.resolve import LAYER_RESOLVERS, TRUNK_RESOLVERS
 
 
 def test_every_registry_point_has_exactly_one_vllm_resolver() -> None:
     per_layer = {p.name for p in POINTS if p.per_layer}
     trunk = {p.name for p in POINTS if not p.per_layer}
     assert set(LAYER_RESOLVERS) == per_layer, (
-        "vllm: per-layer points without a resolver in ie_vllm/resolve.py LAYER_RESOLVERS: "
+        "vllm: per-layer points without a resolver in ie_vllm/worker/resolve.py LAYER_RESOLVERS: "
         f"{sorted(per_layer - set(LAYER_RESOLVERS))}; resolvers for no point: "
         f"{sorted(set(LAYER_RESOLVERS) - per_layer)}"
     )

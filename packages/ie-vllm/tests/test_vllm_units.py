@@ -13,13 +13,14 @@ import torch
 from ie_core.errors import PointUnavailableError, SteeringSpecError, UnsupportedOperationError
 from ie_core.steering import Additive, Orthogonal, PositionMask, ProjectionCap, steer_at
 from ie_vllm import payload
-from ie_vllm.access import BranchSum
-from ie_vllm.layout import KEY_ARG, record_layout
-from ie_vllm.lens_decode import residual_rows
-from ie_vllm.point_table import AttnGeom, PointTable, SiteDef
-from ie_vllm.registry import RequestSpec, Rows, SteerSpec
-from ie_vllm.resolve import SHARDED_POINTS, _refuse_rest
-from ie_vllm.worker import WorkerState, _acquire, _release, attention_rows
+from ie_vllm.host.lens_decode import residual_rows
+from ie_vllm.specs import RequestSpec, SteerSpec
+from ie_vllm.worker.access import BranchSum
+from ie_vllm.worker.extension import WorkerState, _acquire, _release, attention_rows
+from ie_vllm.worker.layout import KEY_ARG, record_layout
+from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
+from ie_vllm.worker.registry import Rows
+from ie_vllm.worker.resolve import SHARDED_POINTS, _refuse_rest
 
 
 def test_payload_round_trip_keeps_dtype_shape_and_bits() -> None:
@@ -209,7 +210,7 @@ class _StubEngine:
 
 
 def _stub_model(backend: str) -> Any:
-    from ie_vllm.backend import VLLMModel
+    from ie_vllm.host.backend import VLLMModel
 
     info = {
         "n_layers": 2,

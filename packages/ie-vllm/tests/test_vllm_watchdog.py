@@ -1,4 +1,4 @@
-"""Engine processes end with their client (ie_vllm.watchdog): a client killed with SIGKILL leaves
+"""Engine processes end with their client (ie_vllm.worker.watchdog): a client killed with SIGKILL leaves
 no vLLM engine core or worker behind; without the watchdog plugin they outlive it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from ie_vllm.watchdog import CLIENT_PID_ENV, wait_for_exit
+from ie_vllm.worker.watchdog import CLIENT_PID_ENV, wait_for_exit
 from vllm_support import requires_vllm
 
 SCRIPT = Path(__file__).with_name("vllm_orphan_check.py")
@@ -90,7 +90,7 @@ def test_the_plugin_stops_a_process_whose_client_is_gone() -> None:
     # A stand-in client and an "engine" that runs the plugin, without vLLM: the engine ends with
     # its client; a second one that was not started by an ie-vllm client keeps running.
     client = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    code = "from ie_vllm.watchdog import plugin; import time; plugin(); time.sleep(60)"
+    code = "from ie_vllm.worker.watchdog import plugin; import time; plugin(); time.sleep(60)"
     watched = subprocess.Popen(
         [sys.executable, "-c", code], env={**os.environ, CLIENT_PID_ENV: str(client.pid)}
     )

@@ -2,7 +2,7 @@
 bfloat16 against eager references (the same quantized checkpoint, and the full-precision family).
 
 vLLM 0.32's CPU kernels for INT8 W8A8 and WNA16 take bf16 / fp16 activations only
-(ie_vllm.cpu_support refuses float32), so the engine runs in bfloat16. The reference is eager on
+(ie_vllm.host.cpu_support refuses float32), so the engine runs in bfloat16. The reference is eager on
 the same checkpoint in float32: compressed-tensors dequantizes the weights to float32 at load and
 fake-quantizes the activations of W8A8 / FP8 in float32, so the difference measured is vLLM's
 bf16 compute and its integer / fp8 kernels, not the quantization itself.

@@ -65,7 +65,7 @@ EXPLANATIONS: dict[tuple[str, str], str] = {
 }
 
 
-# The words `ie_vllm.cpu_support.check_cpu_support` refuses a checkpoint with, before any engine
+# The words `ie_vllm.host.cpu_support.check_cpu_support` refuses a checkpoint with, before any engine
 # starts; the error that follows them is vLLM's own, recorded there per architecture.
 _CPU_REFUSAL = "(CPU) cannot run"
 
@@ -83,7 +83,7 @@ def explain(engine: str, family: str, result: dict[str, Any]) -> str:
     ):
         return (
             "vLLM's CPU build cannot construct this model (vLLM's error below, recorded per "
-            "architecture in ie_vllm/cpu_support.py); the backend refuses it before starting an "
+            "architecture in ie_vllm/host/cpu_support.py); the backend refuses it before starting an "
             "engine, and eager serves it"
         )
     return ""

@@ -16,86 +16,86 @@ __version__ = version("ie-vllm")  # one source: the installed distribution's met
 # public name -> the private module that defines it
 _EXPORTS = {
     # host: the model and its loaders
-    "VLLMModel": "backend",
-    "create": "backend",
-    "load_generate": "backend",
-    "load_hooked": "backend",
+    "VLLMModel": "host.backend",
+    "create": "host.backend",
+    "load_generate": "host.backend",
+    "load_hooked": "host.backend",
     "require_engine": "entry",
     "SWEEP_MAX_MODEL_LEN": "entry",
     "VLLM_STACK": "entry",
     # host: the seam a backend composes
-    "Engine": "engine",
-    "on_cpu": "engine",
-    "check_cpu_support": "cpu_support",
-    "check_pipeline_parallel": "parallel_support",
-    "Channel": "channel",
-    "HookedChannel": "channel",
-    "SitePolicy": "policy",
-    "RequestSpec": "registry",
-    "SteerSpec": "registry",
+    "Engine": "host.engine",
+    "on_cpu": "host.engine",
+    "check_cpu_support": "host.cpu_support",
+    "check_pipeline_parallel": "host.parallel_support",
+    "Channel": "host.channel",
+    "HookedChannel": "host.channel",
+    "SitePolicy": "host.policy",
+    "RequestSpec": "specs",
+    "SteerSpec": "specs",
     # worker: points, batch layout, rows, the runner adapter
-    "IEWorkerExtension": "worker",
-    "ATTN_POINTS": "worker",
-    "attention_rows": "worker",
-    "capture_sites": "worker",
-    "PointTable": "point_table",
-    "SiteDef": "point_table",
-    "BatchLayout": "layout",
-    "record_layout": "layout",
-    "Rows": "registry",
-    "ReducerSpec": "reducers",
-    "gather_reduced": "registry",
-    "store_reduced": "registry",
-    "LoadedModel": "runner_adapter",
-    "loaded_model": "runner_adapter",
-    "tp_rank": "runner_adapter",
-    "wrap_model_forward": "runner_adapter",
+    "IEWorkerExtension": "worker.extension",
+    "ATTN_POINTS": "worker.extension",
+    "attention_rows": "worker.extension",
+    "capture_sites": "worker.extension",
+    "PointTable": "worker.point_table",
+    "SiteDef": "worker.point_table",
+    "BatchLayout": "worker.layout",
+    "record_layout": "worker.layout",
+    "Rows": "worker.registry",
+    "ReducerSpec": "specs",
+    "gather_reduced": "worker.registry",
+    "store_reduced": "worker.registry",
+    "LoadedModel": "worker.runner_adapter",
+    "loaded_model": "worker.runner_adapter",
+    "tp_rank": "worker.runner_adapter",
+    "wrap_model_forward": "worker.runner_adapter",
 }
-_MODULES = (
-    "payload",
-    "reducers",
-)  # whole modules on the surface (`payload.encode` / `payload.decode`)
+_MODULES = {
+    "payload": "payload",
+    "reducers": "worker.reducers",
+}  # whole modules on the surface (`payload.encode` / `payload.decode`)
 
 if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists agree)
     from ie_vllm import payload as payload
-    from ie_vllm import reducers as reducers
-    from ie_vllm.backend import VLLMModel as VLLMModel
-    from ie_vllm.backend import create as create
-    from ie_vllm.backend import load_generate as load_generate
-    from ie_vllm.backend import load_hooked as load_hooked
-    from ie_vllm.channel import Channel as Channel
-    from ie_vllm.channel import HookedChannel as HookedChannel
-    from ie_vllm.cpu_support import check_cpu_support as check_cpu_support
-    from ie_vllm.engine import Engine as Engine
-    from ie_vllm.engine import on_cpu as on_cpu
     from ie_vllm.entry import SWEEP_MAX_MODEL_LEN as SWEEP_MAX_MODEL_LEN
     from ie_vllm.entry import VLLM_STACK as VLLM_STACK
     from ie_vllm.entry import require_engine as require_engine
-    from ie_vllm.layout import BatchLayout as BatchLayout
-    from ie_vllm.layout import record_layout as record_layout
-    from ie_vllm.parallel_support import check_pipeline_parallel as check_pipeline_parallel
-    from ie_vllm.point_table import PointTable as PointTable
-    from ie_vllm.point_table import SiteDef as SiteDef
-    from ie_vllm.policy import SitePolicy as SitePolicy
-    from ie_vllm.reducers import ReducerSpec as ReducerSpec
-    from ie_vllm.registry import RequestSpec as RequestSpec
-    from ie_vllm.registry import Rows as Rows
-    from ie_vllm.registry import SteerSpec as SteerSpec
-    from ie_vllm.registry import gather_reduced as gather_reduced
-    from ie_vllm.registry import store_reduced as store_reduced
-    from ie_vllm.runner_adapter import LoadedModel as LoadedModel
-    from ie_vllm.runner_adapter import loaded_model as loaded_model
-    from ie_vllm.runner_adapter import tp_rank as tp_rank
-    from ie_vllm.runner_adapter import wrap_model_forward as wrap_model_forward
-    from ie_vllm.worker import ATTN_POINTS as ATTN_POINTS
-    from ie_vllm.worker import IEWorkerExtension as IEWorkerExtension
-    from ie_vllm.worker import attention_rows as attention_rows
-    from ie_vllm.worker import capture_sites as capture_sites
+    from ie_vllm.host.backend import VLLMModel as VLLMModel
+    from ie_vllm.host.backend import create as create
+    from ie_vllm.host.backend import load_generate as load_generate
+    from ie_vllm.host.backend import load_hooked as load_hooked
+    from ie_vllm.host.channel import Channel as Channel
+    from ie_vllm.host.channel import HookedChannel as HookedChannel
+    from ie_vllm.host.cpu_support import check_cpu_support as check_cpu_support
+    from ie_vllm.host.engine import Engine as Engine
+    from ie_vllm.host.engine import on_cpu as on_cpu
+    from ie_vllm.host.parallel_support import check_pipeline_parallel as check_pipeline_parallel
+    from ie_vllm.host.policy import SitePolicy as SitePolicy
+    from ie_vllm.specs import ReducerSpec as ReducerSpec
+    from ie_vllm.specs import RequestSpec as RequestSpec
+    from ie_vllm.specs import SteerSpec as SteerSpec
+    from ie_vllm.worker.extension import reducers as reducers
+    from ie_vllm.worker.extension import ATTN_POINTS as ATTN_POINTS
+    from ie_vllm.worker.extension import IEWorkerExtension as IEWorkerExtension
+    from ie_vllm.worker.extension import attention_rows as attention_rows
+    from ie_vllm.worker.extension import capture_sites as capture_sites
+    from ie_vllm.worker.layout import BatchLayout as BatchLayout
+    from ie_vllm.worker.layout import record_layout as record_layout
+    from ie_vllm.worker.point_table import PointTable as PointTable
+    from ie_vllm.worker.point_table import SiteDef as SiteDef
+    from ie_vllm.worker.registry import Rows as Rows
+    from ie_vllm.worker.registry import gather_reduced as gather_reduced
+    from ie_vllm.worker.registry import store_reduced as store_reduced
+    from ie_vllm.worker.runner_adapter import LoadedModel as LoadedModel
+    from ie_vllm.worker.runner_adapter import loaded_model as loaded_model
+    from ie_vllm.worker.runner_adapter import tp_rank as tp_rank
+    from ie_vllm.worker.runner_adapter import wrap_model_forward as wrap_model_forward
 
 
 def __getattr__(name: str) -> Any:
     if name in _MODULES:
-        return importlib.import_module(f"ie_vllm.{name}")
+        return importlib.import_module(f"ie_vllm.{_MODULES[name]}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'ie_vllm' has no attribute {name!r}")

@@ -30,7 +30,7 @@ def require_engine(backend: str) -> None:
 def load_hooked(model_id: Any, **kw: Any) -> Any:
     """Entry point `vllm`."""
     require_engine("vllm")
-    from ie_vllm.backend import load_hooked as load
+    from ie_vllm.host.backend import load_hooked as load
 
     return load(model_id, **kw)
 
@@ -38,7 +38,7 @@ def load_hooked(model_id: Any, **kw: Any) -> Any:
 def load_generate(model_id: Any, **kw: Any) -> Any:
     """Entry point `vllm-generate`."""
     require_engine("vllm-generate")
-    from ie_vllm.backend import load_generate as load
+    from ie_vllm.host.backend import load_generate as load
 
     return load(model_id, **kw)
 

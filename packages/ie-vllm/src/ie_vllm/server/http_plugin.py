@@ -31,12 +31,18 @@ from typing import Any
 
 from ie_core.wire import RESERVED_XARGS, STEERING_XARG, steering_from_wire
 
-from ie_vllm.engine import WORKER_EXTENSION, Engine, new_key
-from ie_vllm.http_errors import BadRequest, declared_length, error_bytes, read_body, status_for
-from ie_vllm.http_guard import KeyGuard, server_keys
-from ie_vllm.http_limits import Limits, check_text, limits_for, parse_json, text_bytes
-from ie_vllm.layout import KEY_ARG
-from ie_vllm.registry import RequestSpec
+from ie_vllm.host.engine import WORKER_EXTENSION, Engine, new_key
+from ie_vllm.server.http_errors import (
+    BadRequest,
+    declared_length,
+    error_bytes,
+    read_body,
+    status_for,
+)
+from ie_vllm.server.http_guard import KeyGuard, server_keys
+from ie_vllm.server.http_limits import Limits, check_text, limits_for, parse_json, text_bytes
+from ie_vllm.specs import RequestSpec
+from ie_vllm.worker.layout import KEY_ARG
 
 OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions")
 IE_PREFIX = "/v1/ie/"  # ie's own routes read their JSON themselves
@@ -56,8 +62,8 @@ class IEEndpointPlugin:
     def attach_router(self, app: Any) -> None:
         if not _enabled(getattr(app.state, "args", None)):
             return
-        from ie_vllm.http_features import features_router
-        from ie_vllm.http_routes import router
+        from ie_vllm.server.http_features import features_router
+        from ie_vllm.server.http_routes import router
 
         app.include_router(router)
         app.include_router(features_router)
@@ -71,7 +77,7 @@ class IEEndpointPlugin:
             return
         state.ie_model = await served_model(engine_client, args)
         state.ie_limits = limits_for(state.ie_model, _max_model_len(engine_client, args))
-        from ie_vllm.served_saes import SAES_ENV, load_served
+        from ie_vllm.server.served_saes import SAES_ENV, load_served
 
         state.ie_saes = load_served(state.ie_model, os.environ.get(SAES_ENV))
 
@@ -85,8 +91,8 @@ async def served_model(engine_client: Any, args: Namespace) -> Any:
     """The server's engine behind the `VLLMModel` host API (no second engine is started)."""
     from transformers import AutoTokenizer
 
-    from ie_vllm.backend import GENERATE, HOOKED, VLLMModel
-    from ie_vllm.serve_command import BACKEND_ENV, served_backend
+    from ie_vllm.host.backend import GENERATE, HOOKED, VLLMModel
+    from ie_vllm.server.serve_command import BACKEND_ENV, served_backend
 
     module = served_backend(os.environ.get(BACKEND_ENV) or "vllm")
     if module is not None:  # an `ie.serve` backend (vllm-static) builds its own model
@@ -248,7 +254,7 @@ async def _register_steering(
             f"vllm_xargs.{STEERING_XARG} must be a JSON string (vllm_xargs values are flat)"
         )
     try:
-        from ie_vllm.served_saes import resolve_steering
+        from ie_vllm.server.served_saes import resolve_steering
 
         saes = getattr(scope["app"].state, "ie_saes", None) or {}
         specs = steering_from_wire(resolve_steering(parse_json(raw.encode()), saes))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ie_vllm.registry import SteerSpec
+from ie_vllm.specs import SteerSpec
 
 
 class SitePolicy:

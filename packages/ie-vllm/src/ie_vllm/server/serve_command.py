@@ -21,10 +21,10 @@ from types import ModuleType
 
 from ie_core.models import resolve_model_path
 
-from ie_vllm.engine import DEFAULT_CPU_KVCACHE_GIB, WORKER_EXTENSION, on_cpu
-from ie_vllm.http_limits import DEFAULT_RESPONSE_MIB, RESPONSE_ENV
-from ie_vllm.served_saes import SAES_ENV, parse_sae_args, sae_env
-from ie_vllm.watchdog import mark_client
+from ie_vllm.host.engine import DEFAULT_CPU_KVCACHE_GIB, WORKER_EXTENSION, on_cpu
+from ie_vllm.server.http_limits import DEFAULT_RESPONSE_MIB, RESPONSE_ENV
+from ie_vllm.server.served_saes import SAES_ENV, parse_sae_args, sae_env
+from ie_vllm.worker.watchdog import mark_client
 
 BACKENDS = ("vllm", "vllm-generate")
 # Other backends served through a module named by an `ie.serve` entry point (ie-static's
@@ -162,7 +162,7 @@ def refuse_pipeline_parallel(rest: list[str]) -> None:
     `parallel_support`): refused before vLLM starts, with the backends' own reason."""
     from ie_core.errors import UnsupportedOperationError
 
-    from ie_vllm.parallel_support import check_pipeline_parallel
+    from ie_vllm.host.parallel_support import check_pipeline_parallel
 
     try:
         check_pipeline_parallel(
@@ -245,7 +245,7 @@ def serve_command(argv: list[str]) -> int:
     os.environ[RESPONSE_ENV] = str(args.ie_max_response_mib)
     os.environ[SAES_ENV] = sae_env(saes)
     mark_client()  # the server keeps this pid across execv; its engine processes watch it
-    os.execv(sys.executable, [sys.executable, "-m", "ie_vllm.serve_main", *vllm_argv])
+    os.execv(sys.executable, [sys.executable, "-m", "ie_vllm.server.serve_main", *vllm_argv])
     return 0  # not reached
 
 

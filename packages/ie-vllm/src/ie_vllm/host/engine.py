@@ -19,10 +19,10 @@ from ie_core.errors import EngineDeadError, EngineShutdownError, EngineStoppedEr
 from ie_core.progress import progress_enabled
 
 from ie_vllm import payload
-from ie_vllm.layout import KEY_ARG
-from ie_vllm.watchdog import mark_client
+from ie_vllm.worker.layout import KEY_ARG
+from ie_vllm.worker.watchdog import mark_client
 
-WORKER_EXTENSION = "ie_vllm.worker.IEWorkerExtension"
+WORKER_EXTENSION = "ie_vllm.worker.extension.IEWorkerExtension"
 DEFAULT_CPU_KVCACHE_GIB = "1"
 LIVENESS_POLL_S = 0.5  # how often a dead engine core is looked for (vLLM leaves RPCs waiting)
 SHUTDOWN_TIMEOUT_S = 10.0  # then the engine's processes are terminated, then killed
@@ -36,7 +36,7 @@ def on_cpu() -> bool:
 
 def prepare_environment() -> None:
     """Defaults that let the CPU engine start: a bounded KV cache (the default fraction fails);
-    and this process named as the client its engine processes watch (`ie_vllm.watchdog`)."""
+    and this process named as the client its engine processes watch (`ie_vllm.worker.watchdog`)."""
     mark_client()
     if on_cpu():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KVCACHE_GIB)

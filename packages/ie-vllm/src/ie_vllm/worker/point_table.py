@@ -1,7 +1,7 @@
 """The point table a resolved model carries: hook sites (`SiteDef`), the attention geometry
 scores are recomputed with (`AttnGeom`), and per address its site, width, writability or reason.
 
-`ie_vllm.resolve` builds it from vLLM's module tree; the worker installs its sites as hooks and
+`ie_vllm.worker.resolve` builds it from vLLM's module tree; the worker installs its sites as hooks and
 ie-static as taps.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ie_core.model_info import ModelInfo
 from torch import nn
 
-from ie_vllm.access import Reader, Writer
+from ie_vllm.worker.access import Reader, Writer
 
 __all__ = ["AttnGeom", "PointTable", "SiteDef"]
 

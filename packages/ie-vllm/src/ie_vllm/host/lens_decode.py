@@ -12,7 +12,7 @@ from ie_core.protocol import TopK
 from ie_vllm import payload
 
 if TYPE_CHECKING:
-    from ie_vllm.backend import VLLMModel
+    from ie_vllm.host.backend import VLLMModel
 
 FULL_LOGITS_LIMIT = 64 * 2**20  # bytes of [rows, vocab] fp32 decode_residuals may ship back
 

@@ -18,7 +18,7 @@ from ie_core.protocol import SamplingParams, SteeringArg, TopK
 from ie_vllm import payload
 
 if TYPE_CHECKING:
-    from ie_vllm.backend import VLLMModel
+    from ie_vllm.host.backend import VLLMModel
 
 __all__ = ["lens_generation_stream"]
 

@@ -19,7 +19,7 @@ import torch
 from ie_core.address import to_address
 from ie_core.points import Width, get_point
 
-from ie_vllm.http_errors import BadRequest
+from ie_vllm.server.http_errors import BadRequest
 
 RESPONSE_ENV = "IE_MAX_RESPONSE_MIB"
 DEFAULT_RESPONSE_MIB = 256

@@ -18,12 +18,12 @@ from ie_core.steer_scope import scoped
 from ie_core.steering import SteeringOp
 
 from ie_vllm import payload, reducers
-from ie_vllm.layout import BatchLayout, RequestRows, record_layout
-from ie_vllm.lens_worker import LensWorkerMixin
-from ie_vllm.point_table import AttnGeom, PointTable, SiteDef
-from ie_vllm.reducers import ReducerSpec
-from ie_vllm.registry import Entry, Registry, RequestSpec, Rows, gather_reduced, store_reduced
-from ie_vllm.runner_adapter import loaded_model, tp_rank, wrap_model_forward
+from ie_vllm.specs import ReducerSpec, RequestSpec
+from ie_vllm.worker.layout import BatchLayout, RequestRows, record_layout
+from ie_vllm.worker.lens_worker import LensWorkerMixin
+from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
+from ie_vllm.worker.registry import Entry, Registry, Rows, gather_reduced, store_reduced
+from ie_vllm.worker.runner_adapter import loaded_model, tp_rank, wrap_model_forward
 
 ATTN_POINTS = ("attn_scores", "attn_probs")
 

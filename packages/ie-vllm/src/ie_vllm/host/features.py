@@ -12,11 +12,11 @@ from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
 from ie_core.saes import SAE
 
 from ie_vllm import payload
-from ie_vllm.reducers import ReducerSpec
-from ie_vllm.request import gather
+from ie_vllm.host.request import gather
+from ie_vllm.specs import ReducerSpec
 
 if TYPE_CHECKING:
-    from ie_vllm.backend import VLLMModel
+    from ie_vllm.host.backend import VLLMModel
 
 __all__ = [
     "dictionary_features",

@@ -34,13 +34,13 @@ from ie_core.protocol import (
 )
 from ie_core.runner import run
 
-from ie_vllm import lens_decode
-from ie_vllm import logprobs as lp
-from ie_vllm.admission import GENERATE, Admission
-from ie_vllm.channel import Channel, HookedChannel
-from ie_vllm.engine import Engine
-from ie_vllm.policy import SitePolicy
-from ie_vllm.request import Flow, gather
+from ie_vllm.host import lens_decode
+from ie_vllm.host import logprobs as lp
+from ie_vllm.host.admission import GENERATE, Admission
+from ie_vllm.host.channel import Channel, HookedChannel
+from ie_vllm.host.engine import Engine
+from ie_vllm.host.policy import SitePolicy
+from ie_vllm.host.request import Flow, gather
 
 HOOKED = "vllm"
 DEFAULT_SAMPLING = SamplingParams()
@@ -50,7 +50,7 @@ class VLLMModel:
     """One vLLM engine behind the InterpModel protocol. Build with `load_hooked` / `load_generate`.
 
     `channel` carries requests to the workers and `policy` narrows what is served (see
-    `ie_vllm.channel` and `ie_vllm.policy`); the defaults are the hooked worker extension's.
+    `ie_vllm.host.channel` and `ie_vllm.host.policy`); the defaults are the hooked worker extension's.
     """
 
     def __init__(
@@ -81,8 +81,8 @@ class VLLMModel:
         path = resolve_model_path(model_id)
         source = str(path) if path is not None else model_id
         hooked = backend == HOOKED
-        from ie_vllm.cpu_support import check_cpu_support
-        from ie_vllm.parallel_support import check_pipeline_parallel
+        from ie_vllm.host.cpu_support import check_cpu_support
+        from ie_vllm.host.parallel_support import check_pipeline_parallel
 
         check_pipeline_parallel(kw)
         check_cpu_support(path, str(kw.get("dtype", "float32")))  # before minutes of engine start
@@ -123,7 +123,7 @@ class VLLMModel:
 
     def capabilities(self) -> dict[str, PointCapability]:
         """What this engine serves, per point, from its own address check."""
-        from ie_vllm.capability import capabilities
+        from ie_vllm.host.capability import capabilities
 
         return capabilities(self)
 
@@ -314,8 +314,8 @@ class VLLMModel:
     # --- lens ----------------------------------------------------------------------------------
 
     def lens_generation_stream(self, tokens: Prompt, addresses: Any, params: Any, **kw: Any) -> Any:
-        """Streaming lens read-out, top-k in the worker (ie_vllm.lens_stream)."""
-        from ie_vllm.lens_stream import lens_generation_stream
+        """Streaming lens read-out, top-k in the worker (ie_vllm.host.lens_stream)."""
+        from ie_vllm.host.lens_stream import lens_generation_stream
 
         return lens_generation_stream(self, tokens, addresses, params, **kw)
 
@@ -331,14 +331,14 @@ class VLLMModel:
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def dictionary_features(self, tokens: Any, saes: Any, **kw: Any) -> Any:
-        """Dictionary features reduced in the worker (see `ie_vllm.features`)."""
-        from ie_vllm.features import dictionary_features
+        """Dictionary features reduced in the worker (see `ie_vllm.host.features`)."""
+        from ie_vllm.host.features import dictionary_features
 
         return await dictionary_features(self, tokens, saes, **kw)
 
     def dictionary_generation_stream(self, prompt: Any, saes: Any, params: Any, **kw: Any) -> Any:
-        """Top-k dictionary features per generated token (see `ie_vllm.features`)."""
-        from ie_vllm.features import dictionary_generation_stream
+        """Top-k dictionary features per generated token (see `ie_vllm.host.features`)."""
+        from ie_vllm.host.features import dictionary_generation_stream
 
         return dictionary_generation_stream(self, prompt, saes, params, **kw)
 

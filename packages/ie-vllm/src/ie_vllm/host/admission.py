@@ -23,8 +23,8 @@ from ie_core.points import get_point
 from ie_core.protocol import Prompt, SteeringArg, prompt_batch, prompt_ids, steering_tuple
 from ie_core.steer_scope import mask_positions
 
-from ie_vllm.policy import SitePolicy
-from ie_vllm.registry import SteerSpec
+from ie_vllm.host.policy import SitePolicy
+from ie_vllm.specs import SteerSpec
 
 __all__ = ["GENERATE", "Admission", "Admitted"]
 

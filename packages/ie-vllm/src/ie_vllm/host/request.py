@@ -19,11 +19,10 @@ from ie_core.errors import EngineStoppedError
 from ie_core.protocol import SamplingParams, StreamChunk
 from ie_core.text_stream import TextStream
 
-from ie_vllm import logprobs as lp
-from ie_vllm.channel import Channel
-from ie_vllm.engine import Engine, Submission, new_key
-from ie_vllm.reducers import ReducerSpec
-from ie_vllm.registry import RequestSpec, SteerSpec
+from ie_vllm.host import logprobs as lp
+from ie_vllm.host.channel import Channel
+from ie_vllm.host.engine import Engine, Submission, new_key
+from ie_vllm.specs import ReducerSpec, RequestSpec, SteerSpec
 
 T = TypeVar("T")
 

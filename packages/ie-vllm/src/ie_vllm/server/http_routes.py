@@ -33,8 +33,8 @@ from ie_core.wire import (
 )
 from starlette.exceptions import HTTPException
 
-from ie_vllm.http_errors import MAX_BODY, BadRequest, declared_length, error_body, status_for
-from ie_vllm.http_limits import (
+from ie_vllm.server.http_errors import MAX_BODY, BadRequest, declared_length, error_body, status_for
+from ie_vllm.server.http_limits import (
     Limits,
     capture_bytes,
     check_response,
@@ -44,7 +44,7 @@ from ie_vllm.http_limits import (
     parse_json,
     text_bytes,
 )
-from ie_vllm.served_saes import resolve_steering
+from ie_vllm.server.served_saes import resolve_steering
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 

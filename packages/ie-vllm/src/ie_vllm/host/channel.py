@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ie_vllm.engine import Engine
-from ie_vllm.registry import RequestSpec
+from ie_vllm.host.engine import Engine
+from ie_vllm.specs import RequestSpec
 
 
 class Channel(Protocol):
@@ -33,7 +33,7 @@ class Channel(Protocol):
 
 
 class HookedChannel:
-    """The worker extension's registry (`ie_vllm.worker.IEWorkerExtension`), called by name."""
+    """The worker extension's registry (`ie_vllm.worker.extension.IEWorkerExtension`), called by name."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

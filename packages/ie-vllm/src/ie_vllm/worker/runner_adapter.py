@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ie_vllm.point_table import PointTable
-from ie_vllm.resolve import resolve
+from ie_vllm.worker.point_table import PointTable
+from ie_vllm.worker.resolve import resolve
 
 Forward = Callable[..., Any]
 
@@ -47,7 +47,7 @@ def loaded_model(runner: Any) -> LoadedModel:
 
 def wrap_model_forward(runner: Any, wrap: Callable[[Forward], Forward]) -> None:
     """Replace the runner's `_model_forward` with `wrap(original)`: runs just before each forward,
-    after `_prepare_inputs` has laid out the batch (see `ie_vllm.layout.record_layout`)."""
+    after `_prepare_inputs` has laid out the batch (see `ie_vllm.worker.layout.record_layout`)."""
     runner._model_forward = wrap(runner._model_forward)
 
 

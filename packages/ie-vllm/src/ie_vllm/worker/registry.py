@@ -1,79 +1,19 @@
-"""Per-request specs (what to capture, how to steer) and the worker's store of captured rows.
+"""The worker's store of registered requests and their captured rows.
 
-The host registers a `RequestSpec` in every worker *before* submitting the request; the worker
-finds it through the key vLLM carries in `SamplingParams.extra_args` (see `layout.KEY_ARG`).
-Captured rows accumulate per forward (chunked prefill, then one row per decode step), indexed
+The host registers a `RequestSpec` (`ie_vllm.specs`) in every worker *before* submitting the
+request; the worker finds it through the key vLLM carries in `SamplingParams.extra_args` (see
+`layout.KEY_ARG`). Captured rows accumulate per forward (chunked prefill, then one row per decode step), indexed
 by sequence position so a recomputed (preempted) request overwrites rather than duplicates.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
-from ie_core.steering import SteeringOp, op_from_dict
+from ie_core.steering import SteeringOp
 
-from ie_vllm.reducers import ReducerSpec
-
-
-@dataclass(frozen=True)
-class SteerSpec:
-    """Ops at one address; prompt positions in `masked` are left alone, and with `until` (a
-    prefill-only scope) every position from `until` on."""
-
-    address: str
-    ops: tuple[SteeringOp, ...]
-    masked: tuple[int, ...] = ()
-    until: int | None = None
-
-
-@dataclass(frozen=True)
-class RequestSpec:
-    key: str
-    captures: tuple[str, ...] = ()
-    steering: tuple[SteerSpec, ...] = ()
-    prompt_len: int = 0
-    reducers: tuple[ReducerSpec, ...] = ()
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "captures": list(self.captures),
-            "prompt_len": self.prompt_len,
-            "steering": [
-                {
-                    "address": s.address,
-                    "masked": list(s.masked),
-                    "until": s.until,
-                    "ops": [_op_to_dict(op) for op in s.ops],
-                }
-                for s in self.steering
-            ],
-            "reducers": [r.to_wire() for r in self.reducers],
-        }
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> RequestSpec:
-        steering = tuple(
-            SteerSpec(
-                s["address"],
-                tuple(op_from_dict(op) for op in s["ops"]),
-                tuple(s["masked"]),
-                s.get("until"),
-            )
-            for s in data.get("steering", ())
-        )
-        reducers = tuple(ReducerSpec.from_wire(r) for r in data.get("reducers", ()))
-        captures = tuple(data.get("captures", ()))
-        return cls(data["key"], captures, steering, int(data["prompt_len"]), reducers)
-
-
-def _op_to_dict(op: SteeringOp) -> dict[str, Any]:
-    data = {f.name: getattr(op, f.name) for f in dataclasses.fields(op) if f.init}
-    data = {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
-    return {"kind": op.kind, **data}
+from ie_vllm.specs import ReducerSpec, RequestSpec
 
 
 @dataclass

@@ -11,37 +11,15 @@ Jobs at one site in one forward that share a kind and params run as one batched 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from ie_core.sae_math import DictMeta, reduce_rows
 
+from ie_vllm.specs import ReducerSpec
+
 Reducer = Callable[[torch.Tensor, Mapping[str, Any]], dict[str, torch.Tensor]]
-
-
-@dataclass(frozen=True)
-class ReducerSpec:
-    """`kind` applied to the rows of `address`; outputs are collected as `label|<output>`."""
-
-    label: str
-    kind: str
-    address: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"label": self.label, "kind": self.kind, "address": self.address,
-                "params": dict(self.params)}  # fmt: skip
-
-    @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> ReducerSpec:
-        return cls(str(data["label"]), str(data["kind"]), str(data["address"]), data["params"])
-
-    def group(self) -> str:
-        """Jobs with equal groups run batched: same function, same parameters."""
-        return self.kind + json.dumps(dict(self.params), sort_keys=True)
 
 
 # Dictionaries held by this worker process, by content key: (tensors on the model's device, meta).
@@ -94,4 +72,4 @@ def run(jobs: Sequence[tuple[ReducerSpec, torch.Tensor]]) -> list[dict[str, torc
     return results
 
 
-__all__ = ["DICTIONARIES", "REDUCERS", "ReducerSpec", "put_dictionary", "run"]
+__all__ = ["DICTIONARIES", "REDUCERS", "put_dictionary", "run"]

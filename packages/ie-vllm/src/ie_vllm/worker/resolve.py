@@ -17,7 +17,7 @@ from ie_core.families import family_for_architecture
 from ie_core.points import POINTS, Point, Service, get_point
 from torch import nn
 
-from ie_vllm.access import (
+from ie_vllm.worker.access import (
     BranchSum,
     Reader,
     Writer,
@@ -31,8 +31,8 @@ from ie_vllm.access import (
     qkv_arg,
     scaled_out,
 )
-from ie_vllm.point_table import AttnGeom, PointTable, SiteDef
-from ie_vllm.profiles import Profile, profile_for
+from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
+from ie_vllm.worker.profiles import Profile, profile_for
 
 # Points whose vLLM tensor is one head- or neuron-shard per rank under tensor parallelism.
 SHARDED_POINTS = frozenset(

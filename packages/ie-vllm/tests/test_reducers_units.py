@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from ie_core.sae_math import DictMeta, encode
 from ie_vllm.specs import ReducerSpec, RequestSpec
-from ie_vllm.worker.extension import reducers
+from ie_vllm.worker import reducers
 
 
 def _put(key: str, seed: int, meta: DictMeta) -> dict[str, torch.Tensor]:

@@ -18,7 +18,10 @@ from ie_vllm.server.serve_command import PLUGIN, cpu_thread_binding, plugins_all
 def test_serve_argv_runs_vllm_serve_hooked_with_the_extension() -> None:
     argv = serve_argv("ie-synthetic/llama", "vllm", ["--port", "9", "--api-key", "k"])
     assert argv[0] == "serve" and argv[1].endswith("llama-v1")
-    assert argv[argv.index("--worker-extension-cls") + 1] == "ie_vllm.worker.extension.IEWorkerExtension"
+    assert (
+        argv[argv.index("--worker-extension-cls") + 1]
+        == "ie_vllm.worker.extension.IEWorkerExtension"
+    )
     assert "--enforce-eager" in argv and argv[-4:] == ["--port", "9", "--api-key", "k"]
     assert argv[argv.index("--served-model-name") + 1] == "ie-synthetic/llama"
     assert "--enforce-eager" not in serve_argv("ie-synthetic/llama", "vllm-generate", [])

@@ -14,7 +14,7 @@ from typing import Any
 from ie_core.address import to_address
 from ie_core.errors import InterpError
 
-__all__ = ["ModelInfo", "ModelInfoError"]
+__all__ = ["DescribedModel", "ModelInfo", "ModelInfoError"]
 
 
 class ModelInfoError(InterpError, ValueError):
@@ -81,6 +81,24 @@ class ModelInfo:
     def refusal(self, address: str) -> str | None:
         """The reason `address` is refused (its own, else its point's), or None."""
         return self.refused.get(address) or self.refused.get(to_address(address).name)
+
+
+class DescribedModel:
+    """The shape of a model that carries its `ModelInfo` as `self.info` (vLLM's, a remote one)."""
+
+    info: ModelInfo
+
+    @property
+    def n_layers(self) -> int:
+        return self.info.n_layers
+
+    @property
+    def d_model(self) -> int:
+        return self.info.d_model
+
+    @property
+    def architecture(self) -> str:
+        return self.info.architecture
 
 
 def _int(data: Mapping[str, Any], key: str, default: int = 0, *, required: bool = False) -> int:

@@ -23,7 +23,7 @@ from ie_core.errors import (
     PointUnavailableError,
     UnsupportedOperationError,
 )
-from ie_core.model_info import ModelInfo
+from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -96,7 +96,7 @@ def _plain(value: Any) -> Any:
     return [_plain(v) for v in value]
 
 
-class RemoteModel:
+class RemoteModel(DescribedModel):
     """A model served by `ie serve`; build with `load_model(url, backend="remote")`."""
 
     backend = BACKEND
@@ -120,18 +120,6 @@ class RemoteModel:
         return cls(server, ModelInfo.from_wire(response.json()))
 
     # --- shape and tokens ------------------------------------------------------------------
-
-    @property
-    def n_layers(self) -> int:
-        return self.info.n_layers
-
-    @property
-    def d_model(self) -> int:
-        return self.info.d_model
-
-    @property
-    def architecture(self) -> str:
-        return self.info.architecture
 
     def points(self) -> tuple[str, ...]:
         return self.info.points

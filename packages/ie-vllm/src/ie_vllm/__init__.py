@@ -75,7 +75,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.specs import ReducerSpec as ReducerSpec
     from ie_vllm.specs import RequestSpec as RequestSpec
     from ie_vllm.specs import SteerSpec as SteerSpec
-    from ie_vllm.worker.extension import reducers as reducers
+    from ie_vllm.worker import reducers as reducers
     from ie_vllm.worker.extension import ATTN_POINTS as ATTN_POINTS
     from ie_vllm.worker.extension import IEWorkerExtension as IEWorkerExtension
     from ie_vllm.worker.extension import attention_rows as attention_rows

@@ -19,7 +19,7 @@ from ie_core.errors import (
     BadPromptError,
     GradientUnavailableError,
 )
-from ie_core.model_info import ModelInfo
+from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.models import resolve_model_path
 from ie_core.points import POINTS
 from ie_core.protocol import (
@@ -46,7 +46,7 @@ HOOKED = "vllm"
 DEFAULT_SAMPLING = SamplingParams()
 
 
-class VLLMModel:
+class VLLMModel(DescribedModel):
     """One vLLM engine behind the InterpModel protocol. Build with `load_hooked` / `load_generate`.
 
     `channel` carries requests to the workers and `policy` narrows what is served (see
@@ -98,18 +98,6 @@ class VLLMModel:
         return cls(engine, info, tokenizer, model_id, backend)
 
     # --- shape -------------------------------------------------------------------------------
-
-    @property
-    def n_layers(self) -> int:
-        return self.info.n_layers
-
-    @property
-    def d_model(self) -> int:
-        return self.info.d_model
-
-    @property
-    def architecture(self) -> str:
-        return self.info.architecture
 
     def points(self) -> tuple[str, ...]:
         """Names of the points this model serves on this backend, in forward order."""

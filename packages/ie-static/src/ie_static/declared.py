@@ -129,11 +129,11 @@ def describe(addresses: Sequence[str]) -> str:
     by_point: dict[str, list[int]] = {}
     trunk: list[str] = []
     for a in addresses:
-        name, _, layer = a.partition(".")
-        if not layer:
-            trunk.append(name)
+        addr = to_address(a)
+        if addr.layer is None:
+            trunk.append(addr.name)
             continue
-        by_point.setdefault(name, []).append(int(layer))
+        by_point.setdefault(addr.name, []).append(addr.layer)
     parts = list(dict.fromkeys(trunk))
     for name, layers in by_point.items():
         layers = sorted(layers)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from ie_core.address import to_address
 from ie_core.steering import SteeringOp
 from ie_vllm import (
     ATTN_POINTS,
@@ -321,11 +322,11 @@ def _gather(
         got = [entry.rows.get(n) for n in names]
         if not names or any(r is None for r in got):
             continue
-        name, _, layer = address.partition(".")
-        if name in ATTN_POINTS:
+        addr = to_address(address)
+        if addr.name in ATTN_POINTS and addr.layer is not None:
             q, k = got[0].gather(start, stop), got[1].gather(0, stop)  # type: ignore[union-attr]
-            geom = state.table.attn[int(layer)]
-            out[address] = attention_rows(q, k, geom, start, name == "attn_probs")
+            geom = state.table.attn[addr.layer]
+            out[address] = attention_rows(q, k, geom, start, addr.name == "attn_probs")
         else:
             out[address] = got[0].gather(start, stop)  # type: ignore[union-attr]
     out.update(gather_reduced(entry.rows, entry.spec.reducers, start, stop))

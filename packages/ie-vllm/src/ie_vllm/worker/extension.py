@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from ie_core.address import to_address
 from ie_core.steer_math import apply_ops
 from ie_core.steer_scope import scoped
 from ie_core.steering import SteeringOp
@@ -53,9 +54,9 @@ class WorkerState:
 
 def capture_sites(address: str) -> tuple[str, ...]:
     """The hook sites an address needs (attention scores are recomputed from q and k)."""
-    name, _, layer = address.partition(".")
-    if name in ATTN_POINTS:
-        return (f"attn_q.{layer}", f"attn_k.{layer}")
+    addr = to_address(address)
+    if addr.name in ATTN_POINTS:
+        return (f"attn_q.{addr.layer}", f"attn_k.{addr.layer}")
     return (address,)
 
 

@@ -422,7 +422,7 @@ def _refuse_rest(table: PointTable, architecture: str, tp_size: int) -> None:
             # A reason given on every layer (e.g. attention maps on the Transformers backend)
             # is the point's reason, unless the family lacks the point altogether.
             layer_reason = next(
-                (r for a, r in table.refused.items() if a.partition(".")[0] == p.name and r),
+                (r for a, r in table.refused.items() if to_address(a).name == p.name and r),
                 f"{architecture} on vLLM has no module for {p.name}",
             )
             table.refused.setdefault(p.name, _missing(architecture, p, layer_reason))

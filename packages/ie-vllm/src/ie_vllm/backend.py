@@ -44,6 +44,7 @@ from ie_vllm import lens_decode
 from ie_vllm import logprobs as lp
 from ie_vllm.channel import Channel, HookedChannel
 from ie_vllm.engine import Engine
+from ie_vllm.pipeline import merge_infos, merge_stats
 from ie_vllm.policy import SitePolicy
 from ie_vllm.registry import SteerSpec
 from ie_vllm.request import Flow, gather
@@ -90,13 +91,13 @@ class VLLMModel:
         source = str(path) if path is not None else model_id
         hooked = backend == HOOKED
         from ie_vllm.cpu_support import check_cpu_support
-        from ie_vllm.parallel_support import check_pipeline_parallel
+        from ie_vllm.parallel_support import bind_cpu_ranks
 
-        check_pipeline_parallel(kw)
         check_cpu_support(path, str(kw.get("dtype", "float32")))  # before minutes of engine start
+        bind_cpu_ranks(kw)
         engine = await Engine.start(source, hooked=hooked, **kw)
         try:
-            info = (await engine.rpc("ie_setup", hooked))[0]
+            info = merge_infos(await engine.rpc("ie_setup", hooked))  # one answer per stage
         except BaseException:
             engine.shutdown()
             raise
@@ -464,7 +465,7 @@ class VLLMModel:
 
     async def stats(self) -> dict[str, Any]:
         """Worker registry and hook counts (tests check that everything was released)."""
-        return (await self.flow.on_engine(self.engine.rpc("ie_stats")))[0]
+        return merge_stats(await self.flow.on_engine(self.engine.rpc("ie_stats")))
 
 
 def _refuse_ragged(lengths: list[int]) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ie_vllm.pipeline import keep_stage, stage_of
 from ie_vllm.point_table import PointTable
 from ie_vllm.resolve import resolve
 
@@ -38,9 +39,9 @@ def loaded_model(runner: Any) -> LoadedModel:
     architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     tp_size = runner.parallel_config.tensor_parallel_size
-    loaded = LoadedModel(
-        model, architecture, text_config, resolve(model, architecture, text_config, tp_size)
-    )
+    table = resolve(model, architecture, text_config, tp_size)
+    keep_stage(table, stage_of())  # a pipeline stage serves only the layers it holds
+    loaded = LoadedModel(model, architecture, text_config, table)
     runner._ie_loaded = loaded
     return loaded
 

@@ -20,6 +20,7 @@ from ie_core.steering import SteeringOp
 from ie_vllm import payload, reducers
 from ie_vllm.layout import BatchLayout, RequestRows, record_layout
 from ie_vllm.lens_worker import LensWorkerMixin
+from ie_vllm.pipeline import layer_range, stage_of
 from ie_vllm.point_table import AttnGeom, PointTable, SiteDef
 from ie_vllm.reducers import ReducerSpec
 from ie_vllm.registry import Entry, Registry, RequestSpec, Rows, gather_reduced, store_reduced
@@ -108,6 +109,7 @@ class IEWorkerExtension(LensWorkerMixin):
             return dict(self._ie_info)  # type: ignore[attr-defined]
         loaded = loaded_model(runner)  # ie-static's worker resolved it at load: the same table
         table, text_config = loaded.table, loaded.text_config
+        stage = stage_of()  # `loaded_model` kept this stage's sites only
         state = WorkerState(table=table, capture_rank=tp_rank() == 0)
         self._ie = state
         if hooked:
@@ -119,6 +121,7 @@ class IEWorkerExtension(LensWorkerMixin):
         info["architecture"] = loaded.architecture
         info["tp_size"] = runner.parallel_config.tensor_parallel_size
         info["pp_size"] = runner.parallel_config.pipeline_parallel_size
+        info["stage"] = {"rank": stage.rank, "layers": layer_range(table)}
         self._ie_info = info
         return info
 

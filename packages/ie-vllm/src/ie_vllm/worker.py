@@ -24,7 +24,7 @@ from ie_vllm.pipeline import layer_range, stage_of
 from ie_vllm.point_table import AttnGeom, PointTable, SiteDef
 from ie_vllm.reducers import ReducerSpec
 from ie_vllm.registry import Entry, Registry, RequestSpec, Rows, gather_reduced, store_reduced
-from ie_vllm.runner_adapter import loaded_model, tp_rank, wrap_model_forward
+from ie_vllm.runner_adapter import ensure_stage_buffer, loaded_model, tp_rank, wrap_model_forward
 
 ATTN_POINTS = ("attn_scores", "attn_probs")
 
@@ -110,6 +110,7 @@ class IEWorkerExtension(LensWorkerMixin):
         loaded = loaded_model(runner)  # ie-static's worker resolved it at load: the same table
         table, text_config = loaded.table, loaded.text_config
         stage = stage_of()  # `loaded_model` kept this stage's sites only
+        ensure_stage_buffer(runner)
         state = WorkerState(table=table, capture_rank=tp_rank() == 0)
         self._ie = state
         if hooked:

@@ -9,7 +9,9 @@ so only the hand-over between stages differs.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ pytestmark = [pytest.mark.slow, requires_vllm]
 MODEL = "ie-synthetic/llama"
 TOL = 1e-4  # eager vs vLLM, fp32, relative to max(1, |eager|)
 WITHIN = 1e-5  # PP=2 vs PP=1, fp32
+PP1_CAPS = Path(__file__).resolve().parents[2] / "ie-core/src/ie_core/data/capabilities/vllm.json"
 # The llama points test_vllm_families checks on one engine.
 COMMON = {
     "embeddings", "resid_pre", "attn_in", "value", "attn_scores", "attn_probs", "z", "attn_out",
@@ -65,6 +68,13 @@ def test_stages_split_the_layers_and_the_view_is_whole(pp2: Any) -> None:
             assert f"{name}.{layer}" in addresses
     assert {"embeddings", "final_norm"} <= addresses
     assert set(pp2.points()) >= COMMON, COMMON - set(pp2.points())
+    # The merged view is PP=1's: the committed capabilities sweep of hooked vLLM on this family.
+    pp1 = json.loads(PP1_CAPS.read_text())["models"][MODEL]["points"]
+    for name, cap in pp2.capabilities().items():
+        want = pp1[name]
+        assert (cap.served, cap.writable, list(cap.layers)) == (
+            want["served"], want["writable"], want["layers"],
+        ), name  # fmt: skip
     # A point the family lacks keeps the family's reason on the last stage's layers too.
     with pytest.raises(PointUnavailableError, match="qk norm"):
         pp2.point_width(f"q_norm_in.{pp2.n_layers - 1}")

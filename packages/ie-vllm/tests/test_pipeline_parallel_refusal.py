@@ -1,5 +1,5 @@
-"""pipeline_parallel_size > 1 is refused where it is not served (vllm-static), before an engine
-starts, with the reason; hooked vLLM serves it (test_vllm_pipeline_parallel.py)."""
+"""pipeline_parallel_size > 1 is refused where it is not served (vllm-static, vllm-generate),
+before an engine starts, with the reason; hooked vLLM serves it (test_vllm_pipeline_parallel.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,18 @@ def test_pp1_and_unset_are_let_through() -> None:
     check_pipeline_parallel({"pipeline_parallel_size": 1, "tensor_parallel_size": 2})
 
 
-def test_refusal_names_the_backend_and_what_to_do() -> None:
+@pytest.mark.parametrize("backend", ["vllm-static", "vllm-generate"])
+def test_refusal_names_the_backend_and_what_to_do(backend: str) -> None:
     with pytest.raises(UnsupportedOperationError, match="pipeline_parallel_size=2") as caught:
-        check_pipeline_parallel({"pipeline_parallel_size": 2}, "vllm-static")
-    assert "'vllm-static'" in str(caught.value) and "backend='vllm'" in str(caught.value)
+        check_pipeline_parallel({"pipeline_parallel_size": 2}, backend)
+    assert f"{backend!r}" in str(caught.value) and "backend='vllm'" in str(caught.value)
+    check_pipeline_parallel({"pipeline_parallel_size": 2}, "vllm")  # served
+
+
+def test_vllm_generate_refuses_pp2_before_any_engine() -> None:
+    with pytest.raises(UnsupportedOperationError, match="'vllm-generate'"):
+        load_model("ie-synthetic/llama", backend="vllm-generate", pipeline_parallel_size=2)
+    assert not [p for p in psutil.Process().children(recursive=True) if "VLLM" in p.name()]
 
 
 def test_vllm_static_refuses_pp2_before_any_engine() -> None:
@@ -28,13 +36,15 @@ def test_vllm_static_refuses_pp2_before_any_engine() -> None:
     assert not [p for p in psutil.Process().children(recursive=True) if "VLLM" in p.name()]
 
 
-def test_ie_serve_refuses_pp2_on_vllm_static_only() -> None:
-    pytest.importorskip("ie_static")
+@pytest.mark.parametrize("backend", ["vllm-static", "vllm-generate"])
+def test_ie_serve_refuses_pp2_except_on_hooked_vllm(backend: str) -> None:
+    if backend == "vllm-static":
+        pytest.importorskip("ie_static")
     from ie_vllm.serve_command import serve_argv
 
     for rest in (["--pipeline-parallel-size", "2"], ["-pp=2"]):
         with pytest.raises(SystemExit, match="ie serve: pipeline_parallel_size=2 is not served"):
-            serve_argv("ie-synthetic/llama", "vllm-static", rest)
+            serve_argv("ie-synthetic/llama", backend, rest)
         assert rest[-1] in serve_argv("ie-synthetic/llama", "vllm", rest)
     assert "-pp" in serve_argv("ie-synthetic/llama", "vllm", ["-pp", "1"])
 

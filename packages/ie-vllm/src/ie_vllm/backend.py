@@ -91,8 +91,9 @@ class VLLMModel:
         source = str(path) if path is not None else model_id
         hooked = backend == HOOKED
         from ie_vllm.cpu_support import check_cpu_support
-        from ie_vllm.parallel_support import bind_cpu_ranks
+        from ie_vllm.parallel_support import bind_cpu_ranks, check_pipeline_parallel
 
+        check_pipeline_parallel(kw, backend)
         check_cpu_support(path, str(kw.get("dtype", "float32")))  # before minutes of engine start
         bind_cpu_ranks(kw)
         engine = await Engine.start(source, hooked=hooked, **kw)

@@ -148,14 +148,12 @@ def refuse_data_parallel(rest: list[str]) -> None:
 
 
 def refuse_pipeline_parallel(backend: str, rest: list[str]) -> None:
-    """ie-vllm's own backends serve pipeline stages; another (vllm-static) refuses them before
-    vLLM starts, with its loader's reason (see `parallel_support`)."""
+    """Hooked vLLM serves pipeline stages; another backend refuses them before vLLM starts, with
+    its reason (see `parallel_support`)."""
     from ie_core.errors import UnsupportedOperationError
 
     from ie_vllm.parallel_support import check_pipeline_parallel
 
-    if backend in BACKENDS:
-        return
     try:
         check_pipeline_parallel(
             {"pipeline_parallel_size": _int_option(rest, ("--pipeline-parallel-size", "-pp"))},

@@ -12,7 +12,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 SWEEP = HERE / "data/pipeline_sweep.json"
-PP1 = HERE.parents[2] / "ie-core/src/ie_core/data/capabilities/vllm.json"
+PP1 = HERE.parents[1] / "ie-core/src/ie_core/data/capabilities/vllm.json"
 
 
 def _sweep() -> dict[str, Any]:

@@ -14,11 +14,19 @@ from typing import Any
 from ie_core.address import to_address
 from ie_core.errors import InterpError
 
-__all__ = ["DescribedModel", "ModelInfo", "ModelInfoError"]
+__all__ = ["DescribedModel", "ModelInfo", "ModelInfoError", "StageInfo"]
 
 
 class ModelInfoError(InterpError, ValueError):
     """A model description that is missing a field or holds one of the wrong type."""
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    """One pipeline stage: its rank and the `[first, stop)` decoder layers it runs (None: none)."""
+
+    rank: int
+    layers: tuple[int, int] | None
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class ModelInfo:
     model_id: str = ""  # filled by the server; a worker does not know the name it was loaded by
     backend: str = ""
     points: tuple[str, ...] = ()  # served point names in forward order (set by the server)
+    stages: tuple[StageInfo, ...] = ()  # pipeline stages in rank order (empty without PP)
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> ModelInfo:
@@ -58,6 +67,7 @@ class ModelInfo:
             model_id=str(data.get("model_id") or ""),
             backend=str(data.get("backend") or ""),
             points=tuple(str(p) for p in _list(data, "points")),
+            stages=tuple(_stage(s) for s in _list(data, "stages") if s),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -68,6 +78,7 @@ class ModelInfo:
         out["attn_heads"] = {str(k): v for k, v in self.attn_heads.items()}
         out["writable"] = list(self.writable)
         out["points"] = list(self.points)
+        out["stages"] = [{"rank": s.rank, "layers": s.layers} for s in self.stages]
         return out
 
     def with_fields(self, **changes: Any) -> ModelInfo:
@@ -110,6 +121,13 @@ def _int(data: Mapping[str, Any], key: str, default: int = 0, *, required: bool 
     if isinstance(value, bool) or not isinstance(value, int):
         raise ModelInfoError(f"{key} must be an integer, got {type(value).__name__} {value!r}")
     return value
+
+
+def _stage(data: Any) -> StageInfo:
+    if not isinstance(data, Mapping) or "rank" not in data:
+        raise ModelInfoError(f"a pipeline stage is an object with a rank, got {data!r}")
+    layers = data.get("layers")
+    return StageInfo(int(data["rank"]), (int(layers[0]), int(layers[1])) if layers else None)
 
 
 def _mapping(data: Mapping[str, Any], key: str) -> Mapping[Any, Any]:

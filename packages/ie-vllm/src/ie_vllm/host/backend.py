@@ -41,6 +41,7 @@ from ie_vllm.host.channel import Channel, HookedChannel
 from ie_vllm.host.engine import Engine
 from ie_vllm.host.policy import SitePolicy
 from ie_vllm.host.request import Flow, gather
+from ie_vllm.pipeline import merge_infos, merge_stats
 
 HOOKED = "vllm"
 DEFAULT_SAMPLING = SamplingParams()
@@ -82,13 +83,14 @@ class VLLMModel(DescribedModel):
         source = str(path) if path is not None else model_id
         hooked = backend == HOOKED
         from ie_vllm.host.cpu_support import check_cpu_support
-        from ie_vllm.host.parallel_support import check_pipeline_parallel
+        from ie_vllm.host.parallel_support import bind_cpu_ranks, check_pipeline_parallel
 
-        check_pipeline_parallel(kw)
+        check_pipeline_parallel(kw, backend)
         check_cpu_support(path, str(kw.get("dtype", "float32")))  # before minutes of engine start
+        bind_cpu_ranks(kw)
         engine = await Engine.start(source, hooked=hooked, **kw)
         try:
-            info = (await engine.rpc("ie_setup", hooked))[0]
+            info = merge_infos(await engine.rpc("ie_setup", hooked))  # one answer per stage
         except BaseException:
             engine.shutdown()
             raise
@@ -347,7 +349,7 @@ class VLLMModel(DescribedModel):
 
     async def stats(self) -> dict[str, Any]:
         """Worker registry and hook counts (tests check that everything was released)."""
-        return (await self.flow.on_engine(self.engine.rpc("ie_stats")))[0]
+        return merge_stats(await self.flow.on_engine(self.engine.rpc("ie_stats")))
 
 
 def _refuse_ragged(lengths: list[int]) -> None:

@@ -2,7 +2,9 @@
 (`LensWorkerMixin.ie_lens_collect_topk`) instead of shipping rows back. Served on backend 'vllm'
 with one tensor-parallel rank: the worker keeps rows on rank 0 and compute_logits would gather
 across ranks, so TP > 1 is refused, as are vllm-static (rows live in its static taps) and
-vllm-generate (no hooks)."""
+vllm-generate (no hooks). Under pipeline parallelism a layer's rows live on its stage and the
+final norm and unembed on the last one, so each step's rows come to the host, are carried by
+the transports there, and go to the last stage for the top-k (`ie_lens_topk`)."""
 
 from __future__ import annotations
 
@@ -30,11 +32,11 @@ def check_served(model: VLLMModel) -> None:
             "reads the hooked worker's captured rows; load the model with backend='vllm' or "
             "'eager'"
         )
-    if model.info.tp_size > 1 or model.info.pp_size > 1:
+    if model.info.tp_size > 1:
         raise UnsupportedOperationError(
-            "the streaming lens read-out runs on one worker rank; load with "
-            "tensor_parallel_size=1 and pipeline_parallel_size=1, or use capture_generation_stream "
-            "with decode_residuals_topk"
+            "the streaming lens read-out runs on one tensor-parallel rank (rows are kept on rank "
+            "0 and the unembed gathers across ranks); load with tensor_parallel_size=1, or use "
+            "capture_generation_stream with decode_residuals_topk"
         )
 
 
@@ -54,9 +56,36 @@ async def lens_generation_stream(
     wire = payload.encode(dict(transports)) if transports else {}
 
     async def topk(key: str, start: int, stop: int) -> dict[str, TopK]:
+        if model.info.pp_size > 1:
+            return await _staged_topk(model, key, (start, stop), captures, k, transports)
         got = await model.engine.rpc_payload("ie_lens_collect_topk", key, start, stop, k, wire)
         return {a: TopK(got[f"{a}|ids"], got[f"{a}|probs"]) for a in captures}
 
     steps = model.flow.stream_steps(req.ids, params, captures, req.steer, topk)
     async for chunk, tops in model.flow.bridge(steps):
         yield LensStep(chunk, tops)
+
+
+async def _staged_topk(
+    model: VLLMModel,
+    key: str,
+    span: tuple[int, int],
+    captures: Sequence[str],
+    k: int,
+    transports: Mapping[str, torch.Tensor],
+) -> dict[str, TopK]:
+    """Rows from the stages holding them, carried here, top-k on the last stage: one call each."""
+    rows = await model.channel.collect(key, span[0], span[1], False)
+    parts = []
+    for address in captures:
+        r = rows[address]
+        if address in transports:
+            r = r.float() @ transports[address].to(r.device).T
+        parts.append(r)
+    flat = torch.cat(parts)
+    got = await model.engine.rpc_payload("ie_lens_topk", payload.encode({"rows": flat}), k)
+    ids, probs = (
+        got["ids"].split([p.shape[0] for p in parts]),
+        got["probs"].split([p.shape[0] for p in parts]),
+    )
+    return {a: TopK(i, p) for a, i, p in zip(captures, ids, probs, strict=True)}

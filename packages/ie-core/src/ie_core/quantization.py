@@ -142,15 +142,19 @@ FORMATS: tuple[FormatSupport, ...] = (
         "AWQ 4-bit (GEMM)",
         "not built here: transformers' AWQ loading needs a kernel package (gptqmodel / autoawq), "
         "not in this workspace",
-        "AWQ_FP32",
-        "AWQ_BF16",
+        "refused by vLLM itself before an engine starts (its config check, probed with a hand-packed "
+        "AWQ folder): `torch.float32 is not supported for quantization method awq. Supported "
+        "dtypes: [torch.float16, torch.bfloat16]`",
+        "refused before the engine starts (ie_vllm.cpu_support): probed, vLLM logs 'Using "
+        "CPUWNA16LinearKernel for AutoAWQMarlinLinearMethod' and its worker dies on the first "
+        "forward (`exit code: -4`, SIGILL); use a compressed-tensors WNA16 checkpoint",
     ),
     FormatSupport(
         "GPTQ 4-bit",
         "not built here (as AWQ)",
-        "not run: vLLM's CPU build sends GPTQ to the same mixed-precision kernel choice "
-        f"({_WNA16_KERNEL}; vllm/model_executor/layers/quantization/auto_gptq.py), so float32 "
-        "meets the WNA16 refusal's cause",
+        "not run; vLLM's GPTQ config declares the same dtypes as AWQ's (torch.half, "
+        "torch.bfloat16: vllm/model_executor/layers/quantization/auto_gptq.py), so its config "
+        "check refuses float32 the same way",
         "not run (no GPTQ checkpoint built here)",
     ),
 )

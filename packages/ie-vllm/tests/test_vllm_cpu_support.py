@@ -86,3 +86,11 @@ def test_quantized_float32_is_refused_where_the_cpu_kernels_fail(
     cpu_support.check_cpu_support(w4, "bfloat16")
     monkeypatch.setattr(cpu_support, "_amx", lambda: False)
     cpu_support.check_cpu_support(w8a8, "float32")
+
+
+def test_awq_is_refused_in_every_dtype(tmp_path: Path) -> None:
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
+    folder = _folder(tmp_path, architectures=["LlamaForCausalLM"], quantization_config=awq)
+    for dtype in ("bfloat16", "float32"):
+        with pytest.raises(UnsupportedModelError, match=r"AWQ.*exit code: -4.*pack-quantized"):
+            cpu_support.check_cpu_support(folder, dtype)

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ie_core import SamplingParams
+from ie_core.logprobs import MAX_LOGPROBS, StepLogprobs
 from ie_core.runner import run
 from vllm_parity import by_point, scaled_diffs, servable_addresses
 
-__all__ = ["QuantParity", "first_divergence", "measure"]
+__all__ = ["GreedyAgreement", "QuantParity", "greedy_agreement", "measure"]
 
 QUANT_DTYPE = "bfloat16"
 
@@ -41,16 +42,45 @@ def measure(vllm_q: Any, eager_q: Any, eager_control: Any, ids: Sequence[int]) -
     )
 
 
-def first_divergence(vllm_q: Any, eager_q: Any, ids: Sequence[int], n: int) -> tuple[int, float]:
-    """(index of the first differing greedy token or n, eager's top-2 logit gap there)."""
-    params = SamplingParams(max_new_tokens=n, stop_at_eos=False)
-    got = run(vllm_q.generate(list(ids), params)).token_ids
-    want = run(eager_q.generate(list(ids), params)).token_ids
-    for step, (a, b) in enumerate(zip(got, want, strict=True)):
-        if a != b:
-            last = f"resid_post.{eager_q.n_layers - 1}"
-            prefix = [list(ids) + list(want[:step])]
-            row = run(eager_q.capture(prefix, [last]))[last][0, -1:]
-            top = run(eager_q.decode_residuals(row))[-1].float().topk(2).values
-            return step, float(top[0] - top[1])
-    return n, float("inf")
+@dataclass(frozen=True)
+class GreedyAgreement:
+    """Greedy tokens of vLLM and eager from one prompt, and the logit numbers that explain them.
+
+    `errors[s]` is the largest change the backend makes to any pairwise logit gap among the
+    tokens both rank in their top 20 at step s: the range of lp_vllm(t) - lp_eager(t) over those
+    tokens (log-softmax shifts every logit of a step by one constant, so the range is the logit
+    error that can reorder two tokens). Steps are compared while the prefixes are equal.
+    """
+
+    agreed: int  # equal tokens before the first divergence (n when none)
+    gaps: tuple[float, ...]  # eager's top-2 logprob gap at each compared step
+    errors: tuple[float, ...]  # the logit error at each compared step (see above)
+
+    @property
+    def divergence_gap(self) -> float:
+        """Eager's top-2 gap at the step where the tokens part (inf when they never do)."""
+        return self.gaps[self.agreed] if self.agreed < len(self.gaps) else float("inf")
+
+
+def _gap_error(got: StepLogprobs, want: StepLogprobs) -> float:
+    theirs = dict(zip(got.top_ids, got.top_logprobs, strict=True))
+    diffs = [
+        theirs[t] - lp for t, lp in zip(want.top_ids, want.top_logprobs, strict=True) if t in theirs
+    ]
+    return max(diffs) - min(diffs) if len(diffs) > 1 else float("inf")
+
+
+def greedy_agreement(vllm_q: Any, eager_q: Any, ids: Sequence[int], n: int) -> GreedyAgreement:
+    params = SamplingParams(max_new_tokens=n, stop_at_eos=False, logprobs=MAX_LOGPROBS)
+    got = run(vllm_q.generate(list(ids), params))
+    want = run(eager_q.generate(list(ids), params))
+    assert got.logprobs is not None and want.logprobs is not None
+    agreed = next(
+        (s for s, (a, b) in enumerate(zip(got.token_ids, want.token_ids, strict=True)) if a != b), n
+    )
+    steps = range(min(agreed + 1, n))
+    return GreedyAgreement(
+        agreed,
+        tuple(want.logprobs[s].top_logprobs[0] - want.logprobs[s].top_logprobs[1] for s in steps),
+        tuple(_gap_error(got.logprobs[s], want.logprobs[s]) for s in steps),
+    )

@@ -70,12 +70,25 @@ EXPLANATIONS: dict[tuple[str, str], str] = {
 _CPU_REFUSAL = "(CPU) cannot run"
 
 
+# TransformerLens on a compressed-tensors checkpoint (every quantized scheme fails the same way).
+_TL_COMPRESSED = (
+    "upstream limitation, TransformerLens 4.3.0 with compressed-tensors 0.17: transformers leaves "
+    "the linears compressed and compressed-tensors decompresses them in a forward pre-hook on the "
+    "model's first forward; under TransformerBridge that hook finds no `weight` entry "
+    "(`weight_packed` for 4-bit) in the module state it decompresses (KeyError in the "
+    "compressor's decompress), so the forward raises before any hook fires. nnsight runs the "
+    "same HF model and is bit-exact"
+)
+
+
 def explain(engine: str, family: str, result: dict[str, Any]) -> str:
     """The recorded explanation of a non-pass cell, or "" (rendered UNEXPLAINED)."""
+    error = str(result.get("error") or "")
+    if result.get("quantization") and engine == "transformer-lens" and "KeyError: 'weight" in error:
+        return _TL_COMPRESSED
     known = EXPLANATIONS.get((engine, family), "")
     if known:
         return known
-    error = str(result.get("error") or "")
     if (
         engine in ("vllm", "vllm-static")
         and "UnsupportedModelError" in error

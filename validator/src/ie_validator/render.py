@@ -14,6 +14,7 @@ from ie_validator.engines.registry import ALL
 from ie_validator.explanations import explain
 from ie_validator.mappings import ENGINE_TABLES, Gap, Hook, lookup
 from ie_validator.results import load_results, model_slug
+from ie_validator.scoring import Tier, gate
 
 BEGIN, END = "<!-- validator-matrix:begin -->", "<!-- validator-matrix:end -->"
 GLYPHS = {"pass": "✅", "warn": "⚠️", "fail": "❌", "unsupported": "➖", "not run": "·"}
@@ -124,6 +125,18 @@ def render_matrix(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _quantized_note(r: dict[str, Any]) -> str:
+    """On a quantized checkpoint: the engine's dtype and the scheme's own gate."""
+    scheme = r.get("quantization", "")
+    if not scheme:
+        return ""
+    limit = gate(r["dtype"], Tier(r["tier"]), scheme)
+    return (
+        f" Quantized `{scheme}`, computed in {r['dtype']}: gated at rel <= {limit:g}, this "
+        'scheme\'s measured gate (validator README, "Quantized checkpoints").'
+    )
+
+
 def render_model_page(hf_id: str, cells: dict[str, dict[str, Any]]) -> str:
     any_result = next(iter(cells.values()))
     lines = [
@@ -141,7 +154,8 @@ def render_model_page(hf_id: str, cells: dict[str, dict[str, Any]]) -> str:
         lines += [
             f"## {engine}: {GLYPHS[r['verdict']]} {r['verdict']}",
             "",
-            f"Tier `{r['tier']}`, status `{r['status']}`, captured {r['captured_at']}.",
+            f"Tier `{r['tier']}`, status `{r['status']}`, captured {r['captured_at']}."
+            + _quantized_note(r),
         ]
         if r["error"]:
             lines += ["", "```", r["error"][:2000], "```"]

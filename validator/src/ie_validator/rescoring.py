@@ -15,11 +15,13 @@ from ie_validator.scoring import Status, Tier, gate_status, verdict
 __all__ = ["rescore", "rescore_all"]
 
 
-def _rescore_point(point: dict[str, Any], dtype: str) -> dict[str, Any]:
+def _rescore_point(point: dict[str, Any], dtype: str, quantization: str) -> dict[str, Any]:
     # Points without metrics were decided structurally (n/a, shape, zeros, NaN): kept as they are.
     if point["cos"] is None or point["rel_diff"] is None:
         return point
-    status, reason = gate_status(Tier(point["tier"]), point["cos"], point["rel_diff"], dtype)
+    status, reason = gate_status(
+        Tier(point["tier"]), point["cos"], point["rel_diff"], dtype, quantization
+    )
     return {**point, "status": status.value, "reason": reason}
 
 
@@ -27,7 +29,8 @@ def rescore(result: dict[str, Any]) -> dict[str, Any]:
     """`result` (one results file as a dict) with its points, summary and verdict re-gated."""
     if result["status"] != "ok":
         return result
-    points = [_rescore_point(p, result["dtype"]) for p in result["points"]]
+    quantization = result.get("quantization", "")
+    points = [_rescore_point(p, result["dtype"], quantization) for p in result["points"]]
     counts = Counter(p["status"] for p in points)
     summary = {k: counts.get(k, 0) for k in ("pass", "warn", "fail", "n/a")}
     statuses = [Status(p["status"]) for p in points]

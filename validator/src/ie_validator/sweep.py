@@ -26,7 +26,8 @@ from ie_validator.engines.base import (
     is_attention_map,
     plan,
 )
-from ie_validator.engines.registry import make_engine
+from ie_validator.engines.project import engine_dtype
+from ie_validator.engines.registry import PROJECT, make_engine
 from ie_validator.mappings import Gap
 from ie_validator.models import model_spec
 from ie_validator.prompt import PROMPT, compared_layers
@@ -129,6 +130,9 @@ def compare(
     engine: Capture,
     tier: Tier,
     hooks: dict[str, str],
+    *,
+    dtype: str = "float32",
+    quantization: str = "",
 ) -> list[PointResult]:
     rows = []
     for address in addresses:
@@ -146,7 +150,14 @@ def compare(
             # with the engine's error, not a crash of the whole model's row.
             s = Score(Status.FAIL, reason=other.reason)
         else:
-            s = score(ref, other, tier, attention_map=is_attention_map(address.name))
+            s = score(
+                ref,
+                other,
+                tier,
+                attention_map=is_attention_map(address.name),
+                dtype=dtype,
+                quantization=quantization,
+            )
             shape = list(np.shape(ref))
         rows.append(_point_result(address, tier, hooks.get(key, ""), s, shape))
     return rows
@@ -170,7 +181,8 @@ def _result(model: ModelSpec, engine: str, reference: str, tier: Tier, ids: list
             verdict=v,
             status=status,
             captured_at=dt.datetime.now(dt.UTC).replace(microsecond=0),
-            dtype="float32",
+            dtype=engine_dtype(engine, model) if engine in PROJECT else "float32",
+            quantization=model.quantization,
             device="cpu",
             family=model.family,
             architecture=model.architecture,
@@ -213,7 +225,15 @@ def validate_model(
         else:
             try:
                 captured, own_versions = run_engine(name, model, ids, addresses)
-                rows = compare(addresses, reference, captured, tier, hooks)
+                rows = compare(
+                    addresses,
+                    reference,
+                    captured,
+                    tier,
+                    hooks,
+                    dtype=engine_dtype(name, model) if name in PROJECT else "float32",
+                    quantization=model.quantization,
+                )
                 engine_versions = {
                     **versions,
                     **{f"peer-env:{k}": v for k, v in own_versions.items()},

@@ -7,7 +7,7 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from sqlmodel import Session
 
-from ie_dashboard import charts, diagram, provenance, snippets, validator_runs, views
+from ie_dashboard import charts, diagram, provenance, quantized, snippets, validator_runs, views
 from ie_dashboard.links import Links
 from ie_dashboard.notes import point_note
 
@@ -90,6 +90,7 @@ def card_context(
         "multi_stream": multi and presence.point.name in snippets.STREAM_POINTS,
         "note": point_note(point, arch.trait_names()) if presence.present else "",
         "serving": serving,
+        "quantized": quantized.verified_quantizations(session, arch.slug, point),
         "peers": views.peer_names(presence.point, layer),
         "snippets": snippets.snippets(presence.point, serving, model, layer, multi, stream),
         "model": model,

@@ -157,6 +157,8 @@ class ValidatorResult(_Open):
     status: str = ""  # ok | engine_error | reference_error
     captured_at: Instant
     dtype: str = ""
+    # The checkpoint's quantization scheme (`w8a8`, `w4a16`, `fp8`); empty at full precision.
+    quantization: str = ""
     device: str = ""
     family: str = ""
     architecture: str = ""

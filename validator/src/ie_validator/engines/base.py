@@ -17,13 +17,15 @@ from ie_validator.scoring import Tier
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model as the sweep sees it: its id, local folder, table key and depth."""
+    """One model as the sweep sees it: its id, local folder, table key and depth, and its
+    quantization scheme (`w8a8`, `w4a16`, `fp8`; empty for a full-precision checkpoint)."""
 
     hf_id: str
     path: Path
     family: str
     architecture: str
     n_layers: int
+    quantization: str = ""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,25 @@ LOAD_KWARGS: dict[str, dict[str, Any]] = {
 }
 
 
+# vLLM's CPU kernels for int8 and 4-bit weights take bfloat16 / float16 activations only
+# (ie_vllm.host.cpu_support refuses float32 before an engine starts), so a quantized checkpoint runs
+# in bfloat16 on the vLLM backends; eager stays the float32 reference.
+QUANTIZED_DTYPE = "bfloat16"
+
+
+def load_kwargs(backend: str, model: ModelSpec) -> dict[str, Any]:
+    """How `backend` loads `model`: LOAD_KWARGS, in bfloat16 for a quantized one on vLLM."""
+    kwargs = dict(LOAD_KWARGS.get(backend, {}))
+    if model.quantization and backend != "eager":
+        kwargs["dtype"] = QUANTIZED_DTYPE
+    return kwargs
+
+
+def engine_dtype(backend: str, model: ModelSpec) -> str:
+    """The dtype `backend` computes `model` in (what its result records)."""
+    return str(load_kwargs(backend, model).get("dtype", "float32"))
+
+
 class ProjectEngine:
     """One of this project's backends, loaded with `ie_core.load_model(folder, backend=...)`."""
 
@@ -45,7 +64,7 @@ class ProjectEngine:
         from ie_core import load_model
 
         try:
-            return load_model(str(model.path), backend=self.name, **LOAD_KWARGS.get(self.name, {}))
+            return load_model(str(model.path), backend=self.name, **load_kwargs(self.name, model))
         except Exception as exc:
             raise EngineError(
                 f"load_model(backend={self.name!r}) failed: {type(exc).__name__}: {exc}"

@@ -129,6 +129,19 @@ QUANT_FAILURES: tuple[QuantFailure, ...] = (
         "ops.cpu_gemm_wna16, built for bf16 / fp16 activations)",
         "load it with dtype='bfloat16' on vLLM, or use backend='eager' for float32",
     ),
+    # Probed with a hand-packed AWQ folder of ie-synthetic/llama (zero points, fp16 scales): in
+    # float32 vLLM's own config check refuses it; in bfloat16 the worker dies on the first forward.
+    QuantFailure(
+        "AWQ",
+        lambda q, _d: str(q.get("quant_method", "")).lower() == "awq",
+        "'Using CPUWNA16LinearKernel for AutoAWQMarlinLinearMethod', then 'Worker proc "
+        "VllmWorker-0 died unexpectedly (exit code: -4)' (SIGILL) in bfloat16; in float32 "
+        "'torch.float32 is not supported for quantization method awq'",
+        "vllm/model_executor/layers/quantization/auto_awq.py (on CPU, AWQ goes to "
+        "CPUWNA16LinearKernel through AutoAWQMarlinLinearMethod)",
+        "use a compressed-tensors WNA16 (pack-quantized) checkpoint, which this build serves in "
+        "bfloat16, or a GPU build of vLLM",
+    ),
 )
 
 

@@ -4,7 +4,8 @@ hooked vLLM and vllm-static (both in bfloat16: vLLM's CPU INT8 kernel takes bf16
 
 Per cell: a batch of prompts generates `--tokens` greedy tokens each, plain and with every
 layer's `resid_post` captured; loading and one warm-up round are excluded. Run it alone (nothing
-else on the machine); about 4 minutes on 2 cores with the defaults:
+else on the machine); best of `--repeats` interleaved plain / captured rounds per cell, with
+the load average at start and end recorded:
 
     uv run --locked python benchmarks/quantized_throughput.py --out benchmarks/results/quantized_throughput.json
 """
@@ -51,14 +52,17 @@ async def _round(model: Any, prompts: int, tokens: int, capture: bool) -> float:
     return time.perf_counter() - start
 
 
-def _cell(model_id: str, backend: str, prompts: int, tokens: int) -> dict[str, Any]:
+def _cell(model_id: str, backend: str, prompts: int, tokens: int, repeats: int) -> dict[str, Any]:
     from ie_core.runner import run
 
     model = _load(model_id, backend)
     try:
         run(_round(model, prompts, 2, capture=True))  # warm-up, both paths
-        plain = run(_round(model, prompts, tokens, capture=False))
-        captured = run(_round(model, prompts, tokens, capture=True))
+        # Plain and captured rounds interleaved, best of `repeats` each: load noise hits both.
+        plain = captured = float("inf")
+        for _ in range(repeats):
+            plain = min(plain, run(_round(model, prompts, tokens, capture=False)))
+            captured = min(captured, run(_round(model, prompts, tokens, capture=True)))
     finally:
         run(model.shutdown())
     return {
@@ -77,13 +81,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS))
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    cells = [_cell(m, b, args.prompts, args.tokens) for b in args.backends for m in args.models]
-    result = {"benchmark": "quantized_throughput", "cpus": os.cpu_count(), "cells": cells}
+    load_start = os.getloadavg()
+    cells = [
+        _cell(m, b, args.prompts, args.tokens, args.repeats)
+        for b in args.backends
+        for m in args.models
+    ]
+    result = {
+        "benchmark": "quantized_throughput",
+        "cpus": os.cpu_count(),
+        "repeats": args.repeats,
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "cells": cells,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for c in cells:

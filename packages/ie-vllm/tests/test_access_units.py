@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from ie_vllm.access import (
+    BranchSum,
     column_slice,
     head_slice,
     post_first,
@@ -159,3 +160,42 @@ def test_qkv_arg_reads_query_or_key_and_writes_nothing() -> None:
     assert torch.equal(read_k((q, k, v), {}, None), k)
     assert torch.equal(read_q((), {"query": q, "key": k}, None), q.reshape(4, 6))
     assert torch.equal(read_k((), {"query": q, "key": k}, None), k)
+
+
+def test_defaults_read_multi_dim_rows_flat_per_token() -> None:
+    """vLLM's own layers pass `[tokens, ...]`: by default a `[tokens, heads, dim]` output is read
+    as `[tokens, heads * dim]` (the batched form would cut it into rows of `dim`)."""
+    out = _t(4, 2, 3)
+    assert torch.equal(post_out()[0]((), {}, out), out.reshape(4, 6))
+    assert torch.equal(scaled_out(2.0)[0]((), {}, out), out.reshape(4, 6) * 2.0)
+    assert torch.equal(column_slice(1, 3)[0]((), {}, out), out[..., 1:3].reshape(4, 4))
+    fused = _t(4, 2, 12)  # [tokens, 2, groups * per * head_dim] with groups=1, per=3, hd=4
+    assert head_slice(1, 3, 2, 4)[0]((), {}, fused).shape == (4, 8)
+    # A tensor output (no tuple) is written back as a tensor.
+    new = _t(4, 6)
+    back = scaled_out(2.0)[1]((), {}, out, new)
+    assert isinstance(back, torch.Tensor) and back.shape == out.shape
+    torch.testing.assert_close(back.reshape(4, 6) * 2.0, new)
+
+
+def test_writers_keep_every_later_tuple_item() -> None:
+    new, aux = _t(4, 4), ("bias", "extra")
+    assert column_slice(3, 7)[1]((), {}, (_t(4, 10), *aux), new)[1:] == aux
+    assert head_slice(1, 1, 0, 4)[1]((), {}, (_t(4, 4), *aux), new)[1:] == aux
+    assert post_out()[1]((), {}, (_t(4, 4), *aux), new)[1:] == aux
+    assert scaled_out(2.0)[1]((), {}, (_t(4, 4), *aux), new)[1:] == aux
+
+
+def test_branch_sum_defaults_to_an_unscaled_sum_and_names_the_missing_output() -> None:
+    routed, shared = _t(3, 4), _t(3, 4)
+    branch = BranchSum()
+    read, write = branch.rw()
+    branch.companion(None, (), (routed, "router"))
+    assert torch.equal(read((), {}, shared), routed + shared)
+    new = _t(3, 4)
+    torch.testing.assert_close(routed + write((), {}, shared, new), new)
+    with pytest.raises(RuntimeError) as info:
+        BranchSum().rw()[0]((), {}, shared)
+    assert str(info.value) == (
+        "the routed MLP's output of this forward was not seen before the shared one"
+    )

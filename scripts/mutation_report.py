@@ -34,6 +34,8 @@ EQUIVALENT: dict[str, str] = {
     "ie_core.steer_math.x_head_columns__mutmut_1": "Patch and Scale refuse heads without head_dim",
     "ie_core.spec_values.x__real_dtype__mutmut_7": "str(None) names no complex or bool dtype",
     "ie_core.spec_values.x__real_dtype__mutmut_10": "str(None) names no complex or bool dtype",
+    "ie_vllm.layout.x_record_layout__mutmut_6": "only entries up to num_reqs are read",
+    "ie_vllm.layout.x_record_layout__mutmut_38": "query_start_loc[0] is 0: no requests, 0 tokens",
     **{
         f"ie_core.wire.x_steering_from_wire__mutmut_{n}": "bool(None) is bool(False)"
         for n in (77, 79, 85, 87, 93, 95)
@@ -79,8 +81,9 @@ def _no_device(line: str) -> str:
 
 
 def _no_dtype(line: str) -> str:
-    """torch.tensor of Python floats is float32 and of ints int64 by default: the same tensor."""
-    line = re.sub(r"dtype=(torch\.float32|torch\.long|None),? ?", "", line)
+    """torch.tensor of Python floats is float32 and of ints int64 by default, as np.arange of ints
+    is int64 on Linux: the same array."""
+    line = re.sub(r"dtype=(torch\.float32|torch\.long|np\.int64|None),? ?", "", line)
     return line.replace(", )", ")")
 
 

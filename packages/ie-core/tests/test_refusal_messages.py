@@ -53,8 +53,7 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
     "row_2d_without_shape": (
         lambda: as_row(_NoShape(), "v"),
         SteeringSpecError,
-        "v must be 1-D, got shape (); pick one row (e.g. v[0]) rather than letting it be "
-        "flattened",
+        "v must be 1-D, got shape (); pick one row (e.g. v[0]) rather than letting it be flattened",
     ),
     "row_complex": (
         lambda: as_row(torch.zeros(2, dtype=torch.complex64), "v"),

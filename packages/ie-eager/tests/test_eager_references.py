@@ -36,8 +36,14 @@ from ie_eager.backend import EagerModel
 
 # ie-core's references, imported by path: that folder is on sys.path only when its tests run too.
 # Found upward (a mutation run executes this file one folder deeper, from packages/ie-eager/mutants).
-_HERE = Path(__file__).resolve()
-sys.path.insert(0, str(next(p / "ie-core" / "tests" for p in _HERE.parents if (p / "ie-core").is_dir())))
+sys.path.insert(
+    0,
+    next(
+        str(p / "ie-core/tests")
+        for p in Path(__file__).resolve().parents
+        if (p / "ie-core").is_dir()
+    ),
+)
 from op_references import reference, sae_clamp_reference
 
 SLUG = "llama"

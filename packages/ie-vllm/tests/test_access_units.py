@@ -37,7 +37,11 @@ def test_pre_arg_reads_and_writes_the_named_input_positionally_or_by_keyword() -
     assert len(args) == 3 and args[0] is other and args[2] is other and kwargs == {"k": 1}
     assert args[1].shape == x.shape and torch.equal(args[1].reshape(5, 6), new)
     args, kwargs = write((other,), {"hidden": x, "k": 1}, None, new)
-    assert args == (other,) and kwargs["k"] == 1 and torch.equal(kwargs["hidden"], new.reshape(x.shape))
+    assert (
+        args == (other,)
+        and kwargs["k"] == 1
+        and torch.equal(kwargs["hidden"], new.reshape(x.shape))
+    )
     # The Transformers backend's [1, tokens, width]: the batch of one is dropped.
     read_b, _ = pre_arg("hidden", 0, batched=True)
     y = _t(1, 5, 4)

@@ -56,7 +56,9 @@ def problems(caps: dict[str, Any], record: dict[str, Any], undigested: set[str])
             elif point not in scale:
                 out.append(f"{family} {point}: no eager scale")
             elif not d <= TOL * max(1.0, scale[point]):
-                out.append(f"{family} {point}: {d:.3g} beyond {TOL:g} of max(1, {scale[point]:.3g})")
+                out.append(
+                    f"{family} {point}: {d:.3g} beyond {TOL:g} of max(1, {scale[point]:.3g})"
+                )
         if not row["greedy_tokens_equal"]:
             out.append(f"{family}: greedy tokens differ from eager")
     return out

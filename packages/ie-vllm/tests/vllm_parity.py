@@ -85,11 +85,7 @@ def align_eager(family: str, eager_model: Any) -> None:
 def served_layers(capability_file: Mapping[str, Any], family: str) -> dict[str, list[int | None]]:
     """point -> the layers `family`'s committed capability entry serves (None: a trunk point)."""
     entry = capability_file["models"][f"ie-synthetic/{family}"]["points"]
-    return {
-        name: (list(cap["layers"]) or [None])
-        for name, cap in entry.items()
-        if cap["served"]
-    }
+    return {name: (list(cap["layers"]) or [None]) for name, cap in entry.items() if cap["served"]}
 
 
 def eager_scales(family: str, layers: Mapping[str, Sequence[int | None]]) -> dict[str, float]:

@@ -22,7 +22,11 @@ for package in "${packages[@]}"; do
   cd "$root/packages/$package"
   if [[ $fresh == 1 ]]; then rm -rf mutants; fi
   start=$(date +%s)
-  nice -n 19 "${mutmut[@]}" run --max-children "${MUTMUT_CHILDREN:-2}" > /dev/null
+  mkdir -p mutants
+  if ! nice -n 19 "${mutmut[@]}" run --max-children "${MUTMUT_CHILDREN:-2}" > mutants/run.log 2>&1; then
+    tail -n 30 mutants/run.log
+    exit 1
+  fi
   echo $(( $(date +%s) - start )) > mutants/seconds.txt
   "${mutmut[@]}" results --all true > mutants/results.txt
   echo "$package: $(cat mutants/seconds.txt)s"

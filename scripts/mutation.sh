@@ -9,26 +9,41 @@
 #   scripts/mutation.sh                      # every package (resumes from packages/*/mutants/)
 #   scripts/mutation.sh ie-vllm ie-static    # some; the report keeps the others' last results
 #   scripts/mutation.sh --fresh ...          # discard earlier results first
+#   scripts/mutation.sh --survivors ...      # rerun only the mutants not killed (after new tests)
 #   MUTMUT_CHILDREN=1 scripts/mutation.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-fresh=0
-if [[ "${1:-}" == "--fresh" ]]; then fresh=1; shift; fi
+mode=resume
+if [[ "${1:-}" == "--fresh" || "${1:-}" == "--survivors" ]]; then mode="${1#--}"; shift; fi
 packages=("$@")
 if [[ ${#packages[@]} -eq 0 ]]; then packages=(ie-core ie-vllm ie-static ie-eager); fi
 mutmut=(uv run --locked --with mutmut==3.8.1 mutmut)
 export PYTHONPATH="$root/scripts${PYTHONPATH:+:$PYTHONPATH}"  # finds the mutation_fresh plugin
-for package in "${packages[@]}"; do
-  cd "$root/packages/$package"
-  if [[ $fresh == 1 ]]; then rm -rf mutants; fi
-  start=$(date +%s)
+
+run_package() {
+  local names=() seconds_file=mutants/seconds.txt
+  if [[ $mode == fresh ]]; then rm -rf mutants; fi
+  if [[ $mode == survivors ]]; then
+    mapfile -t names < <(grep -v -E ': (killed|timeout)$' mutants/results.txt | cut -d: -f1 | tr -d ' ')
+    seconds_file=mutants/rerun_seconds.txt
+    if [[ ${#names[@]} -eq 0 ]]; then echo 0 > "$seconds_file"; return; fi
+  fi
   mkdir -p mutants
-  if ! nice -n 19 "${mutmut[@]}" run --max-children "${MUTMUT_CHILDREN:-2}" > mutants/run.log 2>&1; then
+  local start
+  start=$(date +%s)
+  if ! nice -n 19 "${mutmut[@]}" run --max-children "${MUTMUT_CHILDREN:-2}" "${names[@]}" \
+    > mutants/run.log 2>&1; then
     tail -n 30 mutants/run.log
     exit 1
   fi
-  echo $(( $(date +%s) - start )) > mutants/seconds.txt
+  echo $(( $(date +%s) - start )) > "$seconds_file"
+  if [[ $mode != survivors ]]; then rm -f mutants/rerun_seconds.txt; fi
   "${mutmut[@]}" results --all true > mutants/results.txt
+}
+
+for package in "${packages[@]}"; do
+  cd "$root/packages/$package"
+  run_package
   echo "$package: $(cat mutants/seconds.txt)s"
 done
 cd "$root"

@@ -35,6 +35,15 @@ EQUIVALENT: dict[str, str] = {
     "ie_core.spec_values.x__real_dtype__mutmut_7": "str(None) names no complex or bool dtype",
     "ie_core.spec_values.x__real_dtype__mutmut_10": "str(None) names no complex or bool dtype",
     "ie_vllm.layout.x_record_layout__mutmut_6": "only entries up to num_reqs are read",
+    **{
+        f"ie_static.ops.x_{f}__mutmut_{n}": "the tap's rows are [n, D] and its masks [n]: dim +1 is dim -1"
+        for f, ns in (("_patch_rows", (6, 14, 17)), ("steer_rows", (53, 73, 94, 110, 115, 126)))
+        for n in ns
+    },
+    **{
+        f"ie_static.ops.x_steer_rows__mutmut_{n}": "positions lie in [0, P), P = max_model_len"
+        for n in (12, 13, 15, 17)
+    },
     "ie_vllm.layout.x_record_layout__mutmut_38": "query_start_loc[0] is 0: no requests, 0 tokens",
     **{
         f"ie_core.wire.x_steering_from_wire__mutmut_{n}": "bool(None) is bool(False)"
@@ -160,8 +169,8 @@ def _module(mutants: Path, module: str, of: dict[str, str]) -> tuple[int, Counte
     return killed, cats, detail
 
 
-def report(runs: list[tuple[Path, dict[str, str], int]]) -> str:
-    """`runs`: (package dir, mutmut results, seconds) per package."""
+def report(runs: list[tuple[Path, dict[str, str], str]]) -> str:
+    """`runs`: (package dir, mutmut results, its run time in words) per package."""
     times = ", ".join(f"{p.name} {s} s" for p, _, s in runs)
     lines = [
         "# Mutation testing",
@@ -203,7 +212,10 @@ def main() -> None:
     for arg in sys.argv[1:]:
         package = Path(arg)
         results = parse((package / "mutants" / "results.txt").read_text())
-        seconds = int((package / "mutants" / "seconds.txt").read_text())
+        seconds = (package / "mutants" / "seconds.txt").read_text().strip()
+        rerun = package / "mutants" / "rerun_seconds.txt"
+        if rerun.exists():
+            seconds += f" s + {rerun.read_text().strip()} s rerunning the survivors after new tests"
         runs.append((package, results, seconds))
     print(report(runs), end="")
 

@@ -64,10 +64,11 @@ def test_refusals_read_exactly() -> None:
     lens = _lens()
     with pytest.raises(LayerOutOfRangeError) as info:
         lens.matrix(1)
-    assert str(info.value).startswith(
+    assert str(info.value) == (
         "this Jacobian lens holds layers [0, 2], not 1; compute it for that layer "
         "(jacobian_lens(model, prompts, layers=[...]))"
     )
+    assert info.value.text == "resid_post.1"  # the address the caller asked for
     with pytest.raises(TypeError) as info:
         lens.matrix(True)
     assert str(info.value) == "layer must be an int, got bool True"
@@ -79,7 +80,8 @@ def test_refusals_read_exactly() -> None:
     assert str(info.value) == f"rows must be [..., d_model={D}], got shape ()"
     with pytest.raises(LayerOutOfRangeError) as info:
         JacobianLens("m", 3, D, {3: torch.zeros(D, D)}, 1)
-    assert str(info.value).startswith("layer 3 is out of range for a 3-layer model")
+    assert str(info.value) == "layer 3 is out of range for a 3-layer model"
+    assert info.value.text == "3"
     with pytest.raises(LayerOutOfRangeError):
         JacobianLens("m", 3, D, {-1: torch.zeros(D, D)}, 1)
     with pytest.raises(ValueError) as info:

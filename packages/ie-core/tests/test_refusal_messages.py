@@ -208,6 +208,15 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         ValueError,
         "unknown activation 'softplus'; use one of ('relu', 'jumprelu', 'topk')",
     ),
+    "dtype_overflow_clamp": (
+        lambda: steer_math.check_ops_fit(
+            [FeatureClamp([0.0, 1.0], [1e4, 0.0], value=10.0)], torch.float16, "site"
+        ),
+        SteeringSpecError,
+        "site: feature clamp value * decoder reaches 100000, beyond the torch.float16 max 65504 "
+        "of this model's activations, so the steered value would be inf; use a smaller value or "
+        "load the model in float32",
+    ),
     "dtype_overflow": (
         lambda: steer_math.check_ops_fit([Additive([1.0, 2.0], 4e4)], torch.float16, "site"),
         SteeringSpecError,
@@ -254,3 +263,24 @@ def test_tensors_without_ie_metadata_decode_with_empty_meta() -> None:
     assert meta == {} and torch.equal(tensors["x"], torch.arange(3.0))
     tensors, meta = wire.decode_tensors(save({"x": torch.arange(3.0)}, metadata={"other": "1"}))
     assert meta == {}
+
+
+def test_feature_clamp_stores_plain_float_tuples() -> None:
+    """Encoder and decoder are kept as float tuples whatever was passed (the op is hashable and
+    compares by value)."""
+    op = FeatureClamp(torch.tensor([1.0, 2.0]), np.array([3.0, 4.0]))
+    assert op.encoder == (1.0, 2.0) and op.decoder == (3.0, 4.0)
+    assert type(op.encoder) is tuple and type(op.decoder) is tuple
+    assert hash(op) == hash(FeatureClamp([1.0, 2.0], [3.0, 4.0]))
+
+
+def test_feature_clamp_bound_is_inclusive() -> None:
+    """A clamp that can write exactly half of float32's max is accepted; one ulp more is not."""
+    import math
+
+    from ie_core.spec_values import FLOAT32_MAX
+
+    half = FLOAT32_MAX / 2
+    FeatureClamp([0.0], [1.0], value=half)
+    with pytest.raises(SteeringSpecError, match="beyond float32's range"):
+        FeatureClamp([0.0], [1.0], value=math.nextafter(half, math.inf))

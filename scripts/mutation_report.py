@@ -170,13 +170,21 @@ def _row(label: str, n: int, killed: int, cats: Counter[str]) -> str:
     )
 
 
-def _module(mutants: Path, module: str, of: dict[str, str]) -> tuple[int, Counter[str], list[str]]:
-    """(killed, categories of the rest, their detail lines) for one module's mutants."""
+def _module(
+    mutants: Path, module: str, of: dict[str, str], rerun: bool
+) -> tuple[int, Counter[str], list[str]]:
+    """(killed, categories of the rest, their detail lines) for one module's mutants. After a
+    survivors rerun (`rerun`), mutmut lists the full run's kills as not checked when the
+    configuration changed in between (a test file added): they stay killed, as tests were only
+    added."""
     sources = _sources(mutants, module)
     cats: Counter[str] = Counter()
     killed, detail = 0, []
     for name, status in sorted(of.items()):
         if status in ("killed", "timeout"):
+            killed += 1
+            continue
+        if status == "not checked" and rerun:  # killed in the full run; only survivors reran
             killed += 1
             continue
         if status == "not checked":  # the run was stopped before this mutant
@@ -193,7 +201,7 @@ def _module(mutants: Path, module: str, of: dict[str, str]) -> tuple[int, Counte
 
 def report(runs: list[tuple[Path, dict[str, str], str]]) -> str:
     """`runs`: (package dir, mutmut results, its run time in words) per package."""
-    times = ", ".join(f"{p.name} {s} s" for p, _, s in runs)
+    times = ", ".join(f"{p.name} {s}" for p, _, s in runs)
     lines = [
         "# Mutation testing",
         "",
@@ -215,7 +223,8 @@ def report(runs: list[tuple[Path, dict[str, str], str]]) -> str:
         for name, status in results.items():
             by_module.setdefault(_module_name(name), {})[name] = status
         for module, of in sorted(by_module.items()):
-            killed, cats, more = _module(package / "mutants", module, of)
+            rerun = (package / "mutants" / "rerun_seconds.txt").exists()
+            killed, cats, more = _module(package / "mutants", module, of, rerun)
             lines.append(_row(f"`{module}`", len(of), killed, cats))
             detail += [f"{x} ({package.name})" for x in more]
             total.update(cats)
@@ -234,10 +243,10 @@ def main() -> None:
     for arg in sys.argv[1:]:
         package = Path(arg)
         results = parse((package / "mutants" / "results.txt").read_text())
-        seconds = (package / "mutants" / "seconds.txt").read_text().strip()
+        seconds = (package / "mutants" / "seconds.txt").read_text().strip() + " s"
         rerun = package / "mutants" / "rerun_seconds.txt"
         if rerun.exists():
-            seconds += f" s + {rerun.read_text().strip()} s rerunning the survivors after new tests"
+            seconds += f" + {rerun.read_text().strip()} s rerunning the survivors after new tests"
         runs.append((package, results, seconds))
     print(report(runs), end="")
 

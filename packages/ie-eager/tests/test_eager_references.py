@@ -35,7 +35,15 @@ from ie_core.steering import (
 from ie_eager.backend import EagerModel
 
 # ie-core's references, imported by path: that folder is on sys.path only when its tests run too.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ie-core" / "tests"))
+# Found upward (a mutation run executes this file one folder deeper, from packages/ie-eager/mutants).
+sys.path.insert(
+    0,
+    next(
+        str(p / "ie-core/tests")
+        for p in Path(__file__).resolve().parents
+        if (p / "ie-core").is_dir()
+    ),
+)
 from op_references import reference, sae_clamp_reference
 
 SLUG = "llama"

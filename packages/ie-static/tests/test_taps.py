@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 
+import pytest
 import torch
 from ie_static.taps import ModuleTaps, Site, StepInputs, _swap_class, install
 from ie_vllm import SiteDef
@@ -56,18 +57,18 @@ def _read_site(module: nn.Module, rows: int, width: int) -> Site:
     return Site("mlp.0", where, step, buf=torch.zeros(rows, width))
 
 
-def test_a_forward_bound_on_the_instance_is_the_one_tapped() -> None:
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_forward_bound_on_the_instance_is_the_one_tapped(compiled: bool) -> None:
     """vllm-static once read the class's forward's operand on such modules (OLMo-2's attn_out
     off by 0.37) and its writes never reached the model; eager and compiled runs must both see
     the instance's forward, and its output must reach the read buffer."""
     x = torch.arange(6.0).reshape(2, 3)
-    for compiled in (False, True):
-        module = FusedMLP()
-        module.forward = types.MethodType(_fused_forward, module)  # type: ignore[method-assign]
-        site = _read_site(module, rows=2, width=3)
-        install([site], site.step)
-        run = torch.compile(module, backend="eager", fullgraph=True) if compiled else module
-        out = run(x)
-        assert torch.equal(out, x * 3), compiled
-        assert site.buf is not None and torch.equal(site.buf, x * 3), compiled
-        assert "forward" not in module.__dict__  # the tapped class forward is what runs now
+    module = FusedMLP()
+    module.forward = types.MethodType(_fused_forward, module)  # type: ignore[method-assign]
+    site = _read_site(module, rows=2, width=3)
+    install([site], site.step)
+    run = torch.compile(module, backend="eager", fullgraph=True) if compiled else module
+    out = run(x)
+    assert torch.equal(out, x * 3)
+    assert site.buf is not None and torch.equal(site.buf, x * 3)
+    assert "forward" not in module.__dict__  # the tapped class forward is what runs now

@@ -166,6 +166,24 @@ def test_layout_maps_internal_ids_to_keys_and_rows_to_positions() -> None:
     assert (c.key, c.start, c.end) == ("kc", 6, 9)
     assert c.positions().tolist() == [4, 5, 6]
     assert [r.key for r in layout.keyed()] == ["ka", "kc"]
+    assert [r.req_id for r in layout.rows] == ["a-1234abcd", "b-5678", "c-0000"]
+    assert c.positions().dtype == np.int64
+
+
+def test_layout_skips_requests_without_rows_and_unknown_ids() -> None:
+    """A request scheduled no tokens this step has no rows; one the runner does not know (or
+    whose params carry no extra_args) has no key; an empty batch has no tokens."""
+    runner = _fake_runner(["a-1", "b-2", "c-3"], [2, 0, 1], [0, 3, 5], {"a-1": "ka"})
+    del runner.requests["c-3"]
+    runner.requests["b-2"] = SimpleNamespace()  # no sampling_params at all
+    layout = record_layout(runner)
+    assert [(r.req_id, r.key, r.start, r.end) for r in layout.rows] == [
+        ("a-1", "ka", 0, 2),
+        ("c-3", None, 2, 3),
+    ]
+    assert layout.num_tokens == 3
+    empty = record_layout(_fake_runner([], [], [], {}))
+    assert empty.rows == () and empty.num_tokens == 0
 
 
 def test_request_spec_round_trips_through_plain_data() -> None:

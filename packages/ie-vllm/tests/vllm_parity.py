@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -80,3 +80,29 @@ def align_eager(family: str, eager_model: Any) -> None:
     if family == "bloom":
         for block in eager_model.hf_model.transformer.h:
             block.mlp.gelu_impl = torch.nn.GELU()
+
+
+def served_layers(capability_file: Mapping[str, Any], family: str) -> dict[str, list[int | None]]:
+    """point -> the layers `family`'s committed capability entry serves (None: a trunk point)."""
+    entry = capability_file["models"][f"ie-synthetic/{family}"]["points"]
+    return {name: (list(cap["layers"]) or [None]) for name, cap in entry.items() if cap["served"]}
+
+
+def eager_scales(family: str, layers: Mapping[str, Sequence[int | None]]) -> dict[str, float]:
+    """point -> max |eager capture| over `layers` of PROMPT_TEXT (eager aligned as the sweep
+    aligns it): the scale a committed max |backend - eager| is judged relative to."""
+    from ie_core import load_model
+
+    eager = load_model(f"ie-synthetic/{family}", backend="eager", device="cpu", dtype="float32")
+    align_eager(family, eager)
+    ids = eager.to_tokens(PROMPT_TEXT)
+    addresses = [n if i is None else f"{n}.{i}" for n, ls in layers.items() for i in ls]
+    cache = run(eager.capture([ids], addresses))
+    out: dict[str, float] = {}
+    for address in addresses:
+        t = cache[address].float()
+        if address.startswith("attn_scores"):  # masked entries sit at dtype min
+            t = t.masked_fill(t < torch.finfo(torch.float32).min / 2, 0)
+        name = address.partition(".")[0]
+        out[name] = max(out.get(name, 0.0), float(t.abs().max()) if t.numel() else 0.0)
+    return out

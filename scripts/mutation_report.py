@@ -44,7 +44,7 @@ EQUIVALENT: dict[str, str] = {
         for n in (9, 13, 14)
     },
     "ie_core.wire.x_sampling_to_wire__mutmut_9": "asdict always holds the key: pop never misses",
-    "ie_vllm.layout.x_record_layout__mutmut_6": "only entries up to num_reqs are read",
+    "ie_vllm.worker.layout.x_record_layout__mutmut_6": "only entries up to num_reqs are read",
     **{
         f"ie_static.ops.x_{f}__mutmut_{n}": "the tap's rows are [n, D] and its masks [n]: dim +1 is dim -1"
         for f, ns in (("_patch_rows", (6, 14, 17)), ("steer_rows", (53, 73, 94, 110, 115, 126)))
@@ -54,7 +54,7 @@ EQUIVALENT: dict[str, str] = {
         f"ie_static.ops.x_steer_rows__mutmut_{n}": "positions lie in [0, P), P = max_model_len"
         for n in (12, 13, 15, 17)
     },
-    "ie_vllm.layout.x_record_layout__mutmut_38": "query_start_loc[0] is 0: no requests, 0 tokens",
+    "ie_vllm.worker.layout.x_record_layout__mutmut_38": "query_start_loc[0] is 0: no requests, 0 tokens",
     **{
         f"ie_core.wire.x_steering_from_wire__mutmut_{n}": "bool(None) is bool(False)"
         for n in (77, 79, 85, 87, 93, 95)

@@ -18,7 +18,7 @@ from ie_static import ops
 from ie_static.tables import TableShape, WriteTable, encode_op, table_bytes
 from ie_static.taps import Site, StepInputs, install
 from ie_vllm import SiteDef
-from ie_vllm.access import post_out, post_sum, pre_arg
+from ie_vllm.worker.access import post_out, post_sum, pre_arg
 from torch import nn
 
 D, N = 8, 5

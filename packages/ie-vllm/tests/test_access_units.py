@@ -1,4 +1,4 @@
-"""ie-vllm's readers and writers of hook arguments and outputs (`ie_vllm.access`), no engine:
+"""ie-vllm's readers and writers of hook arguments and outputs (`ie_vllm.worker.access`), no engine:
 each reads the point's `[tokens, width]` rows out of a hook's tensors exactly, against an index
 computation written here, and each writer hands torch back the same structure with only the
 point's entries replaced (every other argument, tuple item and column bit-identical)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ie_vllm.access import (
+from ie_vllm.worker.access import (
     BranchSum,
     column_slice,
     head_slice,

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 import torch
-from ie_core import Additive, SamplingParams, steer_at
+from ie_core import Additive, Patch, SamplingParams, steer_at
 from ie_core.errors import PointUnavailableError
+from ie_core.jacobian_lens import jacobian_lens_topk
 from ie_core.lens_stream import stream_lens
 from ie_core.runner import run
 from vllm_parity import PROMPT_TEXT, max_abs_diffs, scaled_diffs, servable_addresses
@@ -153,6 +154,53 @@ def test_lens_runs_on_the_last_stage_for_rows_of_either(pp2: Any, ref: Any) -> N
         got_p = torch.cat([s.topk[address].probs for s in on_pp])
         want_p = torch.cat([s.topk[address].probs for s in on_eager])
         assert float((got_p - want_p).abs().max()) <= TOL
+
+
+def test_activation_patch_on_the_later_stage_matches_eager(pp2: Any, ref: Any) -> None:
+    # Patch the clean run's rows into a corrupted prompt at the first layer of stage 1: the
+    # patch must be applied where that layer runs, and what follows must see it.
+    clean = ref.to_tokens(PROMPT_TEXT)
+    corrupt = [clean[0], *[5 if t != 5 else 6 for t in clean[1:3]], *clean[3:]]
+    lo = _stage_layers(pp2)[1][0]
+    site, last = f"resid_pre.{lo}", f"resid_post.{pp2.n_layers - 1}"
+    source = run(ref.capture([clean], [site]))[site][0]
+    spec = steer_at(site, Patch(source[1:3], positions=(1, 2)))
+    got = run(pp2.capture([corrupt], [site, last], steering=spec))
+    want = run(ref.capture([corrupt], [site, last], steering=spec))
+    assert max(scaled_diffs(got, want, [site, last]).values()) <= TOL
+    assert float((got[site][0][1:3] - source[1:3]).abs().max()) <= TOL  # the rows were set
+    unpatched = run(ref.capture([corrupt], [last]))[last]
+    assert float((got[last] - unpatched).abs().max()) > 100 * TOL  # negative control
+
+
+def test_jacobian_lens_on_rows_of_either_stage_matches_eager(pp2: Any, ref: Any) -> None:
+    from ie_eager.jacobian import jacobian_lens
+
+    layers = [0, pp2.n_layers - 2]
+    lens = jacobian_lens(ref, [[1, 5, 9, 13]], layers=layers)
+    reads = [f"resid_post.{layer}" for layer in layers]
+    rows = run(ref.capture(PROMPT_TEXT, reads))
+    for layer, address in zip(layers, reads, strict=True):
+        got = jacobian_lens_topk(pp2, lens, rows[address][0], layer, k=5)
+        want = jacobian_lens_topk(ref, lens, rows[address][0], layer, k=5)
+        assert torch.equal(got.ids, want.ids)
+        assert float((got.probs - want.probs).abs().max()) <= TOL
+    kw = {"k": 4, "lens": lens, "max_new_tokens": 4, "stop_at_eos": False}
+    on_pp = list(stream_lens(pp2, PROMPT_TEXT, reads, **kw))
+    on_eager = list(stream_lens(ref, PROMPT_TEXT, reads, **kw))
+    assert [s.chunk.token_id for s in on_pp] == [s.chunk.token_id for s in on_eager]
+    for address in reads:
+        got_ids = torch.cat([s.topk[address].ids for s in on_pp])
+        assert torch.equal(got_ids, torch.cat([s.topk[address].ids for s in on_eager]))
+        got_p = torch.cat([s.topk[address].probs for s in on_pp])
+        want_p = torch.cat([s.topk[address].probs for s in on_eager])
+        assert float((got_p - want_p).abs().max()) <= TOL
+    # Negative control: without the transport the read-out differs (the lens was applied).
+    plain = list(stream_lens(pp2, PROMPT_TEXT, reads[:1], k=4, max_new_tokens=4, stop_at_eos=False))
+    assert not torch.equal(
+        torch.cat([s.topk[reads[0]].probs for s in plain]),
+        torch.cat([s.topk[reads[0]].probs for s in on_pp]),
+    )
 
 
 def test_every_stage_released_its_requests(pp2: Any) -> None:

@@ -51,3 +51,22 @@ def test_pp2_matches_eager_and_splits_the_layers(family: str) -> None:
     (lo0, hi0), (lo1, hi1) = entry["stages"]
     layers = max(max(p["layers"], default=0) for p in entry["points"].values()) + 1
     assert lo0 == 0 and hi0 == lo1 and hi1 == layers
+
+
+TP2 = sorted(_sweep().get("tp2_families", {})) if SWEEP.exists() else []
+SHARDED = "is split across heads or neurons under tensor parallelism"
+
+
+@pytest.mark.parametrize("family", TP2)
+def test_tp2_pp2_serves_pp1_points_but_the_sharded_and_matches_eager(family: str) -> None:
+    entry, tol = _sweep()["tp2_families"][family], _sweep()["tolerance"]
+    pp1 = {name for name, p in _pp1(family).items() if p["served"]}
+    served = {name for name, p in entry["points"].items() if p["served"]}
+    assert served <= pp1
+    for name in pp1 - served:  # refused only because TP shards it, and said so
+        assert SHARDED in entry["refused"][name], (name, entry["refused"][name])
+    assert set(entry["worst_scaled"]) == served
+    assert max(entry["worst_scaled"].values()) <= tol
+    assert entry["greedy_equal"]
+    (lo0, hi0), (lo1, _) = entry["stages"]
+    assert lo0 == 0 and hi0 == lo1

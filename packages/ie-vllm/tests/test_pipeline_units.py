@@ -63,6 +63,10 @@ def test_merge_takes_each_address_from_its_stage_and_drops_served_refusals() -> 
     assert merged.attn_heads == {0: 2, 2: 2}
     assert [s.layers for s in merged.stages] == [(0, 2), (2, 4)]
     assert merge_infos([stage0]) == ModelInfo.from_wire(stage0)  # one rank: its answer as it is
+    # TP=2 x PP=2: ranks come stage by stage, each stage's two tensor ranks report it each.
+    four = merge_infos([stage0, stage0, stage1, stage1])
+    assert [(s.rank, s.layers) for s in four.stages] == [(0, (0, 2)), (1, (2, 4))]
+    assert four.widths == merged.widths
 
 
 def test_stats_merge_is_what_any_rank_still_holds() -> None:

@@ -19,14 +19,14 @@ from ie_core.model_info import ModelInfo
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
-from ie_vllm import Engine, VLLMModel, check_pipeline_parallel
+from ie_vllm import Engine, VLLMModel, merge_infos
 
 from ie_static.channel import StaticChannel
 from ie_static.config import CONFIG_KEY, StaticConfig
 from ie_static.declared import BACKEND, refuse_unresolved
 from ie_static.launch import DEFAULT_BUFFER_GIB, plan_launch
 from ie_static.policy import StaticPolicy, reload_hint
-from ie_static.tap_info import TapInfo
+from ie_static.tap_info import TapInfo, merge_taps
 
 SELF_TEST_PROMPT = "The capital of France is"
 
@@ -80,7 +80,6 @@ class StaticModel(VLLMModel):
         self_test: bool = True,
         **kw: Any,
     ) -> StaticModel:
-        check_pipeline_parallel(kw)  # before the plan and minutes of compile
         if kw.get("enforce_eager"):
             raise UnsupportedOperationError(
                 "backend 'vllm-static' exists to keep torch.compile and CUDA graphs on, so "
@@ -113,8 +112,8 @@ class StaticModel(VLLMModel):
             **kw,
         )
         try:
-            info = (await engine.rpc("ie_setup", False))[0]
-            taps = TapInfo.from_wire((await engine.rpc("ie_static_setup"))[0])
+            info = merge_infos(await engine.rpc("ie_setup", False))  # stage by stage
+            taps = merge_taps(await engine.rpc("ie_static_setup"))
             static_info = taps.planned(launch.plan.total)
             refuse_unresolved(launch.declared, static_info, launch.architecture)
             tokenizer = AutoTokenizer.from_pretrained(launch.source)

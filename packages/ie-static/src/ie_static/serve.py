@@ -16,14 +16,13 @@ from typing import Any
 
 from ie_core.errors import UnsupportedOperationError
 from ie_core.families import family_for_architecture
-from ie_core.model_info import ModelInfo
-from ie_vllm import Engine
+from ie_vllm import Engine, merge_infos
 
 from ie_static.backend import StaticModel
 from ie_static.config import CONFIG_KEY, StaticConfig
 from ie_static.declared import declared_sets, refuse_unresolved
 from ie_static.launch import DEFAULT_BUFFER_GIB, plan_launch
-from ie_static.tap_info import TapInfo
+from ie_static.tap_info import merge_taps
 
 # What the user declared (before expansion), for the unresolved-site check at start-up.
 DECLARED_KEY = "ie_static_declared"
@@ -112,8 +111,8 @@ async def served_model(engine_client: Any, args: argparse.Namespace) -> StaticMo
     if isinstance(extra, str):
         extra = json.loads(extra)
     config = StaticConfig.from_dict(extra[CONFIG_KEY])
-    info = ModelInfo.from_wire((await engine_client.collective_rpc("ie_setup", args=(False,)))[0])
-    static_info = TapInfo.from_wire((await engine_client.collective_rpc("ie_static_setup"))[0])
+    info = merge_infos(await engine_client.collective_rpc("ie_setup", args=(False,)))
+    static_info = merge_taps(await engine_client.collective_rpc("ie_static_setup"))
     architecture = info.architecture
     wanted = extra.get(DECLARED_KEY, {"points": "auto", "writes": "auto"})
     declared = declared_sets(

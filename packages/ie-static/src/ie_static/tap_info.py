@@ -7,13 +7,13 @@ reasons for the rest and the memory its buffers and tables took; the host checks
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ie_core.model_info import ModelInfoError
 
-__all__ = ["TapInfo"]
+__all__ = ["TapInfo", "merge_taps"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,31 @@ class TapInfo:
 
     def planned(self, total: int) -> TapInfo:
         return replace(self, planned_bytes=total)
+
+
+def merge_taps(wires: Sequence[Mapping[str, Any]]) -> TapInfo:
+    """One report from every rank's (ranks in order, stage by stage): each pipeline stage taps
+    the layers it holds, so reads and writes are the union over stages, a refusal stays only for
+    what no stage tapped, and the memory is the stages' sum (tensor ranks repeat their stage's)."""
+    per_stage: dict[int, TapInfo] = {}
+    for wire in wires:
+        per_stage.setdefault(int(wire.get("stage") or 0), TapInfo.from_wire(wire))
+    stages = [per_stage[rank] for rank in sorted(per_stage)]
+    if len(stages) == 1:
+        return stages[0]
+    reads = tuple(dict.fromkeys(a for t in stages for a in t.reads))
+    writes = tuple(dict.fromkeys(a for t in stages for a in t.writes))
+    tapped = {*reads, *writes}  # a trunk site refused where it does not run is tapped elsewhere
+    refused = {k: why for t in stages for k, why in t.refused.items() if k not in tapped}
+    return replace(
+        stages[0],
+        reads=reads,
+        writes=writes,
+        refused=refused,
+        read_sites=sum(t.read_sites for t in stages),
+        buffer_bytes=sum(t.buffer_bytes for t in stages),
+        table_bytes=sum(t.table_bytes for t in stages),
+    )
 
 
 _NUMBERS = (

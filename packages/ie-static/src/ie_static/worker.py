@@ -9,6 +9,7 @@ or captures graphs. ie-vllm's worker extension is mixed in as usual for `ie_setu
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,10 +26,12 @@ from ie_vllm import (
     Rows,
     attention_rows,
     gather_reduced,
+    layer_range,
     loaded_model,
     payload,
     record_layout,
     reducers,
+    stage_of,
     store_reduced,
     tp_rank,
     wrap_model_forward,
@@ -68,6 +71,7 @@ class StaticState:
     steered_last_step: bool = False
     forwards: int = 0
     capture_rank: bool = True
+    held: Callable[[str], bool] = lambda address: True  # this pipeline stage's addresses
     # Cumulative host seconds per part of a step (see `ie_static_stats`): the profile's source.
     seconds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(("set_rows", "forward", "harvest", "collect"), 0.0)
@@ -113,6 +117,7 @@ class StaticWorkerMixin:
             "masks": state.shape.masks,
             "positions": state.shape.positions,
             "device": str(step.row_slot.device),
+            "stage": stage_of().rank,  # for merge_taps: tensor ranks repeat their stage's report
         }
 
     def ie_static_register(self, specs: list[dict[str, Any]], slots: list[int]) -> int:
@@ -178,7 +183,13 @@ def _install(runner: Any, vllm_config: Any, config: StaticConfig) -> StaticState
             shape.slots, shape.masks, shape.positions, dtype=torch.bool, device=device
         ),
     )
-    plan = plan_sites(table, config.reads, config.writes, architecture)
+    held = on_this_stage(table)
+    plan = plan_sites(
+        table,
+        [a for a in config.reads if held(a)],
+        [a for a in config.writes if held(a)],
+        architecture,
+    )
     read_names, write_names = set(plan.read_site_names()), set(plan.write_site_names())
     sites = []
     for name in dict.fromkeys((*plan.read_site_names(), *plan.write_site_names())):
@@ -189,7 +200,9 @@ def _install(runner: Any, vllm_config: Any, config: StaticConfig) -> StaticState
         wt = WriteTable.empty(shape, where.width, device) if name in write_names else None
         sites.append(Site(name, where, step, buf, wt))
     taps = install(sites, step)
-    state = StaticState(config, taps, shape, rows, table, plan, capture_rank=tp_rank() == 0)
+    state = StaticState(
+        config, taps, shape, rows, table, plan, capture_rank=tp_rank() == 0, held=held
+    )
     wrap_model_forward(runner, lambda original: _forward_with_taps(runner, state, original))
     return state
 
@@ -197,8 +210,25 @@ def _install(runner: Any, vllm_config: Any, config: StaticConfig) -> StaticState
 # --- registration ------------------------------------------------------------------------------
 
 
+def on_this_stage(table: PointTable) -> Callable[[str], bool]:
+    """Whether an address is this pipeline stage's to plan: its layer is one this stage holds
+    (a layerless one, embeddings or final norm, every stage plans; where it does not run it is
+    refused and `merge_taps` keeps the stage that tapped it). Always true without stages."""
+    span = layer_range(table)
+    if stage_of().size == 1 or span is None:
+        return lambda address: True
+    lo, hi = span
+
+    def held(address: str) -> bool:
+        layer = to_address(address).layer
+        return layer is None or lo <= layer < hi
+
+    return held
+
+
 def _fill_slot(state: StaticState, spec: RequestSpec, slot: int) -> tuple[str, ...]:
-    """Write the request's ops into its slot at every write site, masks into its mask rows."""
+    """Write the request's ops into its slot at every write site, masks into its mask rows.
+    Under pipeline parallelism each stage fills the sites it holds (another's are skipped)."""
     if not 0 <= slot < state.shape.slots:
         raise ValueError(f"slot {slot} is outside 0..{state.shape.slots - 1}")
     masks: list[frozenset[int]] = []
@@ -211,6 +241,8 @@ def _fill_slot(state: StaticState, spec: RequestSpec, slot: int) -> tuple[str, .
                 masks.append(masked)
             mask_index = masks.index(masked)
         site = state.plan.writes.get(s.address)
+        if site is None and not state.held(s.address):
+            continue
         if site is None:
             raise ValueError(f"{s.address} is not a write site of this engine")
         per_site.setdefault(site, []).extend((op, mask_index) for op in s.ops)

@@ -50,6 +50,10 @@ _EXPORTS = {
     "loaded_model": "worker.runner_adapter",
     "tp_rank": "worker.runner_adapter",
     "wrap_model_forward": "worker.runner_adapter",
+    # pipeline stages: which layers this worker holds, and the host's merge of their answers
+    "layer_range": "pipeline",
+    "merge_infos": "pipeline",
+    "stage_of": "pipeline",
 }
 _MODULES = {
     "payload": "payload",
@@ -72,6 +76,9 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.host.engine import on_cpu as on_cpu
     from ie_vllm.host.parallel_support import check_pipeline_parallel as check_pipeline_parallel
     from ie_vllm.host.policy import SitePolicy as SitePolicy
+    from ie_vllm.pipeline import layer_range as layer_range
+    from ie_vllm.pipeline import merge_infos as merge_infos
+    from ie_vllm.pipeline import stage_of as stage_of
     from ie_vllm.specs import ReducerSpec as ReducerSpec
     from ie_vllm.specs import RequestSpec as RequestSpec
     from ie_vllm.specs import SteerSpec as SteerSpec
@@ -127,14 +134,17 @@ __all__ = [
     "check_pipeline_parallel",
     "create",
     "gather_reduced",
+    "layer_range",
     "load_generate",
     "load_hooked",
     "loaded_model",
+    "merge_infos",
     "on_cpu",
     "payload",
     "record_layout",
     "reducers",
     "require_engine",
+    "stage_of",
     "store_reduced",
     "tp_rank",
     "wrap_model_forward",

@@ -19,7 +19,7 @@ from ie_core.model_info import ModelInfo
 
 from ie_vllm.worker.point_table import PointTable
 
-__all__ = ["Stage", "keep_stage", "merge_infos", "merge_stats", "stage_of"]
+__all__ = ["Stage", "keep_stage", "layer_range", "merge_infos", "merge_stats", "stage_of"]
 
 MISSING = "PPMissingLayer"
 FIRST_ONLY = "embeddings"  # a tied last stage holds the embedding's weights but never runs it
@@ -102,9 +102,19 @@ def merge_infos(infos: Sequence[dict[str, Any]]) -> ModelInfo:
                 refused.setdefault(key, reason)
     merged.update(
         widths=widths, writable=sorted(writable), refused=refused, attn_heads=heads,
-        stages=[info.get("stage") for info in infos],
+        stages=_one_per_stage(infos),
     )  # fmt: skip
     return ModelInfo.from_wire(merged)
+
+
+def _one_per_stage(infos: Sequence[dict[str, Any]]) -> list[Any]:
+    """Each stage once, in rank order: the tensor-parallel ranks of a stage report it each."""
+    seen: dict[Any, Any] = {}
+    for info in infos:
+        stage = info.get("stage")
+        if stage:
+            seen.setdefault(stage.get("rank"), stage)
+    return [seen[rank] for rank in sorted(seen)]
 
 
 def merge_stats(stats: Sequence[dict[str, Any]]) -> dict[str, Any]:

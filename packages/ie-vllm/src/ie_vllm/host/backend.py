@@ -83,11 +83,10 @@ class VLLMModel(DescribedModel):
         source = str(path) if path is not None else model_id
         hooked = backend == HOOKED
         from ie_vllm.host.cpu_support import check_cpu_support
-        from ie_vllm.host.parallel_support import bind_cpu_ranks, check_pipeline_parallel
+        from ie_vllm.host.parallel_support import check_pipeline_parallel
 
         check_pipeline_parallel(kw, backend)
         check_cpu_support(path, str(kw.get("dtype", "float32")))  # before minutes of engine start
-        bind_cpu_ranks(kw)
         engine = await Engine.start(source, hooked=hooked, **kw)
         try:
             info = merge_infos(await engine.rpc("ie_setup", hooked))  # one answer per stage

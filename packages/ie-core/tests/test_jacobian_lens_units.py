@@ -1,17 +1,21 @@
 """The Jacobian lens's backend-free part: the transport `rows @ J_L.T` against a float64 loop,
-the file round trip, and the refusals word for word (no model: the matrices are given here).
+the file round trip, the refusals word for word (no model: the matrices are given here), and
+`jacobian_lens_topk` against a float64 decode on a stand-in backend.
 
 Tolerance: 1e-5 relative (fp32 matmul against the float64 sum)."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from ie_core.errors import LayerOutOfRangeError, UnsupportedModelError
-from ie_core.jacobian_lens import JacobianLens
+from ie_core.jacobian_lens import JacobianLens, ajacobian_lens_topk, jacobian_lens_topk
+from ie_core.protocol import TopK
 
 D = 6
 
@@ -100,3 +104,83 @@ def test_a_model_of_another_shape_is_refused() -> None:
     )
     with pytest.raises(UnsupportedModelError):
         lens.check_model(SimpleNamespace(n_layers=3, d_model=D + 1))
+
+
+class _Decoder:
+    """A stand-in backend for the lens's last step: its 'logit lens' is softmax(rows @ W.T) over a
+    vocabulary of V, top-k by torch. It records what it was asked, so a wrong layer, rows or k
+    shows in the answer as well as in the values."""
+
+    def __init__(self, n_layers: int = 3, d_model: int = D, vocab: int = 12) -> None:
+        self.n_layers, self.d_model = n_layers, d_model
+        self.unembed = torch.randn(vocab, d_model, generator=torch.Generator().manual_seed(5))
+        self.asked: list[tuple[torch.Tensor, int]] = []
+
+    async def decode_residuals_topk(self, rows: torch.Tensor, k: int) -> TopK:
+        self.asked.append((rows, k))
+        probs = torch.softmax(rows.double() @ self.unembed.double().T, dim=-1)
+        vals, ids = torch.topk(probs, k, dim=-1)
+        return TopK(ids=ids, probs=vals)
+
+
+def _reference_topk(
+    lens: JacobianLens, rows: torch.Tensor, layer: int, unembed: torch.Tensor, k: int
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Float64 loops: image_i = sum_c rows[c] * J[i, c]; logit_v = sum_i W[v, i] * image_i; a
+    softmax over the vocabulary; the k largest, largest first."""
+    j = lens.matrices[layer].double().tolist()
+    w = unembed.double().tolist()
+    all_ids, all_probs = [], []
+    for row in rows.double().tolist():
+        image = [sum(row[c] * j[i][c] for c in range(D)) for i in range(D)]
+        logits = [sum(wv[i] * image[i] for i in range(D)) for wv in w]
+        top = max(logits)
+        exps = [math.exp(x - top) for x in logits]
+        probs = [e / sum(exps) for e in exps]
+        order = sorted(range(len(probs)), key=lambda v: -probs[v])[:k]
+        all_ids.append(order)
+        all_probs.append([probs[v] for v in order])
+    return all_ids, all_probs
+
+
+def test_jacobian_lens_topk_decodes_the_transported_rows() -> None:
+    """jacobian_lens_topk (and its async form) against the float64 reference: the rows of the
+    layer asked for, carried by that layer's J, decoded with the k asked for (default 10)."""
+    lens = _lens()
+    rows = torch.randn(3, D, generator=torch.Generator().manual_seed(2))
+    model = _Decoder()
+    for layer, k in ((2, 4), (0, 3)):
+        got = jacobian_lens_topk(model, lens, rows, layer, k=k)
+        ids, probs = _reference_topk(lens, rows, layer, model.unembed, k)
+        assert got.ids.tolist() == ids
+        torch.testing.assert_close(
+            got.probs, torch.tensor(probs, dtype=torch.float64), rtol=1e-5, atol=1e-6
+        )
+        # Negative control: the other layer's matrix gives other tokens or probabilities.
+        other = _reference_topk(lens, rows, 2 - layer, model.unembed, k)
+        assert other != (ids, probs)
+    # k defaults to 10 (the vocabulary here is 12, so 11 would show).
+    got = jacobian_lens_topk(model, lens, rows, 2)
+    assert got.ids.shape == (3, 10) and model.asked[-1][1] == 10
+    assert got.ids.tolist() == _reference_topk(lens, rows, 2, model.unembed, 10)[0]
+    # The async form answers the same, and hands the backend fp32 rows of the same shape.
+    again = asyncio.run(ajacobian_lens_topk(model, lens, rows, 2, k=4))
+    assert torch.equal(again.ids, jacobian_lens_topk(model, lens, rows, 2, k=4).ids)
+    sent, k = model.asked[-1]
+    assert sent.dtype == torch.float32 and sent.shape == (3, D) and k == 4
+    torch.testing.assert_close(sent, lens.transport(rows, 2))
+    # Default k of the async form too.
+    assert asyncio.run(ajacobian_lens_topk(model, lens, rows, 0)).ids.shape == (3, 10)
+
+
+def test_jacobian_lens_topk_refuses_a_model_of_another_shape() -> None:
+    lens = _lens()
+    rows = torch.zeros(1, D)
+    with pytest.raises(UnsupportedModelError) as info:
+        jacobian_lens_topk(_Decoder(n_layers=4), lens, rows, 0)
+    assert str(info.value) == (
+        f"this Jacobian lens was computed on m (3 layers, d_model {D}); the model has 4 layers, "
+        f"d_model {D}"
+    )
+    with pytest.raises(LayerOutOfRangeError):  # a layer the lens was not computed for
+        jacobian_lens_topk(_Decoder(), lens, rows, 1)

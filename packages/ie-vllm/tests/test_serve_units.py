@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -72,10 +73,19 @@ def test_the_endpoint_plugin_is_allowlisted_without_dropping_other_plugins() -> 
     assert plugins_allowlist(None).split(",")[-1] == PLUGIN
 
 
-def test_data_parallel_is_refused_with_the_replica_recipe() -> None:
-    for rest in (["--data-parallel-size", "2"], ["-dp=2"], ["--data-parallel-rank", "0"]):
-        with pytest.raises(SystemExit, match="one `ie serve` per GPU group"):
-            serve_argv("ie-synthetic/llama", "vllm", rest)
-    assert "--data-parallel-size" in serve_argv(
-        "ie-synthetic/llama", "vllm", ["--data-parallel-size", "1"]
-    )
+def test_data_parallel_is_served_on_hooked_vllm_and_refused_elsewhere() -> None:
+    for rest in (["--data-parallel-size", "2"], ["-dp=2"]):
+        assert rest[-1] in serve_argv("ie-synthetic/llama", "vllm", rest)
+        assert rest[-1] in serve_argv("ie-synthetic/llama", "vllm-generate", rest)
+    with pytest.raises(SystemExit, match="ie serve: an externally balanced data-parallel rank"):
+        serve_argv("ie-synthetic/llama", "vllm", ["--data-parallel-rank", "0"])
+    if importlib.util.find_spec("ie_static") is not None:
+        with pytest.raises(SystemExit, match="data_parallel_size=2 is not served on backend "):
+            serve_argv("ie-synthetic/llama", "vllm-static", ["-dp", "2"])
+
+
+def test_data_parallel_replicas_get_their_own_cpus() -> None:
+    # vLLM reads one CPU list per rank, replica-major ([DP, PP, TP]).
+    assert cpu_thread_binding(["-dp", "2"], [0, 1]) == "0|1"
+    assert cpu_thread_binding(["-dp", "2", "-tp", "2"], list(range(8))) == "0,1|2,3|4,5|6,7"
+    assert cpu_thread_binding(["-dp", "2", "-pp", "2"], [0, 1]) == "nobind"

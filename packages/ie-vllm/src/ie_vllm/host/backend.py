@@ -83,9 +83,10 @@ class VLLMModel(DescribedModel):
         source = str(path) if path is not None else model_id
         hooked = backend == HOOKED
         from ie_vllm.host.cpu_support import check_cpu_support
-        from ie_vllm.host.parallel_support import check_pipeline_parallel
+        from ie_vllm.host.parallel_support import check_data_parallel, check_pipeline_parallel
 
         check_pipeline_parallel(kw, backend)
+        check_data_parallel(kw, backend)
         check_cpu_support(path, str(kw.get("dtype", "float32")))  # before minutes of engine start
         engine = await Engine.start(source, hooked=hooked, **kw)
         try:
@@ -347,8 +348,13 @@ class VLLMModel(DescribedModel):
             raise RuntimeError(f"engine processes {alive} did not exit after shutdown")
 
     async def stats(self) -> dict[str, Any]:
-        """Worker registry and hook counts (tests check that everything was released)."""
-        return merge_stats(await self.flow.on_engine(self.engine.rpc("ie_stats")))
+        """Worker registry and hook counts (tests check that everything was released); under
+        data parallelism, also each replica's own (`replicas`, in rank order)."""
+        per_replica = await self.flow.on_engine(self.engine.replica_rpc("ie_stats"))
+        merged = merge_stats([rank for replica in per_replica for rank in replica])
+        if len(per_replica) > 1:
+            merged["replicas"] = [merge_stats(replica) for replica in per_replica]
+        return merged
 
 
 def _refuse_ragged(lengths: list[int]) -> None:

@@ -119,18 +119,55 @@ class Engine:
 
     # --- worker calls ------------------------------------------------------------------------
 
-    async def rpc(self, method: str, *args: Any) -> list[Any]:
-        """Call `method` on every worker; one result per rank."""
-        with self._attended():
-            return list(await self.llm.collective_rpc(method, args=tuple(args)))
+    @property
+    def replicas(self) -> int:
+        """Data-parallel engine replicas behind this client (1 without data parallelism)."""
+        core = getattr(self.llm, "engine_core", None)
+        return len(getattr(core, "core_engines", ())) or 1
 
-    async def rpc_payload(self, method: str, *args: Any) -> dict[str, Any]:
-        """Call a method returning payloads; merge ranks (pipeline stages hold different layers)."""
+    async def rpc(self, method: str, *args: Any) -> list[Any]:
+        """Call `method` on every worker of every replica; one result per rank, replica by
+        replica (a request's rows live on whichever replica vLLM's balancer gave it)."""
+        return [rank for replica in await self.replica_rpc(method, *args) for rank in replica]
+
+    async def replica_rpc(self, method: str, *args: Any) -> list[list[Any]]:
+        """Per data-parallel replica, the results of `method` on its workers, one per rank.
+
+        vLLM's `collective_rpc` under data parallelism reaches every replica but returns the
+        first one's results only, so the calls go through the client's per-engine form."""
+        with self._attended():
+            if self.replicas == 1:
+                return [list(await self.llm.collective_rpc(method, args=tuple(args)))]
+            per_engine = await self.llm.engine_core.call_utility_all_async(
+                "collective_rpc", method, None, tuple(args), None
+            )
+            return [list(ranks) for ranks in per_engine]
+
+    async def rpc_payload(self, method: str, *args: Any, stateless: bool = False) -> dict[str, Any]:
+        """Call a method returning payloads; merge ranks (pipeline stages hold different layers,
+        replicas different requests). `stateless` (a computation on the arguments alone, such
+        as the lens's read-out) runs on one replica instead of every one."""
         merged: dict[str, Any] = {}
-        for result in await self.rpc(method, *args):
+        results = await (
+            self._first_replica(method, args) if stateless else self.rpc(method, *args)
+        )
+        for result in results:
             for name, tensor in payload.decode(result).items():
                 merged.setdefault(name, tensor)
         return merged
+
+    async def _first_replica(self, method: str, args: tuple[Any, ...]) -> list[Any]:
+        """`method` on the first replica's workers only. vLLM's balanced client sends every
+        utility call to all replicas; its base class's form addresses the first engine."""
+        if self.replicas == 1:
+            return await self.rpc(method, *args)
+        from vllm.v1.engine.core_client import AsyncMPClient
+
+        with self._attended():
+            call = AsyncMPClient.call_utility_async(
+                self.llm.engine_core, "collective_rpc", method, None, args, None
+            )
+            return list(await call)
 
     # --- requests ----------------------------------------------------------------------------
 

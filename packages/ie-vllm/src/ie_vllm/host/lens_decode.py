@@ -37,7 +37,7 @@ async def logits(model: VLLMModel, rows: Any) -> torch.Tensor:
             f"decode_residuals would ship {size / 2**20:.0f} MiB of logits back from the "
             f"worker (limit {FULL_LOGITS_LIMIT // 2**20} MiB); use decode_residuals_topk"
         )
-    rpc = model.engine.rpc_payload("ie_decode", payload.encode({"rows": flat}))
+    rpc = model.engine.rpc_payload("ie_decode", payload.encode({"rows": flat}), stateless=True)
     out = await model.flow.on_engine(rpc)
     return out["logits"].reshape(*lead, out["logits"].shape[-1])
 
@@ -47,7 +47,9 @@ async def topk(model: VLLMModel, rows: Any, k: int) -> TopK:
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
     flat, lead = residual_rows(rows, model.d_model)
-    rpc = model.engine.rpc_payload("ie_lens_topk", payload.encode({"rows": flat}), k)
+    rpc = model.engine.rpc_payload(
+        "ie_lens_topk", payload.encode({"rows": flat}), k, stateless=True
+    )
     out = await model.flow.on_engine(rpc)
     return TopK(out["ids"].reshape(*lead, k), out["probs"].reshape(*lead, k))
 

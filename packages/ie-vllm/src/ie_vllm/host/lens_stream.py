@@ -83,7 +83,9 @@ async def _staged_topk(
             r = r.float() @ transports[address].to(r.device).T
         parts.append(r)
     flat = torch.cat(parts)
-    got = await model.engine.rpc_payload("ie_lens_topk", payload.encode({"rows": flat}), k)
+    got = await model.engine.rpc_payload(
+        "ie_lens_topk", payload.encode({"rows": flat}), k, stateless=True
+    )
     ids, probs = (
         got["ids"].split([p.shape[0] for p in parts]),
         got["probs"].split([p.shape[0] for p in parts]),

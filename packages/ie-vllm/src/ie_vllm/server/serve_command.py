@@ -101,10 +101,12 @@ def exposure_warning(rest: list[str], environ: dict[str, str], allow_open: bool)
 
 
 def cpu_thread_binding(rest: list[str], cpus: list[int]) -> str | None:
-    """`VLLM_CPU_OMP_THREADS_BIND` for a CPU server with TP x PP ranks (see `parallel_support`)."""
+    """`VLLM_CPU_OMP_THREADS_BIND` for a CPU server with DP x TP x PP ranks (see
+    `parallel_support`)."""
     from ie_vllm.host.parallel_support import cpu_thread_binding as binding
 
-    ranks = _int_option(rest, ("--tensor-parallel-size", "-tp"))
+    ranks = _int_option(rest, ("--data-parallel-size", "-dp"))
+    ranks *= _int_option(rest, ("--tensor-parallel-size", "-tp"))
     ranks *= _int_option(rest, ("--pipeline-parallel-size", "-pp"))
     return binding(ranks, cpus)
 
@@ -132,19 +134,24 @@ def served_backends() -> tuple[str, ...]:
     return (*BACKENDS, *(ep.name for ep in entry_points(group=SERVE_GROUP)))
 
 
-def refuse_data_parallel(rest: list[str]) -> None:
-    """vLLM's `collective_rpc` from the API server reaches only the first data-parallel engine,
-    while its balancer sends requests to any of them: a steering registration or capture would
-    miss the engine that runs the request. Replicas behind a balancer serve the same purpose."""
-    dp = _int_option(rest, ("--data-parallel-size", "-dp"))
-    if dp > 1 or any(a.startswith(("--data-parallel-rank", "-dpn")) for a in rest):
-        raise SystemExit(
-            "ie serve: --data-parallel-size / --data-parallel-rank are refused: vLLM's "
-            "collective_rpc from the API server reaches only the first data-parallel engine, so "
-            "steering and captures would miss requests balanced to the others; start one "
-            "`ie serve` per GPU group (CUDA_VISIBLE_DEVICES) and put a load balancer in front "
-            "(docs/SERVING.md, 'Scaling through vLLM')"
-        )
+def refuse_data_parallel(backend: str, rest: list[str]) -> None:
+    """Hooked vLLM serves `--data-parallel-size N` behind vLLM's own balancer; another backend,
+    or an externally balanced rank, is refused before vLLM starts (`parallel_support`)."""
+    from ie_core.errors import UnsupportedOperationError
+
+    from ie_vllm.host.parallel_support import check_data_parallel
+
+    external = any(
+        a.startswith(("--data-parallel-rank", "-dpn", "--data-parallel-external-lb")) for a in rest
+    )
+    kw = {
+        "data_parallel_size": _int_option(rest, ("--data-parallel-size", "-dp")),
+        "data_parallel_external_lb": external,
+    }
+    try:
+        check_data_parallel(kw, backend)
+    except UnsupportedOperationError as exc:
+        raise SystemExit(f"ie serve: {exc}") from None
 
 
 def refuse_pipeline_parallel(backend: str, rest: list[str]) -> None:
@@ -180,7 +187,7 @@ def refuse_ray_on_cpu(rest: list[str]) -> None:
 
 def serve_argv(model: str, backend: str, rest: list[str]) -> list[str]:
     """The `vllm serve` argument list for `ie serve` (exposed for tests and `--dry-run`)."""
-    refuse_data_parallel(rest)
+    refuse_data_parallel(backend, rest)
     refuse_ray_on_cpu(rest)
     refuse_pipeline_parallel(backend, rest)
     module = served_backend(backend)

@@ -4,6 +4,8 @@ ie-static's test_static_pipeline_parallel.py)."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import psutil
 import pytest
 from ie_core import load_model
@@ -76,3 +78,18 @@ def test_ray_executor_is_refused_on_the_cpu_build_before_any_engine() -> None:
         assert str(exited.value) == f"ie serve: {RAY_REFUSAL}"
     mp = ["--distributed-executor-backend", "mp"]
     assert "mp" in serve_argv("ie-synthetic/llama", "vllm", mp)  # negative control
+
+
+def test_data_parallel_is_refused_where_untested_before_any_engine() -> None:
+    from ie_vllm.host.parallel_support import check_data_parallel
+
+    for backend in ("vllm", "vllm-generate"):
+        check_data_parallel({"data_parallel_size": 2}, backend)
+    with pytest.raises(UnsupportedOperationError, match="data_parallel_size=2 is not served"):
+        check_data_parallel({"data_parallel_size": 2}, "vllm-static")
+    with pytest.raises(UnsupportedOperationError, match="externally balanced data-parallel rank"):
+        load_model("ie-synthetic/llama", backend="vllm", data_parallel_rank=0)
+    if importlib.util.find_spec("ie_static") is not None:
+        with pytest.raises(UnsupportedOperationError, match="on backend 'vllm-static'"):
+            load_model("ie-synthetic/llama", backend="vllm-static", data_parallel_size=2)
+    assert not [p for p in psutil.Process().children(recursive=True) if "VLLM" in p.name()]

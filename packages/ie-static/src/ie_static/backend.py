@@ -19,7 +19,7 @@ from ie_core.model_info import ModelInfo
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
-from ie_vllm import Engine, VLLMModel, merge_infos
+from ie_vllm import Engine, VLLMModel, check_data_parallel, merge_infos
 
 from ie_static.channel import StaticChannel
 from ie_static.config import CONFIG_KEY, StaticConfig
@@ -85,6 +85,7 @@ class StaticModel(VLLMModel):
                 "backend 'vllm-static' exists to keep torch.compile and CUDA graphs on, so "
                 "enforce_eager=True is refused; use backend='vllm' for an eager, hooked engine"
             )
+        check_data_parallel(kw, BACKEND)
         launch = plan_launch(
             model_id,
             static_points,

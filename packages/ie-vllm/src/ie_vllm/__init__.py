@@ -27,6 +27,7 @@ _EXPORTS = {
     "Engine": "host.engine",
     "on_cpu": "host.engine",
     "check_cpu_support": "host.cpu_support",
+    "check_data_parallel": "host.parallel_support",
     "check_pipeline_parallel": "host.parallel_support",
     "Channel": "host.channel",
     "HookedChannel": "host.channel",
@@ -74,6 +75,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.host.cpu_support import check_cpu_support as check_cpu_support
     from ie_vllm.host.engine import Engine as Engine
     from ie_vllm.host.engine import on_cpu as on_cpu
+    from ie_vllm.host.parallel_support import check_data_parallel as check_data_parallel
     from ie_vllm.host.parallel_support import check_pipeline_parallel as check_pipeline_parallel
     from ie_vllm.host.policy import SitePolicy as SitePolicy
     from ie_vllm.pipeline import layer_range as layer_range
@@ -131,6 +133,7 @@ __all__ = [
     "attention_rows",
     "capture_sites",
     "check_cpu_support",
+    "check_data_parallel",
     "check_pipeline_parallel",
     "create",
     "gather_reduced",

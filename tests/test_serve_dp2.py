@@ -102,6 +102,14 @@ def test_replicas_serve_captures_and_steering_equal_to_eager(
     want_ids = list(run(ref.generate(ids, params, steering=spec)).token_ids)
     assert list(run(remote.generate(ids, params, steering=spec)).token_ids) == want_ids
     assert list(run(remote.generate(ids, params)).token_ids) != want_ids
+    # The lens reads rows you pass on one replica (a stateless call), the same answer as eager.
+    h = want[f"resid_post.{ref.n_layers - 1}"][0]
+    got_top, want_top = (
+        run(remote.decode_residuals_topk(h, 3)),
+        run(ref.decode_residuals_topk(h, 3)),
+    )
+    assert torch.equal(got_top.ids, want_top.ids)
+    assert float((got_top.probs - want_top.probs).abs().max()) <= TOL_EAGER
 
 
 def test_32_mixed_clients_over_both_replicas_equal_their_serial_runs(

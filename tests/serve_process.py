@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 START_TIMEOUT_S = 1200
@@ -64,3 +65,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+def engine_process(server: str, name: str = "EngineCore") -> psutil.Process:
+    """The engine process whose title contains `name` (`EngineCore_DP1`: replica 1) under the
+    `ie serve` listening at this URL."""
+    port = server.rsplit(":", 1)[1]
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "serve" in cmd and "--port" in cmd and cmd[cmd.index("--port") + 1] == port:
+            for child in proc.children(recursive=True):
+                if name in " ".join(child.cmdline()):
+                    return child
+    raise AssertionError(f"no {name} process under the server on port {port}")

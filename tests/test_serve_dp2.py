@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 import torch
 
@@ -28,7 +27,7 @@ pytest.importorskip("vllm")
 from ie_core import Additive, SamplingParams, load_model, steer_at
 from ie_core.runner import run
 from ie_core.wire import STEERING_XARG, steering_to_wire
-from serve_process import ie_serve
+from serve_process import engine_process, ie_serve
 
 pytestmark = [pytest.mark.slow]
 
@@ -159,18 +158,6 @@ def test_32_mixed_clients_over_both_replicas_equal_their_serial_runs(
     assert all(r["registered"] == 0 and r["hooks"] == {} for r in stats["replicas"]), stats
 
 
-def _replica_process(server: str, rank: int) -> psutil.Process:
-    """The engine-core process of replica `rank` of the server listening at this URL."""
-    port = server.rsplit(":", 1)[1]
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if "serve" in cmd and "--port" in cmd and cmd[cmd.index("--port") + 1] == port:
-            for child in proc.children(recursive=True):
-                if f"EngineCore_DP{rank}" in " ".join(child.cmdline()):
-                    return child
-    raise AssertionError(f"no EngineCore_DP{rank} under the server on port {port}")
-
-
 def test_a_killed_replica_gives_its_callers_a_named_error(
     server: str, remote: Any, ref: Any
 ) -> None:
@@ -178,7 +165,7 @@ def test_a_killed_replica_gives_its_callers_a_named_error(
     from ie_core.errors import EngineDeadError
 
     ids = ref.to_tokens(PROMPT)
-    victim = _replica_process(server, 1)
+    victim = engine_process(server, "EngineCore_DP1")
     # Stopped first, so the requests are surely in flight when it dies: a registration waits
     # for every replica, and vLLM's balancer gives the stopped one its share.
     victim.suspend()

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
 pytest.importorskip("vllm")
@@ -22,7 +21,7 @@ pytest.importorskip("vllm")
 from ie_core import load_model
 from ie_core.errors import EngineDeadError
 from ie_core.runner import run
-from serve_process import ie_serve
+from serve_process import engine_process, ie_serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.full]
 
@@ -41,17 +40,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
         yield a, b
 
 
-def _engine_core(server: str) -> psutil.Process:
-    port = server.rsplit(":", 1)[1]
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if "serve" in cmd and "--port" in cmd and cmd[cmd.index("--port") + 1] == port:
-            for child in proc.children(recursive=True):
-                if "EngineCore" in " ".join(child.cmdline()):
-                    return child
-    raise AssertionError(f"no engine core under the server on port {port}")
-
-
 def test_one_replica_dies_and_the_other_keeps_serving(servers: tuple[str, str]) -> None:
     a, b = (load_model(url, backend="remote") for url in servers)
     ref = load_model(MODEL, backend="eager", device="cpu", dtype="float32")
@@ -61,7 +49,7 @@ def test_one_replica_dies_and_the_other_keeps_serving(servers: tuple[str, str]) 
         got = run(replica.capture([ids], ["resid_post.2"]))["resid_post.2"]
         assert float((got - want).abs().max()) <= TOL_EAGER
 
-    victim = _engine_core(servers[0])
+    victim = engine_process(servers[0])
     victim.suspend()  # the request is surely in flight when the engine dies
 
     async def in_flight_then_kill() -> Any:

@@ -83,10 +83,10 @@ def test_ray_executor_is_refused_on_the_cpu_build_before_any_engine() -> None:
 def test_data_parallel_is_refused_where_untested_before_any_engine() -> None:
     from ie_vllm.host.parallel_support import check_data_parallel
 
-    for backend in ("vllm", "vllm-generate"):
-        check_data_parallel({"data_parallel_size": 2}, backend)
-    with pytest.raises(UnsupportedOperationError, match="data_parallel_size=2 is not served"):
-        check_data_parallel({"data_parallel_size": 2}, "vllm-static")
+    check_data_parallel({"data_parallel_size": 2}, "vllm")
+    for backend in ("vllm-static", "vllm-generate"):
+        with pytest.raises(UnsupportedOperationError, match="data_parallel_size=2 is not served"):
+            check_data_parallel({"data_parallel_size": 2}, backend)
     with pytest.raises(UnsupportedOperationError, match="externally balanced data-parallel rank"):
         load_model("ie-synthetic/llama", backend="vllm", data_parallel_rank=0)
     if importlib.util.find_spec("ie_static") is not None:

@@ -76,7 +76,8 @@ def test_the_endpoint_plugin_is_allowlisted_without_dropping_other_plugins() -> 
 def test_data_parallel_is_served_on_hooked_vllm_and_refused_elsewhere() -> None:
     for rest in (["--data-parallel-size", "2"], ["-dp=2"]):
         assert rest[-1] in serve_argv("ie-synthetic/llama", "vllm", rest)
-        assert rest[-1] in serve_argv("ie-synthetic/llama", "vllm-generate", rest)
+        with pytest.raises(SystemExit, match="not served on backend 'vllm-generate'"):
+            serve_argv("ie-synthetic/llama", "vllm-generate", rest)
     with pytest.raises(SystemExit, match="ie serve: an externally balanced data-parallel rank"):
         serve_argv("ie-synthetic/llama", "vllm", ["--data-parallel-rank", "0"])
     if importlib.util.find_spec("ie_static") is not None:

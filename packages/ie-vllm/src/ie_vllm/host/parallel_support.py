@@ -52,12 +52,13 @@ def check_pipeline_parallel(kw: Mapping[str, Any], backend: str) -> None:
     )
 
 
-DP_SERVED = ("vllm", "vllm-generate")
+DP_SERVED = ("vllm",)
 
 
 def check_data_parallel(kw: Mapping[str, Any], backend: str) -> None:
     """Raise UnsupportedOperationError for data_parallel_size > 1 on a backend not tested with
-    replicas (vllm-static), or for an externally balanced rank, before minutes of start."""
+    replicas (vllm-static, vllm-generate), or for an externally balanced rank, before minutes of
+    start."""
     size = int(kw.get("data_parallel_size") or 1)
     if kw.get("data_parallel_rank") is not None or kw.get("data_parallel_external_lb"):
         raise UnsupportedOperationError(
@@ -67,8 +68,8 @@ def check_data_parallel(kw: Mapping[str, Any], backend: str) -> None:
         )
     if size > 1 and backend not in DP_SERVED:
         raise UnsupportedOperationError(
-            f"data_parallel_size={size} is not served on backend {backend!r}: its tap tables were "
-            "not tested across replicas (only hooked vLLM's registration was); load with "
+            f"data_parallel_size={size} is not served on backend {backend!r}: it was not tested "
+            "across replicas (only hooked vLLM's registration and collection were); load with "
             "backend='vllm', or run one engine per device group behind a balancer"
         )
 

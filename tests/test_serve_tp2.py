@@ -73,6 +73,15 @@ def test_tp2_capture_and_steering_over_http_equal_eager(server: str) -> None:
     plain = list(run(remote.generate(ids, params)).token_ids)
     assert plain == list(run(ref.generate(ids, params)).token_ids) and plain != want_ids
 
+    # The lens on rows you pass: the unembed is split over both ranks and gathered.
+    h = want[f"resid_post.{ref.n_layers - 1}"][0]
+    got_top, want_top = (
+        run(remote.decode_residuals_topk(h, 3)),
+        run(ref.decode_residuals_topk(h, 3)),
+    )
+    assert torch.equal(got_top.ids, want_top.ids)
+    assert float((got_top.probs - want_top.probs).abs().max()) <= TOL
+
     # Head- and neuron-sharded points are refused with a sentence at TP=2, never half a tensor.
     r = httpx.post(
         f"{server}/v1/ie/capture",

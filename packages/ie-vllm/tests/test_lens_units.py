@@ -42,7 +42,6 @@ SHAPE = {"n_layers": 2, "d_model": 4}
     [
         ("vllm-static", {}, "vllm-static"),
         ("vllm-generate", {}, "vllm-generate"),
-        ("vllm", {"tp_size": 2}, "tensor_parallel_size=1"),
     ],
 )
 def test_streaming_read_out_refusals(backend: str, info: dict, match: str) -> None:

@@ -1,5 +1,6 @@
 """The sync API from a plain script, shutdown reaping the engine's processes, and tensor
-parallelism (TP=2 on CPU, one core per rank): same rows as TP=1, sharded points refused."""
+parallelism (TP=2 on CPU, one core per rank): same rows and streaming-lens top-k as TP=1,
+sharded points refused."""
 
 from __future__ import annotations
 
@@ -59,5 +60,9 @@ def test_tensor_parallel_2_matches_tp1_and_refuses_sharded_points(tp1: dict[str,
     for key, rows in tp1["rows"].items():
         diff = (torch.tensor(tp2["rows"][key]) - torch.tensor(rows)).abs().max()
         assert diff <= 1e-4, (key, float(diff))
+    for address, lens in tp1["lens"].items():  # rows from rank 0, top-k over the gathered vocab
+        assert tp2["lens"][address]["ids"] == lens["ids"], address
+        diff = (torch.tensor(tp2["lens"][address]["probs"]) - torch.tensor(lens["probs"])).abs()
+        assert float(diff.max()) <= 1e-4, (address, float(diff.max()))
     for address, reason in tp2["refused"].items():
         assert "tensor_parallel_size=2" in reason, (address, reason)

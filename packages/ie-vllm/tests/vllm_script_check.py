@@ -12,6 +12,7 @@ import sys
 import psutil
 from ie_core import generate, load_model, run_with_cache
 from ie_core.errors import PointUnavailableError
+from ie_core.lens_stream import stream_lens
 from ie_core.protocol import SyncModel
 
 
@@ -25,6 +26,12 @@ def main() -> None:
     last = f"resid_post.{model.n_layers - 1}"
     cache = run_with_cache(model, "hello world, hello", [last, "resid_post.0", "mlp_out.1"])
     gen = generate(model, "hello world", max_new_tokens=4, stop_at_eos=False)
+    steps = list(stream_lens(model, "hello world", [last, "resid_post.0"], k=3, max_new_tokens=3))
+    lens = {
+        a: {"ids": [s.topk[a].ids.tolist() for s in steps],
+            "probs": [s.topk[a].probs.tolist() for s in steps]}
+        for a in (last, "resid_post.0")
+    }  # fmt: skip
     refused = {}
     for address in ("z.0", "value.1", "mlp_act.0", "attn_probs.0"):
         try:
@@ -48,6 +55,7 @@ def main() -> None:
         "tokens": list(gen.token_ids),
         "rows": {k: cache[k].tolist() for k in (last, "resid_post.0", "mlp_out.1")},
         "refused": refused,
+        "lens": lens,
         "engine_pids": engine_pids,
         "left": left,
     }

@@ -1,10 +1,10 @@
 """vLLM's streaming lens read-out: `Flow.stream_capture` with the top-k taken in the worker
-(`LensWorkerMixin.ie_lens_collect_topk`) instead of shipping rows back. Served on backend 'vllm'
-with one tensor-parallel rank: the worker keeps rows on rank 0 and compute_logits would gather
-across ranks, so TP > 1 is refused, as are vllm-static (rows live in its static taps) and
-vllm-generate (no hooks). Under pipeline parallelism a layer's rows live on its stage and the
-final norm and unembed on the last one, so each step's rows come to the host, are carried by
-the transports there, and go to the last stage for the top-k (`ie_lens_topk`)."""
+(`LensWorkerMixin.ie_lens_collect_topk`) instead of shipping rows back. Served on backend 'vllm';
+refused on vllm-static (rows live in its static taps) and vllm-generate (no hooks). Under
+pipeline parallelism a layer's rows live on its stage and the final norm and unembed on the last
+one; under tensor parallelism rows are kept on rank 0 while the unembed is split over every rank.
+Either way each step's rows come to the host, are carried by the transports there, and go to
+every rank of the model for the top-k (`ie_lens_topk`, which gathers the vocabulary)."""
 
 from __future__ import annotations
 
@@ -32,12 +32,6 @@ def check_served(model: VLLMModel) -> None:
             "reads the hooked worker's captured rows; load the model with backend='vllm' or "
             "'eager'"
         )
-    if model.info.tp_size > 1:
-        raise UnsupportedOperationError(
-            "the streaming lens read-out runs on one tensor-parallel rank (rows are kept on rank "
-            "0 and the unembed gathers across ranks); load with tensor_parallel_size=1, or use "
-            "capture_generation_stream with decode_residuals_topk"
-        )
 
 
 async def lens_generation_stream(
@@ -56,7 +50,7 @@ async def lens_generation_stream(
     wire = payload.encode(dict(transports)) if transports else {}
 
     async def topk(key: str, start: int, stop: int) -> dict[str, TopK]:
-        if model.info.pp_size > 1:
+        if model.info.pp_size > 1 or model.info.tp_size > 1:
             return await _staged_topk(model, key, (start, stop), captures, k, transports)
         got = await model.engine.rpc_payload("ie_lens_collect_topk", key, start, stop, k, wire)
         return {a: TopK(got[f"{a}|ids"], got[f"{a}|probs"]) for a in captures}

@@ -29,7 +29,12 @@ def test_grouped_jobs_equal_each_job_alone() -> None:
         alone = reducers.run([(spec, x)])[0]
         assert got.keys() == alone.keys()
         for name in got:
-            assert torch.equal(got[name], alone[name])
+            # A batch of another height may take another BLAS kernel (seen on an AMD EPYC host:
+            # 4e-7 relative), so values agree to float32 rounding and indices exactly.
+            if got[name].is_floating_point():
+                torch.testing.assert_close(got[name], alone[name], rtol=1e-5, atol=1e-6)
+            else:
+                assert torch.equal(got[name], alone[name])
     assert torch.allclose(together[1]["acts"], encode(rows[1], wb, DictMeta("relu")))
     want = encode(rows[2], wa, meta).topk(3, dim=-1).values
     assert torch.allclose(together[2]["values"], want)

@@ -1,0 +1,100 @@
+"""What eager says about its points against what the points are: each reported width is the
+width of the tensor a forward captures there (lm_head: HF's logits), each capability's
+writability is the registry's role (the steering spec refuses a capture-only point whatever a
+backend claims), and a model without a final norm or without an attention module in a block is
+refused with the reason, word for word."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from eager_support import FAMILY_SLUGS, PROMPT, synthetic_model
+from ie_core.address import Address
+from ie_core.errors import PointUnavailableError, SteeringSpecError
+from ie_core.points import POINTS
+from ie_core.steering import Additive, steer_at
+from ie_eager.resolve import Resolver
+
+MAPS = ("attn_scores", "attn_probs")  # heads x q x k: no fixed width
+
+
+def _served(slug: str) -> list[Address]:
+    """Every address the model serves, attention maps left out."""
+    model = synthetic_model(slug)
+    out = []
+    for point in POINTS:
+        if point.name in MAPS:
+            continue
+        for layer in range(model.n_layers) if point.per_layer else [None]:
+            try:
+                model.resolve(Address(point.name, layer))
+            except PointUnavailableError:
+                continue
+            out.append(Address(point.name, layer))
+    return out
+
+
+@pytest.mark.parametrize("slug", FAMILY_SLUGS)
+def test_each_reported_width_is_the_captured_tensors_width(slug: str) -> None:
+    model = synthetic_model(slug)
+    addresses = _served(slug)
+    assert Address("lm_head") in addresses and Address("resid_post", 0) in addresses
+    logits, cache = model.forward_with_cache([model.to_tokens(PROMPT)], addresses)
+    for address in addresses:
+        assert model.point_width(address) == cache[address].shape[-1], str(address)
+    # The unembed is as wide as HF's own logits; the residual as its hidden states.
+    assert model.point_width("lm_head") == logits.shape[-1] == model.hf_model.config.vocab_size
+    assert model.point_width("embeddings") == model.d_model
+    with pytest.raises(PointUnavailableError, match="no fixed width"):
+        model.point_width("attn_probs.0")
+
+
+@pytest.mark.parametrize("slug", FAMILY_SLUGS)
+def test_capabilities_call_writable_exactly_the_served_read_write_points(slug: str) -> None:
+    # The registry's role decides what a steering spec accepts, so a capability claiming a
+    # capture-only point writable (or the reverse) would be a false answer.
+    caps = synthetic_model(slug).capabilities()
+    for point in POINTS:
+        cap = caps[point.name]
+        assert cap.writable == (cap.served and point.writable), point.name
+    assert caps["lm_head"].served and not caps["lm_head"].writable
+    assert caps["attn_probs"].served and not caps["attn_probs"].writable
+    assert caps["resid_post"].writable and caps["final_norm"].writable
+    with pytest.raises(SteeringSpecError, match="capture-only"):
+        steer_at("lm_head", Additive([1.0] * synthetic_model(slug).d_model))
+
+
+def _resolver(slug: str, **structure: object) -> Resolver:
+    """The model's own resolver over its structure with some modules taken away."""
+    model = synthetic_model(slug)
+    s = model.resolver.s
+    return Resolver(dataclasses.replace(s, **structure), model.resolver.family, model.hf_model)
+
+
+def test_a_model_without_a_final_norm_refuses_final_norm_with_the_reason() -> None:
+    with pytest.raises(PointUnavailableError) as info:
+        _resolver("llama", final_norm=None).resolve("final_norm")
+    assert str(info.value) == (
+        "final_norm is not available on this model: no final norm module found before the unembed"
+    )
+    assert info.value.reason == "no final norm module found before the unembed"
+    # Negative control: the model as loaded serves it, and the rest of the trunk still resolves.
+    assert _resolver("llama").resolve("final_norm").width == synthetic_model("llama").d_model
+    assert _resolver("llama", final_norm=None).resolve("lm_head").kind == "tap"
+
+
+def test_a_block_without_attention_refuses_the_attention_maps_with_the_reason() -> None:
+    s = synthetic_model("llama").resolver.s
+    blocks = list(s.blocks)
+    blocks[1] = dataclasses.replace(blocks[1], attn=None)
+    resolver = _resolver("llama", blocks=tuple(blocks))
+    for name in MAPS:
+        with pytest.raises(PointUnavailableError) as info:
+            resolver.resolve(f"{name}.1")
+        assert str(info.value) == (
+            f"{name} is not available on this model: no attention module in this block"
+        )
+        assert info.value.reason == "no attention module in this block"
+        # Negative control: the other layers keep their attention.
+        assert resolver.resolve(f"{name}.0").kind == "attention"

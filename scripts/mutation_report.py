@@ -87,6 +87,57 @@ EQUIVALENT: dict[str, str] = {
         "message for a module that produced no tensor"
         for f, n in (("embeddings", 14), ("final_norm", 21), ("lm_head", 14), ("path", 17))
     },
+    # A path address is never written (a steering spec names registry points only), and a
+    # Resolved's writable is read only as a truth value (`not r.writable`, `all(writes)`).
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_path__mutmut_{n}": "a path address is never written: "
+        "steering specs name registry points only"
+        for n in (9, 25)
+    },
+    **{
+        name: "writable is read only as a truth value: None is False"
+        for name in (
+            "ie_eager.resolve.xǁResolverǁ_lm_head__mutmut_6",
+            "ie_eager.resolve.xǁResolverǁ_attention__mutmut_11",
+        )
+    },
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_{f}__mutmut_{n}": "a kind other than sum, branch or "
+        "attention is a plain tap"
+        for f, ns in (("mla_value", (12, 21, 22)), ("multi_stream", (30, 39, 40)))
+        for n in ns
+    },
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_{f}__mutmut_{n}": "a tap's io is only compared with 'in' "
+        "(and no other tap shares the module's output site)"
+        for f, ns in (
+            ("mla_value", (25, 29, 31, 32)),
+            ("multi_stream", (43, 47, 49, 50)),
+            ("mlp_branch", (7, 10, 11, 12, 15, 18, 19, 20)),
+        )
+        for n in ns
+    },
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_{f}__mutmut_{n}": "writable is read only as a truth value: "
+        "None is False"
+        for f, n in (("mla_value", 15), ("multi_stream", 33))
+    },
+    "ie_eager.resolve.xǁResolverǁ_mla_value__mutmut_6": "kv_b_proj's per-head group is "
+    "nope + v_dim wide, so the slice to None ends at nope + v_dim",
+    "ie_eager.resolve.xǁResolverǁ_mlp_branch__mutmut_21": "_mlp_branch runs only on blocks "
+    "with both MLPs: neither tap is ever None",
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_single_stream__mutmut_{n}": "never called: _resolve "
+        "refuses multi-stream points on a single trunk and _multi_stream serves them on a "
+        "multi-stream one"
+        for n in range(1, 7)
+    },
+    **{
+        f"ie_eager.hooks.xǁSessionǁ_rows__mutmut_{n}": "torch.tensor of Python bools is torch.bool"
+        for n in (16, 19)
+    },
+    "ie_eager.hooks.xǁSessionǁ_write__mutmut_75": "steered already has raw's dtype (apply_ops, "
+    "the selectors and the scale keep it), so .to(None) and .to(raw.dtype) are both no-ops",
     **{
         f"ie_static.tables.xǁWriteTableǁ_fill_affine__mutmut_{n}": "a Patch has one row or one per "
         "position, and one row broadcasts on assignment to the rows either way"

@@ -9,14 +9,16 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from eager_support import FAMILY_SLUGS, PROMPT, synthetic_model
+from eager_support import PROMPT, synthetic_model
 from ie_core.address import Address
 from ie_core.errors import PointUnavailableError, SteeringSpecError
 from ie_core.points import POINTS
 from ie_core.steering import Additive, steer_at
 from ie_eager.resolve import Resolver
+from ie_eager.synthetic import FAMILIES
 
 MAPS = ("attn_scores", "attn_probs")  # heads x q x k: no fixed width
+SLUGS = sorted(FAMILIES)  # the standard and the special families
 
 
 def _served(slug: str) -> list[Address]:
@@ -35,22 +37,25 @@ def _served(slug: str) -> list[Address]:
     return out
 
 
-@pytest.mark.parametrize("slug", FAMILY_SLUGS)
+@pytest.mark.parametrize("slug", SLUGS)
 def test_each_reported_width_is_the_captured_tensors_width(slug: str) -> None:
+    # The width is the number of values per token: [batch, seq, ...] after the first two axes
+    # (a stream-mixing matrix is n_streams x n_streams).
     model = synthetic_model(slug)
     addresses = _served(slug)
-    assert Address("lm_head") in addresses and Address("resid_post", 0) in addresses
+    assert Address("lm_head") in addresses and Address("mlp_out", 0) in addresses
     logits, cache = model.forward_with_cache([model.to_tokens(PROMPT)], addresses)
     for address in addresses:
-        assert model.point_width(address) == cache[address].shape[-1], str(address)
+        assert model.point_width(address) == cache[address][0, 0].numel(), str(address)
     # The unembed is as wide as HF's own logits; the residual as its hidden states.
     assert model.point_width("lm_head") == logits.shape[-1] == model.hf_model.config.vocab_size
     assert model.point_width("embeddings") == model.d_model
-    with pytest.raises(PointUnavailableError, match="no fixed width"):
-        model.point_width("attn_probs.0")
+    for layer in model.capabilities()["attn_probs"].layers[:1]:  # hybrids: a softmax layer
+        with pytest.raises(PointUnavailableError, match="no fixed width"):
+            model.point_width(f"attn_probs.{layer}")
 
 
-@pytest.mark.parametrize("slug", FAMILY_SLUGS)
+@pytest.mark.parametrize("slug", SLUGS)
 def test_capabilities_call_writable_exactly_the_served_read_write_points(slug: str) -> None:
     # The registry's role decides what a steering spec accepts, so a capability claiming a
     # capture-only point writable (or the reverse) would be a false answer.
@@ -60,7 +65,7 @@ def test_capabilities_call_writable_exactly_the_served_read_write_points(slug: s
         assert cap.writable == (cap.served and point.writable), point.name
     assert caps["lm_head"].served and not caps["lm_head"].writable
     assert caps["attn_probs"].served and not caps["attn_probs"].writable
-    assert caps["resid_post"].writable and caps["final_norm"].writable
+    assert caps["mlp_out"].writable and caps["final_norm"].writable
     with pytest.raises(SteeringSpecError, match="capture-only"):
         steer_at("lm_head", Additive([1.0] * synthetic_model(slug).d_model))
 
@@ -98,3 +103,22 @@ def test_a_block_without_attention_refuses_the_attention_maps_with_the_reason() 
         assert info.value.reason == "no attention module in this block"
         # Negative control: the other layers keep their attention.
         assert resolver.resolve(f"{name}.0").kind == "attention"
+
+
+def test_hyper_connection_points_refuse_a_stream_and_a_block_without_the_module() -> None:
+    model = synthetic_model("deepseek-v4")
+    with pytest.raises(PointUnavailableError) as info:
+        model.resolve("attn_stream_mix.1.stream-0")
+    assert str(info.value) == (
+        "attn_stream_mix is not available on this model: it is per token, not per stream"
+    )
+    blocks = list(model.resolver.s.blocks)
+    blocks[1] = dataclasses.replace(blocks[1], attn_hc=None)
+    resolver = _resolver("deepseek-v4", blocks=tuple(blocks))
+    for name in ("attn_stream_write", "attn_stream_mix", "attn_stream_collapse"):
+        with pytest.raises(PointUnavailableError) as info:
+            resolver.resolve(f"{name}.1")
+        assert str(info.value) == f"{name} is not available on this model: no attn_hc module"
+        # Negative control: the other layers keep the module, and the MLP side its own.
+        assert resolver.resolve(f"{name}.0").kind == "tap"
+        assert resolver.resolve(f"{name.replace('attn', 'mlp')}.1").kind == "tap"

@@ -122,3 +122,20 @@ def test_hyper_connection_points_refuse_a_stream_and_a_block_without_the_module(
         # Negative control: the other layers keep the module, and the MLP side its own.
         assert resolver.resolve(f"{name}.0").kind == "tap"
         assert resolver.resolve(f"{name.replace('attn', 'mlp')}.1").kind == "tap"
+
+
+@pytest.mark.parametrize("slug", ["granitemoehybrid", "lfm2", "qwen3-next"])
+def test_a_token_mixer_layer_names_the_softmax_layers_from_the_config(slug: str) -> None:
+    # HF's config lists each layer's kind; the refusal on a mixer layer names the others.
+    model = synthetic_model(slug)
+    kinds = model.hf_model.config.get_text_config().layer_types
+    softmax = [i for i, kind in enumerate(kinds) if kind == "full_attention"]
+    mixers = [i for i, kind in enumerate(kinds) if kind != "full_attention"]
+    assert softmax and mixers
+    for layer in mixers:
+        with pytest.raises(PointUnavailableError) as info:
+            model.resolve(f"attn_probs.{layer}")
+        assert str(info.value).endswith(f"Softmax-attention layers: {softmax}")
+        assert f"layer {layer} mixes tokens with " in str(info.value)
+    for layer in softmax:  # negative control: those layers serve the map
+        assert model.resolve(f"attn_probs.{layer}").kind == "attention"

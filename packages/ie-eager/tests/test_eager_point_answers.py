@@ -139,3 +139,30 @@ def test_a_token_mixer_layer_names_the_softmax_layers_from_the_config(slug: str)
         assert f"layer {layer} mixes tokens with " in str(info.value)
     for layer in softmax:  # negative control: those layers serve the map
         assert model.resolve(f"attn_probs.{layer}").kind == "attention"
+
+
+def test_a_fused_projection_of_another_width_or_layout_is_refused_for_value() -> None:
+    # Shapes that do not fit the fused projection HF built: eager refuses rather than guess.
+    gpt2 = synthetic_model("gpt2")
+    total = gpt2.hf_model.transformer.h[1].attn.c_attn.nf  # [q | k | v], 3 x 128 wide
+    shapes = dataclasses.replace(gpt2.resolver.s.shapes, n_kv_heads=2)
+    with pytest.raises(PointUnavailableError) as info:
+        _resolver("gpt2", shapes=shapes).resolve("value.1")
+    assert str(info.value) == (
+        f"value is not available on this model: fused projection attn.c_attn is {total} wide, "
+        "expected (heads 4 + 2 x kv 2) x head_dim 32; its layout is unknown"
+    )
+    # GPT-NeoX's query_key_value with fewer KV heads than heads (same total width) and no
+    # Falcon-style grouping flag has no known layout.
+    neox = synthetic_model("gpt-neox")
+    assert neox.hf_model.gpt_neox.layers[1].attention.query_key_value.out_features == 384
+    shapes = dataclasses.replace(neox.resolver.s.shapes, n_heads=2, n_kv_heads=5)  # (2+10) x 32
+    with pytest.raises(PointUnavailableError) as info:
+        _resolver("gpt-neox", shapes=shapes).resolve("value.1")
+    assert str(info.value) == (
+        "value is not available on this model: fused query_key_value with grouped KV heads has "
+        "no known layout"
+    )
+    # Negative control: the shapes as loaded serve value, one KV head set wide.
+    for slug in ("gpt2", "gpt-neox"):
+        assert _resolver(slug).resolve("value.1").width == 4 * 32

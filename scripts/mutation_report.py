@@ -124,6 +124,14 @@ EQUIVALENT: dict[str, str] = {
     },
     "ie_eager.resolve.xǁResolverǁ_mla_value__mutmut_6": "kv_b_proj's per-head group is "
     "nope + v_dim wide, so the slice to None ends at nope + v_dim",
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_router_order__mutmut_{n}": "the order memo is per "
+        "resolver (one model), whose routers are all one class: any fixed key is one entry"
+        for n in (8, 9)
+    },
+    "ie_eager.resolve.xǁResolverǁ_router_order__mutmut_11": "flipped = None is falsy like False",
+    "ie_eager.resolve.xǁResolverǁpoint_names__mutmut_11": "a hyper-connection trunk has at least "
+    "2 streams (DeepSeek-V4: 4), so stream 1 resolves wherever stream 0 does",
     "ie_eager.resolve.xǁResolverǁ_mlp_branch__mutmut_21": "_mlp_branch runs only on blocks "
     "with both MLPs: neither tap is ever None",
     **{

@@ -9,11 +9,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 from eager_support import PROMPT, synthetic_model
 from ie_core.address import Address
 from ie_core.errors import PointUnavailableError, SteeringSpecError
-from ie_core.points import POINTS
+from ie_core.families import get_family
+from ie_core.points import POINTS, get_point
 from ie_core.steering import Additive, steer_at
+from ie_eager.hooks import Session
 from ie_eager.resolve import Resolver
 from ie_eager.synthetic import FAMILIES
 
@@ -166,3 +169,58 @@ def test_a_fused_projection_of_another_width_or_layout_is_refused_for_value() ->
     # Negative control: the shapes as loaded serve value, one KV head set wide.
     for slug in ("gpt2", "gpt-neox"):
         assert _resolver(slug).resolve("value.1").width == 4 * 32
+
+
+def _read(resolver: Resolver, slug: str, names: list[str]) -> dict[str, torch.Tensor]:
+    """One plain forward of the model, read through `resolver` (not the model's own)."""
+    model = synthetic_model(slug)
+    ids = torch.tensor([model.to_tokens(PROMPT)])
+    reads = [resolver.resolve(name) for name in names]
+    with torch.no_grad(), Session(model.hf_model, reads) as session:
+        session.batch_shape = (1, ids.shape[1])
+        model.hf_model(input_ids=ids, use_cache=False)
+    return {name: session.captured[r.address] for name, r in zip(names, reads, strict=True)}
+
+
+@pytest.mark.parametrize(("slug", "probed"), [("granitemoehybrid", True), ("qwen3-moe", False)])
+def test_a_new_resolver_reads_router_logits_as_the_routers_own_linear(
+    slug: str, probed: bool
+) -> None:
+    # Granite-4.0-H's router returns (indices, weights, logits), found by probing; without a
+    # probe a resolver keeps the usual (logits, weights, indices) order of other routers.
+    model = synthetic_model(slug)
+    s = model.resolver.s
+    probe = model._probe if probed else None  # the backend's own layout probe
+    resolver = Resolver(s, model.resolver.family, model.hf_model, probe)
+    layer = next(i for i, b in enumerate(s.blocks) if b.moe)
+    got = _read(resolver, slug, [f"router_logits.{layer}", f"mlp_in.{layer}"])
+    router = s.blocks[layer].sub(s.blocks[layer].mlp, ("gate", "router"))
+    assert router is not None
+    with torch.no_grad():
+        want = torch.nn.functional.linear(
+            got[f"mlp_in.{layer}"], router[1].weight, getattr(router[1], "bias", None)
+        )
+    assert got[f"router_logits.{layer}"].shape == want.shape
+    assert torch.allclose(got[f"router_logits.{layer}"], want, atol=1e-5, rtol=1e-5)
+    if probed:  # negative control: without the probe, Granite's read is another output item
+        blind = Resolver(s, model.resolver.family, model.hf_model)
+        other = _read(blind, slug, [f"router_logits.{layer}"])[f"router_logits.{layer}"]
+        assert other.shape != want.shape or not torch.allclose(other, want, atol=1e-5)
+
+
+def test_a_new_resolver_keeps_the_family_reason_and_the_model_modules() -> None:
+    resolver = _resolver("llama")
+    with pytest.raises(PointUnavailableError) as info:
+        resolver.resolve("q_norm_in.1")
+    reason = get_family("llama").missing_reason(get_point("q_norm_in"))
+    assert info.value.reason == reason and "no qk norm" in reason
+    # A module path is looked up on the model the resolver was given.
+    mlp = synthetic_model("llama").hf_model.get_submodule("model.layers.1.mlp")
+    assert resolver.resolve("path.model.layers.1.mlp").tap.module is mlp
+
+
+def test_a_resolver_over_a_module_without_an_hf_config_resolves_the_trunk() -> None:
+    s = synthetic_model("llama").resolver.s
+    resolver = Resolver(s, None, torch.nn.Module())
+    assert resolver.config is None
+    assert resolver.resolve("embeddings").width == s.shapes.d_model

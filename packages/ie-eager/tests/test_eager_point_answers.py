@@ -7,6 +7,7 @@ refused with the reason, word for word."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 import torch
@@ -51,7 +52,8 @@ def test_each_reported_width_is_the_captured_tensors_width(slug: str) -> None:
     for address in addresses:
         assert model.point_width(address) == cache[address][0, 0].numel(), str(address)
     # The unembed is as wide as HF's own logits; the residual as its hidden states.
-    assert model.point_width("lm_head") == logits.shape[-1] == model.hf_model.config.vocab_size
+    config: Any = model.hf_model.config
+    assert model.point_width("lm_head") == logits.shape[-1] == config.vocab_size
     assert model.point_width("embeddings") == model.d_model
     for layer in model.capabilities()["attn_probs"].layers[:1]:  # hybrids: a softmax layer
         with pytest.raises(PointUnavailableError, match="no fixed width"):
@@ -131,7 +133,8 @@ def test_hyper_connection_points_refuse_a_stream_and_a_block_without_the_module(
 def test_a_token_mixer_layer_names_the_softmax_layers_from_the_config(slug: str) -> None:
     # HF's config lists each layer's kind; the refusal on a mixer layer names the others.
     model = synthetic_model(slug)
-    kinds = model.hf_model.config.get_text_config().layer_types
+    config: Any = model.hf_model.config
+    kinds = config.get_text_config().layer_types
     softmax = [i for i, kind in enumerate(kinds) if kind == "full_attention"]
     mixers = [i for i, kind in enumerate(kinds) if kind != "full_attention"]
     assert softmax and mixers
@@ -147,7 +150,8 @@ def test_a_token_mixer_layer_names_the_softmax_layers_from_the_config(slug: str)
 def test_a_fused_projection_of_another_width_or_layout_is_refused_for_value() -> None:
     # Shapes that do not fit the fused projection HF built: eager refuses rather than guess.
     gpt2 = synthetic_model("gpt2")
-    total = gpt2.hf_model.transformer.h[1].attn.c_attn.nf  # [q | k | v], 3 x 128 wide
+    hf: Any = gpt2.hf_model
+    total = hf.transformer.h[1].attn.c_attn.nf  # [q | k | v], 3 x 128 wide
     shapes = dataclasses.replace(gpt2.resolver.s.shapes, n_kv_heads=2)
     with pytest.raises(PointUnavailableError) as info:
         _resolver("gpt2", shapes=shapes).resolve("value.1")
@@ -158,7 +162,8 @@ def test_a_fused_projection_of_another_width_or_layout_is_refused_for_value() ->
     # GPT-NeoX's query_key_value with fewer KV heads than heads (same total width) and no
     # Falcon-style grouping flag has no known layout.
     neox = synthetic_model("gpt-neox")
-    assert neox.hf_model.gpt_neox.layers[1].attention.query_key_value.out_features == 384
+    hf = neox.hf_model
+    assert hf.gpt_neox.layers[1].attention.query_key_value.out_features == 384
     shapes = dataclasses.replace(neox.resolver.s.shapes, n_heads=2, n_kv_heads=5)  # (2+10) x 32
     with pytest.raises(PointUnavailableError) as info:
         _resolver("gpt-neox", shapes=shapes).resolve("value.1")
@@ -194,11 +199,12 @@ def test_a_new_resolver_reads_router_logits_as_the_routers_own_linear(
     resolver = Resolver(s, model.resolver.family, model.hf_model, probe)
     layer = next(i for i, b in enumerate(s.blocks) if b.moe)
     got = _read(resolver, slug, [f"router_logits.{layer}", f"mlp_in.{layer}"])
-    router = s.blocks[layer].sub(s.blocks[layer].mlp, ("gate", "router"))
-    assert router is not None
+    found = s.blocks[layer].sub(s.blocks[layer].mlp, ("gate", "router"))
+    assert found is not None
+    router: Any = found[1]
     with torch.no_grad():
         want = torch.nn.functional.linear(
-            got[f"mlp_in.{layer}"], router[1].weight, getattr(router[1], "bias", None)
+            got[f"mlp_in.{layer}"], router.weight, getattr(router, "bias", None)
         )
     assert got[f"router_logits.{layer}"].shape == want.shape
     assert torch.allclose(got[f"router_logits.{layer}"], want, atol=1e-5, rtol=1e-5)

@@ -130,6 +130,11 @@ EQUIVALENT: dict[str, str] = {
         for n in (8, 9)
     },
     "ie_eager.resolve.xǁResolverǁ_router_order__mutmut_11": "flipped = None is falsy like False",
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_router_order__mutmut_{n}": "a router's output items are "
+        "2-D [tokens, experts or k]: axis 1 is the last, and the probe's token count leaves it"
+        for n in (23, 24)
+    },
     "ie_eager.resolve.xǁResolverǁpoint_names__mutmut_11": "a hyper-connection trunk has at least "
     "2 streams (DeepSeek-V4: 4), so stream 1 resolves wherever stream 0 does",
     "ie_eager.resolve.xǁResolverǁ_mlp_branch__mutmut_21": "_mlp_branch runs only on blocks "

@@ -230,3 +230,23 @@ def test_a_resolver_over_a_module_without_an_hf_config_resolves_the_trunk() -> N
     resolver = Resolver(s, None, torch.nn.Module())
     assert resolver.config is None
     assert resolver.resolve("embeddings").width == s.shapes.d_model
+
+
+def test_a_resolver_without_a_registered_family_gives_the_structural_reasons() -> None:
+    # An architecture outside the family registry: each refusal says what the model lacks.
+    model = synthetic_model("llama")
+    resolver = Resolver(model.resolver.s, None, model.hf_model, model._probe)
+    want = {
+        "q_norm_in.1": "the attention has no per-head query/key norm (no QK-norm)",
+        "attn_gate.1": "the attention has no output gate",
+        "router_logits.1": "layer 1 has a dense MLP, not a mixture of experts",
+    }
+    for address, reason in want.items():
+        with pytest.raises(PointUnavailableError) as info:
+            resolver.resolve(address)
+        assert info.value.reason == reason, address
+    # Negative control: the registered family answers with its own reason instead.
+    with pytest.raises(PointUnavailableError) as info:
+        model.resolve("attn_gate.1")
+    assert info.value.reason == get_family("llama").missing_reason(get_point("attn_gate"))
+    assert info.value.reason != want["attn_gate.1"]

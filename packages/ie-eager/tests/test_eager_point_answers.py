@@ -33,11 +33,12 @@ def _served(slug: str) -> list[Address]:
         if point.name in MAPS:
             continue
         for layer in range(model.n_layers) if point.per_layer else [None]:
-            try:
-                model.resolve(Address(point.name, layer))
-            except PointUnavailableError:
-                continue
-            out.append(Address(point.name, layer))
+            for stream in (None, 0):  # stream 0 of a multi-stream trunk's residual points
+                try:
+                    model.resolve(Address(point.name, layer, stream))
+                except PointUnavailableError:
+                    continue
+                out.append(Address(point.name, layer, stream))
     return out
 
 
@@ -127,6 +128,20 @@ def test_hyper_connection_points_refuse_a_stream_and_a_block_without_the_module(
         # Negative control: the other layers keep the module, and the MLP side its own.
         assert resolver.resolve(f"{name}.0").kind == "tap"
         assert resolver.resolve(f"{name.replace('attn', 'mlp')}.1").kind == "tap"
+    # Without the hyper-connection module before the MLP there is no resid_mid stream.
+    blocks[1] = dataclasses.replace(model.resolver.s.blocks[1], mlp_hc=None)
+    with pytest.raises(PointUnavailableError) as info:
+        _resolver("deepseek-v4", blocks=tuple(blocks)).resolve("resid_mid.1.stream-0")
+    assert str(info.value) == (
+        "resid_mid is not available on this model: no hyper-connection module before the MLP"
+    )
+    assert model.resolve("resid_mid.1.stream-0").width == model.d_model
+    with pytest.raises(PointUnavailableError) as info:
+        model.resolve("resid_streams.1.stream-0")
+    assert str(info.value) == (
+        "resid_streams is not available on this model: it is all 4 streams; read one as "
+        "resid_post.1.stream-N"
+    )
 
 
 @pytest.mark.parametrize("slug", ["granitemoehybrid", "lfm2", "qwen3-next"])
@@ -250,3 +265,21 @@ def test_a_resolver_without_a_registered_family_gives_the_structural_reasons() -
         model.resolve("attn_gate.1")
     assert info.value.reason == get_family("llama").missing_reason(get_point("attn_gate"))
     assert info.value.reason != want["attn_gate.1"]
+
+
+@pytest.mark.parametrize("which", ["q", "k"])
+def test_qk_norm_points_are_the_projection_and_the_hf_norm_of_it(which: str) -> None:
+    # Qwen3 norms each head of q_proj(attn_in) (k_proj for keys) before RoPE.
+    model = synthetic_model("qwen3")
+    attn: Any = model.hf_model.get_submodule("model.layers.1.self_attn")
+    names = ["attn_in.1", f"{which}_norm_in.1", f"{which}_norm_out.1"]
+    _, cache = model.forward_with_cache([model.to_tokens(PROMPT)], names)
+    proj, norm = getattr(attn, f"{which}_proj"), getattr(attn, f"{which}_norm")
+    with torch.no_grad():
+        raw = proj(cache["attn_in.1"])
+        normed = norm(raw.unflatten(-1, (-1, attn.head_dim))).flatten(-2)
+    got_in = cache[f"{which}_norm_in.1"].flatten(2)
+    got_out = cache[f"{which}_norm_out.1"].flatten(2)
+    assert torch.allclose(got_in, raw, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(got_out, normed, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(got_in, got_out, atol=1e-3)  # negative control: the norm acts

@@ -366,6 +366,9 @@ def main() -> None:
         rerun = package / "mutants" / "rerun_seconds.txt"
         if rerun.exists():
             seconds += f" + {rerun.read_text().strip()} s rerunning the survivors after new tests"
+        named = package / "mutants" / "named_rerun_seconds.txt"  # a stopped run's survivors
+        if named.exists():
+            seconds += f" + {named.read_text().strip()} s rerunning named survivors after new tests"
         runs.append((package, results, seconds))
     print(report(runs), end="")
 

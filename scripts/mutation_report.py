@@ -107,7 +107,7 @@ EQUIVALENT: dict[str, str] = {
         for f, ns in (
             ("mla_value", (12, 21, 22)),
             ("multi_stream", (30, 39, 40, 61, 70, 71, 127, 136, 137)),
-            ("gate", (35,)),
+            ("gate", (35, 44, 45)),
         )
         for n in ns
     },
@@ -131,7 +131,8 @@ EQUIVALENT: dict[str, str] = {
             ("mla_value", (25, 29, 31, 32)),
             ("multi_stream", (43, 47, 49, 50)),
             ("mlp_branch", (7, 10, 11, 12, 15, 18, 19, 20)),
-            ("gate", (48, 52)),
+            ("gate", (48, 52, 54, 55)),
+            ("qk_norm", (36, 37)),
         )
         for n in ns
     },

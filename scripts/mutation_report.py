@@ -193,8 +193,9 @@ def _module_name(name: str) -> str:
 def _sources(mutants: Path, module: str) -> dict[str, str]:
     path = mutants / "src" / (module.replace(".", "/") + ".py")
     src = path.read_text()
+    lines = src.splitlines()  # sliced by line numbers: get_source_segment is quadratic here
     return {
-        n.name: ast.get_source_segment(src, n) or ""
+        n.name: "\n".join(lines[n.lineno - 1 : n.end_lineno]).strip()
         for n in ast.walk(ast.parse(src))
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
     }

@@ -29,6 +29,12 @@ run_package() {
   local names=() seconds_file=mutants/seconds.txt
   if [[ $mode == fresh ]]; then rm -rf mutants; fi
   if [[ $mode == survivors ]]; then
+    # The report counts a mutant left "not checked" after a survivors rerun as killed in the full
+    # run, so the full run must have finished.
+    if grep -q ': not checked$' mutants/results.txt; then
+      echo "$package: its last run stopped before every mutant ran; resume it first" >&2
+      exit 1
+    fi
     mapfile -t names < <(grep -v -E ': (killed|timeout)$' mutants/results.txt | cut -d: -f1 | tr -d ' ')
     seconds_file=mutants/rerun_seconds.txt
     if [[ ${#names[@]} -eq 0 ]]; then echo 0 > "$seconds_file"; return; fi
@@ -42,7 +48,7 @@ run_package() {
     exit 1
   fi
   echo $(( $(date +%s) - start )) > "$seconds_file"
-  if [[ $mode != survivors ]]; then rm -f mutants/rerun_seconds.txt; fi
+  if [[ $mode != survivors ]]; then rm -f mutants/rerun_seconds.txt mutants/named_rerun_seconds.txt; fi
   "${mutmut[@]}" results --all true > mutants/results.txt
 }
 

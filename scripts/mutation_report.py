@@ -87,6 +87,89 @@ EQUIVALENT: dict[str, str] = {
         "message for a module that produced no tensor"
         for f, n in (("embeddings", 14), ("final_norm", 21), ("lm_head", 14), ("path", 17))
     },
+    # A path address is never written (a steering spec names registry points only), and a
+    # Resolved's writable is read only as a truth value (`not r.writable`, `all(writes)`).
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_path__mutmut_{n}": "a path address is never written: "
+        "steering specs name registry points only"
+        for n in (9, 25)
+    },
+    **{
+        name: "writable is read only as a truth value: None is False"
+        for name in (
+            "ie_eager.resolve.xǁResolverǁ_lm_head__mutmut_6",
+            "ie_eager.resolve.xǁResolverǁ_attention__mutmut_11",
+        )
+    },
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_{f}__mutmut_{n}": "a kind other than sum, branch or "
+        "attention is a plain tap"
+        for f, ns in (
+            ("mla_value", (12, 21, 22)),
+            ("multi_stream", (30, 39, 40, 61, 70, 71, 127, 136, 137)),
+            ("gate", (35, 44, 45)),
+        )
+        for n in ns
+    },
+    "ie_eager.resolve.xǁResolverǁ_multi_stream__mutmut_138": "a tap's path is read only by the "
+    "message for a module that produced no tensor",
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_multi_stream__mutmut_{n}": "io is only compared with "
+        "'in'; as a site of its own at the block output its hooks still run writes first (writes "
+        "are installed first, in the order one site would sort them)"
+        for n in (73, 76, 77, 122, 123)
+    },
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_gate__mutmut_{n}": "q_proj's per-head group is 2 x "
+        "head_dim wide: a slice to None or past the end stops there"
+        for n in (25, 32)
+    },
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_{f}__mutmut_{n}": "a tap's io is only compared with 'in' "
+        "(and no other tap shares the module's output site)"
+        for f, ns in (
+            ("mla_value", (25, 29, 31, 32)),
+            ("multi_stream", (43, 47, 49, 50)),
+            ("mlp_branch", (7, 10, 11, 12, 15, 18, 19, 20)),
+            ("gate", (48, 52, 54, 55)),
+            ("qk_norm", (36, 37)),
+        )
+        for n in ns
+    },
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_{f}__mutmut_{n}": "writable is read only as a truth value: "
+        "None is False"
+        for f, n in (("mla_value", 15), ("multi_stream", 33), ("gate", 38))
+    },
+    "ie_eager.resolve.xǁResolverǁ_mla_value__mutmut_6": "kv_b_proj's per-head group is "
+    "nope + v_dim wide, so the slice to None ends at nope + v_dim",
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_router_order__mutmut_{n}": "the order memo is per "
+        "resolver (one model), whose routers are all one class: any fixed key is one entry"
+        for n in (8, 9)
+    },
+    "ie_eager.resolve.xǁResolverǁ_router_order__mutmut_11": "flipped = None is falsy like False",
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_router_order__mutmut_{n}": "a router's output items are "
+        "2-D [tokens, experts or k]: axis 1 is the last, and the probe's token count leaves it"
+        for n in (23, 24)
+    },
+    "ie_eager.resolve.xǁResolverǁpoint_names__mutmut_11": "a hyper-connection trunk has at least "
+    "2 streams (DeepSeek-V4: 4), so stream 1 resolves wherever stream 0 does",
+    "ie_eager.resolve.xǁResolverǁ_mlp_branch__mutmut_21": "_mlp_branch runs only on blocks "
+    "with both MLPs: neither tap is ever None",
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_single_stream__mutmut_{n}": "never called: _resolve "
+        "refuses multi-stream points on a single trunk and _multi_stream serves them on a "
+        "multi-stream one"
+        for n in range(1, 7)
+    },
+    **{
+        f"ie_eager.hooks.xǁSessionǁ_rows__mutmut_{n}": "torch.tensor of Python bools is torch.bool"
+        for n in (16, 19)
+    },
+    "ie_eager.hooks.xǁSessionǁ_write__mutmut_75": "steered already has raw's dtype (apply_ops, "
+    "the selectors and the scale keep it), so .to(None) and .to(raw.dtype) are both no-ops",
     **{
         f"ie_static.tables.xǁWriteTableǁ_fill_affine__mutmut_{n}": "a Patch has one row or one per "
         "position, and one row broadcasts on assignment to the rows either way"
@@ -110,8 +193,9 @@ def _module_name(name: str) -> str:
 def _sources(mutants: Path, module: str) -> dict[str, str]:
     path = mutants / "src" / (module.replace(".", "/") + ".py")
     src = path.read_text()
+    lines = src.splitlines()  # sliced by line numbers: get_source_segment is quadratic here
     return {
-        n.name: ast.get_source_segment(src, n) or ""
+        n.name: "\n".join(lines[n.lineno - 1 : n.end_lineno]).strip()
         for n in ast.walk(ast.parse(src))
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
     }
@@ -146,11 +230,8 @@ def _no_dtype(line: str) -> str:
 # Functions no test of their own package calls, tested in another package (name prefix -> where).
 # (ie-core's jacobian_lens_topk was one; it has ie-core unit tests now.) Also functions whose
 # only tests are in the package but outside its mutation selection.
-ELSEWHERE: dict[str, str] = {
-    "ie_eager.resolve.xǁResolverǁ_multi_stream__": "ie-eager's test_eager_new_families.py",
-    "ie_eager.resolve.xǁResolverǁ_mla_value__": "ie-eager's test_eager_new_families.py",
-    "ie_eager.resolve.xǁResolverǁ_single_stream__": "ie-eager's test_eager_new_families.py",
-}
+# (ie-eager's special-family tests were; they are in its selection now.)
+ELSEWHERE: dict[str, str] = {}
 
 
 def category(name: str, lines: list[str]) -> str:
@@ -287,6 +368,9 @@ def main() -> None:
         rerun = package / "mutants" / "rerun_seconds.txt"
         if rerun.exists():
             seconds += f" + {rerun.read_text().strip()} s rerunning the survivors after new tests"
+        named = package / "mutants" / "named_rerun_seconds.txt"  # a stopped run's survivors
+        if named.exists():
+            seconds += f" + {named.read_text().strip()} s rerunning named survivors after new tests"
         runs.append((package, results, seconds))
     print(report(runs), end="")
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 from ie_core.errors import SteeringSpecError
+from ie_core.feature_ops import FeatureClamp
 from ie_core.interventions import Hook, Patch, Scale
-from ie_core.steer_math import apply_ops, check_ops_fit, head_columns, patch_rows
+from ie_core.steer_math import apply_ops, check_ops_fit, head_columns, op_delta, patch_rows
 from ie_core.steering import Additive, LensAblate, ProjectionCap
 
 BIG = 7e4  # beyond float16's max (65504), well within float32's
@@ -111,8 +112,6 @@ def test_every_op_is_checked_not_only_those_before_an_unchecked_one() -> None:
 
 
 def test_feature_clamp_at_its_threshold_is_off() -> None:
-    from ie_core.feature_ops import FeatureClamp
-
     h = torch.tensor([[1.0, 0.0], [2.0, 0.0]])  # p = h . e1 = 1 (at the threshold), 2 (above)
     op = FeatureClamp([1.0, 0.0], [0.0, 1.0], bias=0.0, threshold=1.0, value=5.0)
     out = apply_ops(h, [op])
@@ -123,3 +122,21 @@ def test_a_patch_of_every_position_hits_every_row_of_a_batch() -> None:
     h = torch.zeros(2, 3, 2)
     values, hit = patch_rows(Patch([1.0, 2.0]), None, h)
     assert hit.shape == (2, 3) and bool(hit.all()) and values.shape == (2, 3, 2)
+
+
+def test_feature_clamp_delta_is_the_float64_product_rounded_once() -> None:
+    # Decoder entries that float32 cannot hold: the delta must be (value - act) * decoder in
+    # float64, rounded to float32 once; a decoder rounded to float32 first is off by an ulp.
+    decoder = [1 / 3 + k / 7 for k in range(-8, 8)]
+    encoder = [0.5] + [0.0] * 15
+    h = torch.zeros(1, 16)
+    h[0, 0] = 1.0  # p = 1.0 * 0.5 + 0.25 = 0.75 exactly, so act = 0.75 and value - act = 1.25
+    op = FeatureClamp(encoder, decoder, bias=0.25, threshold=0.1, value=2.0)
+    scale = torch.tensor(1.25, dtype=torch.float64)
+    want = (scale * torch.tensor(decoder, dtype=torch.float64)).float()
+    got = op_delta(h, op)
+    assert got.dtype == torch.float32
+    assert torch.equal(got[0], want)
+    # Negative control: the decoder rounded to float32 before the product differs somewhere.
+    rounded_first = (scale * torch.tensor(decoder, dtype=torch.float32).double()).float()
+    assert not torch.equal(rounded_first, want)

@@ -1,8 +1,10 @@
-"""Start `ie serve` on a loopback port for a test module, and stop it (its whole process group)."""
+"""Start `ie serve` on a loopback port for a test module, and stop it (its whole process group);
+the shared ie-synthetic/llama server's settings and the SAE it serves."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -15,8 +17,33 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+import torch
 
 START_TIMEOUT_S = 1200
+
+# The server tests/conftest.py shares between the HTTP and hostile-client tests: fp32 on the CPU
+# engine, an API key, the model's whole context, one SAE (a local SAELens folder: no Hub here).
+LLAMA, LLAMA_KEY, LLAMA_CONTEXT = "ie-synthetic/llama", "ie-test-key", 512
+SAE_NAME, SAE_POINT, SAE_WIDTH = "res1", "resid_post.1", 96
+
+
+def sae_weights() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(26)
+    d = 128  # ie-synthetic/llama's d_model
+    return {"W_enc": torch.randn(d, SAE_WIDTH, generator=g) / d**0.5,
+            "b_enc": torch.randn(SAE_WIDTH, generator=g) / 8,
+            "W_dec": torch.randn(SAE_WIDTH, d, generator=g) / 4,
+            "b_dec": torch.randn(d, generator=g) / 8}  # fmt: skip
+
+
+def sae_folder(folder: Path) -> Path:
+    """A SAELens folder (weights and cfg.json) the server loads with --sae."""
+    from safetensors.torch import save_file
+
+    save_file(sae_weights(), str(folder / "sae_weights.safetensors"))
+    cfg = {"hook_name": "blocks.1.hook_resid_post", "apply_b_dec_to_input": True}
+    (folder / "cfg.json").write_text(json.dumps(cfg))
+    return folder
 
 
 def free_port() -> int:

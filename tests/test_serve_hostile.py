@@ -2,8 +2,9 @@
 every path, steering never silently dropped, text bounded before tokenizing, answers bounded
 before running, a gone client's generation aborted, and a schema-driven fuzz run with no 5xx.
 
-One real server (ie-synthetic/llama, CPU engine, fp32, an API key, its whole 512-token context so a
-generation runs long enough to be cancelled mid-way). Each test names the finding it covers.
+One real server (tests/conftest.py's `llama_server`, shared with test_serve_http: ie-synthetic/llama,
+CPU engine, fp32, an API key, its whole 512-token context so a generation runs long enough to be
+cancelled mid-way). Each test names the finding it covers.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -24,25 +24,21 @@ pytest.importorskip("vllm")
 
 from ie_core import Additive, PositionMask, steer_at
 from ie_core.wire import STEERING_XARG, decode_tensors, encode_tensors, steering_to_wire
-from serve_process import ie_serve
+from serve_process import LLAMA, LLAMA_CONTEXT, LLAMA_KEY
 
 pytestmark = [pytest.mark.slow]
 
-MODEL = "ie-synthetic/llama"
-KEY = "ie-hostile-key"
+MODEL, KEY = LLAMA, LLAMA_KEY
 AUTH = {"Authorization": f"Bearer {KEY}"}
-CONTEXT = 512  # the synthetic model's positions
+CONTEXT = LLAMA_CONTEXT  # the synthetic model's positions
 # Examples per operation (the run's request count is printed); the long form fuzzes more.
 FUZZ_EXAMPLES = 40 if os.environ.get("IE_FULL_SUITE") == "1" else 6
 TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("serve-hostile") / "server.log"
-    args = ["--api-key", KEY, "--max-model-len", str(CONTEXT), "--disable-uvicorn-access-log"]
-    with ie_serve(MODEL, args, log) as url:
-        yield url
+def server(llama_server: str) -> str:
+    return llama_server
 
 
 def _post(server: str, path: str, **kw: Any) -> httpx.Response:

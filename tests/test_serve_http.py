@@ -1,6 +1,7 @@
 """`ie serve` (vLLM's own OpenAI server with ie-vllm's worker extension) and the `remote` backend.
 
-One real server on a loopback port (ie-synthetic/llama on the CPU engine, fp32, an API key),
+One real server on a loopback port (tests/conftest.py's `llama_server`, shared with
+test_serve_hostile: ie-synthetic/llama on the CPU engine, fp32, an API key, one SAE),
 driven by the `openai` package and by `load_model(url, backend="remote")`. References: eager on
 the same folder (an independent engine, 1e-4) and the same server's serial answers (concurrent
 requests must equal them to 1e-5; the worker registry is empty afterwards).
@@ -10,13 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,87 +25,25 @@ openai = pytest.importorskip("openai")
 from ie_core import Additive, SamplingParams, load_model, steer_at  # noqa: E402
 from ie_core.runner import run  # noqa: E402
 from ie_core.wire import STEERING_XARG, steering_to_wire  # noqa: E402
+from serve_process import LLAMA, LLAMA_KEY, SAE_NAME, SAE_POINT, SAE_WIDTH, sae_weights  # noqa: E402
 
 pytestmark = [pytest.mark.slow]
 
-MODEL = "ie-synthetic/llama"
-KEY = "ie-test-key"
+MODEL, KEY = LLAMA, LLAMA_KEY
 TOL_EAGER = 1e-4
 TOL_SERIAL = 1e-5
-START_TIMEOUT_S = 1200
 PROMPT = "The quick brown fox jumps over the lazy dog"
-
-
-SAE_NAME, SAE_POINT, SAE_WIDTH = "res1", "resid_post.1", 96
-
-
-def _sae_weights() -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(26)
-    d = 128  # ie-synthetic/llama's d_model
-    return {"W_enc": torch.randn(d, SAE_WIDTH, generator=g) / d**0.5,
-            "b_enc": torch.randn(SAE_WIDTH, generator=g) / 8,
-            "W_dec": torch.randn(SAE_WIDTH, d, generator=g) / 4,
-            "b_dec": torch.randn(d, generator=g) / 8}  # fmt: skip
-
-
-def _sae_folder(folder: Path) -> Path:
-    """A SAELens folder the server loads with --sae (the Hub is unreachable here)."""
-    from safetensors.torch import save_file
-
-    save_file(_sae_weights(), str(folder / "sae_weights.safetensors"))
-    cfg = {"hook_name": "blocks.1.hook_resid_post", "apply_b_dec_to_input": True}
-    (folder / "cfg.json").write_text(json.dumps(cfg))
-    return folder
 
 
 def _local_sae() -> Any:
     from ie_core.saes import from_tensors
 
-    return from_tensors(_sae_weights(), address=SAE_POINT, b_dec_in=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return from_tensors(sae_weights(), address=SAE_POINT, b_dec_in=True)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    log = tmp_path_factory.mktemp("serve") / "server.log"
-    ie = Path(sys.executable).with_name("ie")
-    cmd = [str(ie), "serve", MODEL, "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--api-key", KEY, "--max-model-len", "256", "--disable-uvicorn-access-log"]
-    cmd += ["--sae", f"{SAE_NAME}={_sae_folder(tmp_path_factory.mktemp('sae'))}"]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    started = time.monotonic()
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"ie serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() - started > START_TIMEOUT_S:
-                pytest.fail(f"ie serve did not answer /health in {START_TIMEOUT_S} s")
-            time.sleep(2)
-        print(f"ie serve ready in {time.monotonic() - started:.1f} s")
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+def server(llama_server: str) -> str:
+    return llama_server
 
 
 @pytest.fixture(scope="module")

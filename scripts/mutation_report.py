@@ -141,6 +141,30 @@ EQUIVALENT: dict[str, str] = {
         "None is False"
         for f, n in (("mla_value", 15), ("multi_stream", 33), ("gate", 38))
     },
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_{f}__mutmut_{n}": "a kind other than sum, branch or "
+        "attention is a plain tap"
+        for f, ns in (
+            ("mlp_inner", (65, 110, 142, 174)),
+            ("qk_norm", (47,)),
+            ("router", (74,)),
+            ("value", (15,)),
+            ("z", (37,)),
+        )
+        for n in ns
+    },
+    **{
+        f"ie_eager.resolve.xǁResolverǁ_{f}__mutmut_{n}": "a tap's io is only compared with 'in' "
+        "(tap_on's default is 'out'; the layout probe reads the same output)"
+        for f, ns in (
+            ("mlp_inner", (123, 127, 155, 158, 187, 190)),
+            ("router", (55, 58, 87, 91)),
+            ("value", (28, 31)),
+        )
+        for n in ns
+    },
+    "ie_eager.resolve.xǁResolverǁ_mlp_inner__mutmut_108": "gate_up_proj is 2 x d_mlp wide: a "
+    "slice to 3 x d_mlp stops at its end, in get and put alike",
     "ie_eager.resolve.xǁResolverǁ_mla_value__mutmut_6": "kv_b_proj's per-head group is "
     "nope + v_dim wide, so the slice to None ends at nope + v_dim",
     **{

@@ -111,6 +111,78 @@ def test_a_block_without_attention_refuses_the_attention_maps_with_the_reason() 
         assert resolver.resolve(f"{name}.0").kind == "attention"
 
 
+def _with_children(module: torch.nn.Module, names: tuple[str, ...]) -> torch.nn.Module:
+    """A stand-in for `module` that keeps only the named children (a layout no family has)."""
+    kept = torch.nn.Module()
+    for name in names:
+        kept.add_module(name, module.get_submodule(name))
+    return kept
+
+
+def _refusal(resolver: Resolver, address: str) -> str:
+    with pytest.raises(PointUnavailableError) as info:
+        resolver.resolve(address)
+    assert str(info.value) == (
+        f"{address.split('.')[0]} is not available on this model: {info.value.reason}"
+    )
+    return info.value.reason
+
+
+def test_blocks_missing_mlp_or_attention_modules_refuse_with_the_structural_reason() -> None:
+    # Layouts no synthetic family reaches: the resolver names what is missing (and raises
+    # PointUnavailableError, not an AttributeError from a half-resolved tap).
+    block = synthetic_model("llama").resolver.s.blocks[1]
+    mlp, attn = block.mlp, block.attn
+    assert mlp is not None and attn is not None
+
+    def resolver(**parts: object) -> Resolver:
+        blocks = list(synthetic_model("llama").resolver.s.blocks)
+        blocks[1] = dataclasses.replace(block, **parts)
+        return _resolver("llama", blocks=tuple(blocks))
+
+    no_mlp = resolver(mlp=None)
+    for name in ("mlp_act", "mlp_pre", "mlp_pre_linear"):
+        assert _refusal(no_mlp, f"{name}.1") == "no MLP module found"
+    no_down = resolver(mlp=(mlp[0], _with_children(mlp[1], ("gate_proj", "up_proj"))))
+    assert _refusal(no_down, "mlp_act.1") == "no down projection found in the MLP"
+    down_only = resolver(mlp=(mlp[0], _with_children(mlp[1], ("down_proj",))))
+    assert _refusal(down_only, "mlp_pre.1") == "no first MLP projection found"
+    assert _refusal(down_only, "mlp_pre_linear.1") == (
+        "the MLP is not gated (no separate up projection)"
+    )
+    no_o_proj = resolver(attn=(attn[0], _with_children(attn[1], ("q_proj", "k_proj", "v_proj"))))
+    assert _refusal(no_o_proj, "z.1") == "no attention output projection found"
+    # Negative controls: the same resolver serves the other layers, and the unchanged block's
+    # gated MLP reads the gate and up projections.
+    assert down_only.resolve("mlp_act.1").width == mlp[1].get_submodule("down_proj").in_features
+    assert no_o_proj.resolve("z.0").tap.module is synthetic_model("llama").resolver.s.blocks[
+        0
+    ].attn[1].get_submodule("o_proj")
+    plain = resolver()
+    assert plain.resolve("mlp_pre.1").tap.module is mlp[1].get_submodule("gate_proj")
+    assert plain.resolve("mlp_pre_linear.1").tap.module is mlp[1].get_submodule("up_proj")
+
+
+@pytest.mark.parametrize("slug", ["opt", "phi", "starcoder2"])
+def test_an_ungated_mlp_serves_mlp_pre_as_its_first_projection(slug: str) -> None:
+    # fc1 / c_fc applied by hand to the captured mlp_in; the gated families' projections are
+    # checked in test_eager_invariants.py.
+    model = synthetic_model(slug)
+    block = model.resolver.s.blocks[1]
+    first = block.sub(block.mlp, ("fc1", "c_fc"))
+    assert first is not None
+    addresses = ["mlp_in.1", "mlp_pre.1", "mlp_act.1"]
+    _, cache = model.forward_with_cache([model.to_tokens(PROMPT)], addresses)
+    with torch.no_grad():
+        want = first[1](cache["mlp_in.1"])
+    torch.testing.assert_close(cache["mlp_pre.1"], want, rtol=1e-5, atol=1e-5)
+    # Negative control: mlp_act, the activation of that, is another tensor of the same width.
+    assert cache["mlp_act.1"].shape == want.shape
+    assert (cache["mlp_act.1"] - want).abs().max() > 1e-2
+    with pytest.raises(PointUnavailableError, match="no gated mlp"):
+        model.resolve("mlp_pre_linear.1")
+
+
 def test_hyper_connection_points_refuse_a_stream_and_a_block_without_the_module() -> None:
     model = synthetic_model("deepseek-v4")
     with pytest.raises(PointUnavailableError) as info:

@@ -4,7 +4,8 @@
 # mutmut works per project directory, so each package is its own run; configuration: the
 # `[tool.mutmut]` table in packages/<package>/pyproject.toml. scripts/mutation_fresh.py (a pytest
 # plugin) empties module-level caches in each mutant's run. Niced, one package at a time, since the
-# machine is shared. Writes the report of every package run so far to docs/notes/mutation.md.
+# machine is shared. Writes the report of every package run so far to docs/notes/mutation.md
+# (each package's summary kept in docs/notes/mutation.json).
 #
 #   scripts/mutation.sh                      # every package (resumes from packages/*/mutants/)
 #   scripts/mutation.sh ie-vllm ie-static    # some; the report keeps the others' last results
@@ -58,7 +59,6 @@ for package in "${packages[@]}"; do
   echo "$package: $(cat mutants/seconds.txt)s"
 done
 cd "$root"
-done_packages=()
-for d in packages/*/mutants/results.txt; do done_packages+=("$(dirname "$(dirname "$d")")"); done
-uv run --locked python scripts/mutation_report.py "${done_packages[@]}" > docs/notes/mutation.md
+# The packages run now update docs/notes/mutation.json; the others keep their last results there.
+uv run --locked python scripts/mutation_report.py "${packages[@]/#/packages/}" > docs/notes/mutation.md
 echo "wrote docs/notes/mutation.md"

@@ -211,11 +211,11 @@ class Resolver:
             raise self._refuse(point, self._mixer_reason(b))
         return LAYER_RESOLVERS[point.name](self, point, address, b)
 
-    def _tap(self, point: Point, address: Address, t: Tap | None, why: str, **kw) -> Resolved:
+    def _tap(self, point: Point, address: Address, t: Tap | None, why: str) -> Resolved:
         """A d_model-wide read of `t`, or the family's reason (else `why`) when it is absent."""
         if t is None:
             raise self._missing(point, why)
-        return Resolved(address, "tap", t, self.s.shapes.d_model, point.writable, **kw)
+        return Resolved(address, "tap", t, self.s.shapes.d_model, point.writable)
 
     def _resid_pre(self, point: Point, address: Address, b: Block) -> Resolved:
         return self._tap(point, address, _block_tap(b, "in"), "")

@@ -4,13 +4,16 @@ point is produced from it (`Resolved`). The resolver builds these; the hooks act
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from ie_core.address import Address
 from torch import nn
 
 from ie_eager.selectors import Selector, Whole
 from ie_eager.structure import Block
+
+Io = Literal["in", "out"]
+Kind = Literal["tap", "sum", "branch", "attention"]
 
 
 @dataclass(frozen=True)
@@ -19,9 +22,15 @@ class Tap:
 
     path: str
     module: nn.Module = None  # type: ignore[assignment]
-    io: Literal["in", "out"] = "out"
+    io: Io = "out"
     item: int = 0
     select: Selector = Whole()  # noqa: RUF009 - frozen, so one shared default is safe
+
+    def __post_init__(self) -> None:
+        # The site key pairs the module with io: any other value would install a second,
+        # unordered hook on the same module.
+        if self.io not in get_args(Io):
+            raise ValueError(f"a tap's io is 'in' or 'out', not {self.io!r} ({self.path})")
 
     @property
     def site(self) -> tuple[int, str]:
@@ -36,12 +45,16 @@ class Resolved:
     runs first, and a write changes only `tap`); `attention` records the softmax."""
 
     address: Address
-    kind: Literal["tap", "sum", "branch", "attention"]
+    kind: Kind
     tap: Tap
     width: int | None
     writable: bool
     scale: float | None = None
     base: Tap | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in get_args(Kind):
+            raise ValueError(f"{self.address}: unknown kind {self.kind!r}")
 
 
 def tap_on(block: Block, owner: tuple[str, nn.Module] | None, io: str = "out", **kw) -> Tap | None:

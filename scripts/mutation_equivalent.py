@@ -136,15 +136,18 @@ EQUIVALENT: dict[str, str] = {
         "other point's write (the block input: resid_pre's only; Granite's routed MLP: none) and "
         "path addresses are read-only, so before or after the rest of the site the same tensor "
         "is remembered"
-        for n in (1, 2, 3)
+        for n in (1, 2, 3, 4, 5)
     },
     **{
         f"ie_eager.hooks.xǁSessionǁ_install__mutmut_{n}": "the index only breaks ties between "
         "actions of one point and phase, and the sort is stable: insertion order is the index's"
         for n in (22, 69)
     },
-    "ie_eager.hooks.xǁSessionǁ_install__mutmut_62": "_run reads every action that is neither "
-    "'remember' nor 'write'",
+    **{
+        f"ie_eager.hooks.xǁSessionǁ_install__mutmut_{n}": "_run reads every action that is "
+        "neither 'remember' nor 'write'"
+        for n in (62, 74, 75)
+    },
     "ie_eager.hooks.xǁSessionǁ_install__mutmut_73": "a read's phase has only to follow its "
     "point's writes (phase 0); the remember action it can tie with changes nothing",
     "ie_eager.hooks.xǁSessionǁ_out_hook__mutmut_9": "a forward hook that returns the output "

@@ -163,8 +163,12 @@ def test_steering_that_overflows_the_activations_is_refused_not_decoded() -> Non
     model = synthetic_model("llama")
     u = _unit_direction(model.d_model).tolist()
     spec = steer_at("resid_post.1", Orthogonal(u, 3e38))  # a valid float32 coeff
-    with pytest.raises(SteeringSpecError, match=r"resid_post\.1 produced inf or NaN"):
+    with pytest.raises(SteeringSpecError) as info:
         run(model.generate(model.to_tokens(PROMPT), steering=spec))
+    assert str(info.value) == (
+        "steering at resid_post.1 produced inf or NaN from finite activations in torch.float32: "
+        "the ops' values are too large for these activations; use smaller coefficients or bounds"
+    )
 
 
 def test_additive_values_beyond_a_float16_model_are_refused_at_apply_time() -> None:

@@ -87,11 +87,35 @@ def test_a_gate_without_an_up_projection_is_not_a_gated_mlp() -> None:
     assert resolver.resolve("mlp_act.1").tap.module is mlp[1].get_submodule("down_proj")
 
 
-def test_shared_key_value_attention_has_no_value_point() -> None:
-    reason = _reason(synthetic_model("deepseek-v4").resolver, "value.1")
-    assert reason.startswith("keys and values are one shared single-head tensor (kv_proj")
-    assert reason.endswith("read the module with path.model.layers.1.self_attn.kv_norm")
-    assert synthetic_model("llama").resolve("value.1").width is not None  # negative control
+STRUCTURAL = {  # (family, address) -> what a resolver without a registered family says
+    ("llama", "attn_stream_mix.1"): "the model has a single residual stream, so there are no "
+    "stream coordinates or hyper-connection points; use the plain residual points",
+    ("qwen3-moe", "mlp_act.1"): "layer 1 is a sparse mixture-of-experts layer: each expert has "
+    "its own MLP activations over the tokens routed to it, so there is no single [batch, seq, "
+    "d_mlp] tensor; capture router_logits / expert_indices or mlp_out",
+    ("gpt-j", "resid_mid.1"): "attention and MLP run in parallel on this block, so there is no "
+    "residual between them; use resid_pre (what both read) or resid_post",
+    ("deepseek-v4", "mlp_out.1.stream-0"): "only resid_pre, resid_mid and resid_post take a stream",
+    ("deepseek-v4", "resid_pre.1"): "the trunk carries 4 residual streams: name one "
+    "(resid_pre.1.stream-0 to stream-3) or read resid_streams.1 for the whole stack",
+    ("deepseek-v4", "value.1"): "keys and values are one shared single-head tensor (kv_proj, then "
+    "kv_norm and RoPE on its rope slice), so there is no separate value projection; read the "
+    "module with path.model.layers.1.self_attn.kv_norm",
+}
+
+
+@pytest.mark.parametrize(("slug", "address"), sorted(STRUCTURAL))
+def test_a_resolver_without_a_family_names_what_the_structure_lacks(
+    slug: str, address: str
+) -> None:
+    m = synthetic_model(slug)
+    bare = Resolver(m.resolver.s, None, m.hf_model, m._probe)
+    assert _reason(bare, address) == STRUCTURAL[slug, address]
+    # The registered family refuses it too, with this reason or its own.
+    family = m.resolver.family
+    assert family is not None
+    own = family.missing_reason(get_point(address.split(".")[0]))
+    assert _reason(m.resolver, address) in (STRUCTURAL[slug, address], own)
 
 
 def test_a_trunk_point_takes_no_stream_on_a_multi_stream_model() -> None:

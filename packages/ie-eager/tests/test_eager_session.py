@@ -194,7 +194,10 @@ def test_attention_a_session_cannot_record_is_refused_naming_the_addresses() -> 
     assert "no_such_modeling_module" not in sys.modules
     with pytest.raises(PointUnavailableError) as info, Session(cls(), _attention_reads(cls())):
         pass
-    assert str(info.value).startswith("attn_probs.1, attn_scores.1: Attn does not compute softmax")
+    assert str(info.value) == (
+        "attn_probs.1, attn_scores.1: Attn does not compute softmax through torch.nn.functional in "
+        "its modeling module, so its scores cannot be recorded exactly"
+    )
     # SDPA computes no softmax the session can see: the forward is refused, not half-recorded.
     model = load(str(build("llama")), device="cpu", dtype="float32")
     model.hf_model.set_attn_implementation("sdpa")
@@ -222,3 +225,42 @@ def test_a_write_on_a_module_that_returns_a_one_tuple_lands() -> None:
     with Session(module, [], [Write(r, (Additive(v.tolist()),), (frozenset(),), None)]):
         (out,) = module(x)
     torch.testing.assert_close(out, x * 2 + v, rtol=1e-6, atol=1e-6)
+
+
+def test_a_session_is_entered_once_at_a_time() -> None:
+    model = synthetic_model("llama")
+    with Session(model.hf_model, [model.resolve("resid_post.1")]) as session:
+        with pytest.raises(RuntimeError) as info:
+            session.__enter__()
+        assert str(info.value) == "a Session is entered once at a time"
+
+
+def test_a_path_to_a_module_whose_output_is_no_tensor_is_refused() -> None:
+    model = synthetic_model("llama")
+    with pytest.raises(PointUnavailableError) as info:
+        run_with_cache(model, _ids("llama"), ["path.model"])
+    assert str(info.value) == "LlamaModel returned BaseModelOutputWithPast, not a tensor or tuple"
+
+
+def test_a_write_before_a_module_called_with_keyword_hidden_states_reaches_it() -> None:
+    # HF's decoder layer calls its attention as self_attn(hidden_states=...): attn_in's write
+    # must replace that keyword. Reference: the same vector added by a plain pre-hook.
+    model, ids = synthetic_model("llama"), _ids("llama")
+    v = _vector(model.d_model, 5)
+    attn = model.hf_model.model.layers[1].self_attn
+
+    def add(_: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        assert not args and "hidden_states" in kwargs
+        return args, {**kwargs, "hidden_states": kwargs["hidden_states"] + v}
+
+    handle = attn.register_forward_pre_hook(add, with_kwargs=True)
+    try:
+        want = run_with_cache(model, ids, ["attn_out.1"])["attn_out.1"]
+    finally:
+        handle.remove()
+    got = run_with_cache(
+        model, ids, ["attn_out.1"], steering=steer_at("attn_in.1", Additive(v.tolist()))
+    )
+    torch.testing.assert_close(got["attn_out.1"], want, rtol=1e-5, atol=1e-5)
+    base = run_with_cache(model, ids, ["attn_out.1"])["attn_out.1"]
+    assert (want - base).abs().max() > 100 * 1e-5  # the write moves attention's output

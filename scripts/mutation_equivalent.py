@@ -84,6 +84,11 @@ EQUIVALENT: dict[str, str] = {
             ("multi_stream", (47,)),
             ("mlp_branch", (10, 18)),
             ("gate", (52,)),
+            ("mlp_in", (7,)),
+            ("mlp_out", (11, 23)),
+            ("attn_out", (6, 18)),
+            ("post", (27,)),
+            ("value", (191,)),
             ("mlp_inner", (127, 158, 190)),
             ("router", (58, 91)),
             ("value", (31,)),
@@ -163,22 +168,6 @@ EQUIVALENT: dict[str, str] = {
     "attention is that small",
     "ie_eager.resolve.xǁResolverǁ_head_layout__mutmut_20": "a tap's path is read only by the "
     "message for a module that produced no tensor",
-    **{
-        f"ie_eager.resolve.xǁResolverǁ_{f}__mutmut_{n}": "a Tap's io defaults to 'out'"
-        for f, ns in (
-            ("attention", (24,)),
-            ("embeddings", (19,)),
-            ("final_norm", (26,)),
-            ("lm_head", (19,)),
-            ("path", (22,)),
-            ("mlp_in", (7,)),
-            ("mlp_out", (11, 23)),
-            ("attn_out", (6, 18)),
-            ("post", (27,)),
-            ("value", (191,)),
-        )
-        for n in ns
-    },
     "ie_eager.resolve.xǁResolverǁ_mlp_out_point__mutmut_4": "post is read only as a truth value: "
     "None is False",
     **{

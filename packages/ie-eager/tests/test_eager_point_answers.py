@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from eager_support import PROMPT, synthetic_model
+from eager_support import PROMPT, refusal_reason, synthetic_model
 from ie_core.address import Address
 from ie_core.errors import PointUnavailableError, SteeringSpecError
 from ie_core.families import get_family
@@ -119,15 +119,6 @@ def _with_children(module: torch.nn.Module, names: tuple[str, ...]) -> torch.nn.
     return kept
 
 
-def _refusal(resolver: Resolver, address: str) -> str:
-    with pytest.raises(PointUnavailableError) as info:
-        resolver.resolve(address)
-    assert str(info.value) == (
-        f"{address.split('.')[0]} is not available on this model: {info.value.reason}"
-    )
-    return info.value.reason
-
-
 def test_blocks_missing_mlp_or_attention_modules_refuse_with_the_structural_reason() -> None:
     # Layouts no synthetic family reaches: the resolver names what is missing (and raises
     # PointUnavailableError, not an AttributeError from a half-resolved tap).
@@ -142,16 +133,16 @@ def test_blocks_missing_mlp_or_attention_modules_refuse_with_the_structural_reas
 
     no_mlp = resolver(mlp=None)
     for name in ("mlp_act", "mlp_pre", "mlp_pre_linear"):
-        assert _refusal(no_mlp, f"{name}.1") == "no MLP module found"
+        assert refusal_reason(no_mlp, f"{name}.1") == "no MLP module found"
     no_down = resolver(mlp=(mlp[0], _with_children(mlp[1], ("gate_proj", "up_proj"))))
-    assert _refusal(no_down, "mlp_act.1") == "no down projection found in the MLP"
+    assert refusal_reason(no_down, "mlp_act.1") == "no down projection found in the MLP"
     down_only = resolver(mlp=(mlp[0], _with_children(mlp[1], ("down_proj",))))
-    assert _refusal(down_only, "mlp_pre.1") == "no first MLP projection found"
-    assert _refusal(down_only, "mlp_pre_linear.1") == (
+    assert refusal_reason(down_only, "mlp_pre.1") == "no first MLP projection found"
+    assert refusal_reason(down_only, "mlp_pre_linear.1") == (
         "the MLP is not gated (no separate up projection)"
     )
     no_o_proj = resolver(attn=(attn[0], _with_children(attn[1], ("q_proj", "k_proj", "v_proj"))))
-    assert _refusal(no_o_proj, "z.1") == "no attention output projection found"
+    assert refusal_reason(no_o_proj, "z.1") == "no attention output projection found"
     # Negative controls: the same resolver serves the other layers, and the unchanged block's
     # gated MLP reads the gate and up projections.
     assert down_only.resolve("mlp_act.1").width == mlp[1].get_submodule("down_proj").in_features

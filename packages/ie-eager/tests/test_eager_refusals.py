@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import torch
-from eager_support import synthetic_model
+from eager_support import refusal_reason, synthetic_model
 from ie_core.address import Address
-from ie_core.errors import MissingLayerError, PointUnavailableError
+from ie_core.errors import MissingLayerError
 from ie_core.families import get_family
 from ie_core.points import get_point
 from ie_eager.resolve import Resolver
@@ -30,15 +30,6 @@ def _resolver(slug: str, layer: int = 1, model: Any = None, **parts: object) -> 
     blocks[layer] = dataclasses.replace(blocks[layer], **parts)
     structure = dataclasses.replace(s, blocks=tuple(blocks))
     return Resolver(structure, m.resolver.family, m.hf_model if model is None else model)
-
-
-def _reason(resolver: Resolver, address: str) -> str:
-    with pytest.raises(PointUnavailableError) as info:
-        resolver.resolve(address)
-    assert str(info.value) == (
-        f"{address.split('.')[0]} is not available on this model: {info.value.reason}"
-    )
-    return info.value.reason
 
 
 def _keep(module: torch.nn.Module, names: tuple[str, ...], **extra: torch.nn.Module) -> Any:
@@ -57,11 +48,13 @@ def _block(slug: str, layer: int = 1) -> Block:
 
 def test_a_block_without_attention_refuses_its_attention_side_with_the_reason() -> None:
     resolver = _resolver("llama", attn=None)
-    assert _reason(resolver, "attn_in.1") == "no attention module found in the block"
-    assert _reason(resolver, "attn_out.1") == "no attention module found"
+    assert refusal_reason(resolver, "attn_in.1") == "no attention module found in the block"
+    assert refusal_reason(resolver, "attn_out.1") == "no attention module found"
     for name in ("attn_out_post", "resid_mid"):
-        assert _reason(resolver, f"{name}.1") == "no sublayer module found"
-    assert _reason(resolver, "value.1") == "no value projection (v_proj or a fused qkv) found"
+        assert refusal_reason(resolver, f"{name}.1") == "no sublayer module found"
+    assert (
+        refusal_reason(resolver, "value.1") == "no value projection (v_proj or a fused qkv) found"
+    )
     # Negative control: layer 0 keeps its attention.
     for name in ("attn_in", "attn_out", "attn_out_post", "resid_mid", "value"):
         assert resolver.resolve(f"{name}.0").tap is not None
@@ -69,9 +62,9 @@ def test_a_block_without_attention_refuses_its_attention_side_with_the_reason() 
 
 def test_a_block_without_an_mlp_refuses_its_mlp_side_with_the_reason() -> None:
     resolver = _resolver("llama", mlp=None, pre_mlp_norm=None)
-    assert _reason(resolver, "mlp_in.1") == "no MLP module found"
-    assert _reason(resolver, "mlp_out.1") == "no MLP module found"
-    assert _reason(resolver, "mlp_out_post.1") == "no sublayer module found"
+    assert refusal_reason(resolver, "mlp_in.1") == "no MLP module found"
+    assert refusal_reason(resolver, "mlp_out.1") == "no MLP module found"
+    assert refusal_reason(resolver, "mlp_out_post.1") == "no sublayer module found"
     for name in ("mlp_in", "mlp_out", "mlp_out_post"):
         assert resolver.resolve(f"{name}.0").width == synthetic_model("llama").d_model
 
@@ -80,10 +73,10 @@ def test_a_gate_without_an_up_projection_is_not_a_gated_mlp() -> None:
     mlp = _block("llama").mlp
     assert mlp is not None
     resolver = _resolver("llama", mlp=(mlp[0], _keep(mlp[1], ("gate_proj", "down_proj"))))
-    assert _reason(resolver, "mlp_pre_linear.1") == (
+    assert refusal_reason(resolver, "mlp_pre_linear.1") == (
         "the MLP is not gated (no separate up projection)"
     )
-    assert _reason(resolver, "mlp_pre.1") == "no first MLP projection found"
+    assert refusal_reason(resolver, "mlp_pre.1") == "no first MLP projection found"
     assert resolver.resolve("mlp_act.1").tap.module is mlp[1].get_submodule("down_proj")
 
 
@@ -110,18 +103,18 @@ def test_a_resolver_without_a_family_names_what_the_structure_lacks(
 ) -> None:
     m = synthetic_model(slug)
     bare = Resolver(m.resolver.s, None, m.hf_model, m._probe)
-    assert _reason(bare, address) == STRUCTURAL[slug, address]
+    assert refusal_reason(bare, address) == STRUCTURAL[slug, address]
     # The registered family refuses it too, with this reason or its own.
     family = m.resolver.family
     assert family is not None
     own = family.missing_reason(get_point(address.split(".")[0]))
-    assert _reason(m.resolver, address) in (STRUCTURAL[slug, address], own)
+    assert refusal_reason(m.resolver, address) in (STRUCTURAL[slug, address], own)
 
 
 def test_a_trunk_point_takes_no_stream_on_a_multi_stream_model() -> None:
     resolver = synthetic_model("deepseek-v4").resolver
     for name in ("embeddings", "final_norm"):
-        assert _reason(resolver, f"{name}.stream-0") == (
+        assert refusal_reason(resolver, f"{name}.stream-0") == (
             "only resid_pre, resid_mid and resid_post take a stream"
         )
         assert resolver.resolve(name).width == synthetic_model("deepseek-v4").d_model
@@ -156,9 +149,9 @@ def test_a_dense_mlp_with_a_router_named_child_is_not_a_mixture_of_experts() -> 
     names = ("gate_proj", "up_proj", "down_proj")
     resolver = _resolver("llama", mlp=(mlp[0], _keep(mlp[1], names, router=torch.nn.Linear(4, 2))))
     want = get_family("llama").missing_reason(get_point("router_logits"))
-    assert _reason(resolver, "router_logits.1") == want
+    assert refusal_reason(resolver, "router_logits.1") == want
     without = Resolver(resolver.s, None, resolver.model)
-    assert _reason(without, "router_logits.1") == (
+    assert refusal_reason(without, "router_logits.1") == (
         "layer 1 has a dense MLP, not a mixture of experts"
     )
     assert without.resolve("mlp_pre.1").tap.module is mlp[1].get_submodule("gate_proj")
@@ -185,7 +178,7 @@ def test_falcons_fused_qkv_layout_comes_from_the_text_config() -> None:
     assert composite.resolve("value.1").tap.select == want
     # Without the flag the same projection has no known layout (negative control).
     flat = Resolver(falcon.resolver.s, falcon.resolver.family, torch.nn.Module())
-    assert _reason(flat, "value.1") == (
+    assert refusal_reason(flat, "value.1") == (
         "fused query_key_value with grouped KV heads has no known layout"
     )
 

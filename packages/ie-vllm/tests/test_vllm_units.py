@@ -17,10 +17,11 @@ from ie_vllm.host.lens_decode import residual_rows
 from ie_vllm.specs import RequestSpec, SteerSpec
 from ie_vllm.worker.access import BranchSum
 from ie_vllm.worker.extension import WorkerState, _acquire, _release, attention_rows
-from ie_vllm.worker.layout import KEY_ARG, record_layout
+from ie_vllm.worker.layout import KEY_ARG
 from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
 from ie_vllm.worker.registry import Rows
 from ie_vllm.worker.resolve import SHARDED_POINTS, _refuse_rest
+from ie_vllm.worker.runner_adapter import record_layout
 
 
 def test_payload_round_trip_keeps_dtype_shape_and_bits() -> None:

@@ -85,6 +85,11 @@ class GradientUnavailableError(UnsupportedOperationError):
     under inference mode in their own processes); use backend='eager' with grad=True."""
 
 
+class UnsupportedEngineError(InterpError, RuntimeError):
+    """A vLLM engine configuration the worker code cannot run on (Model Runner V2, or an option
+    that forces it); the message names what to change."""
+
+
 class UnsupportedModelError(InterpError, ValueError):
     """A checkpoint that is not a decoder-only causal LM (BERT, T5, ...): nothing to generate."""
 

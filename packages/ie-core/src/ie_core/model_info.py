@@ -47,6 +47,7 @@ class ModelInfo:
     backend: str = ""
     points: tuple[str, ...] = ()  # served point names in forward order (set by the server)
     stages: tuple[StageInfo, ...] = ()  # pipeline stages in rank order (empty without PP)
+    model_runner: str = ""  # the vLLM model runner class the workers run on (empty on eager)
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> ModelInfo:
@@ -68,6 +69,7 @@ class ModelInfo:
             backend=str(data.get("backend") or ""),
             points=tuple(str(p) for p in _list(data, "points")),
             stages=tuple(_stage(s) for s in _list(data, "stages") if s),
+            model_runner=str(data.get("model_runner") or ""),
         )
 
     def to_wire(self) -> dict[str, Any]:

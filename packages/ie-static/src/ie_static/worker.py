@@ -25,10 +25,12 @@ from ie_vllm import (
     RequestSpec,
     Rows,
     attention_rows,
+    buffer_rows,
     gather_reduced,
     layer_range,
     loaded_model,
     payload,
+    positions_buffer,
     record_layout,
     reducers,
     stage_of,
@@ -76,13 +78,6 @@ class StaticState:
     seconds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(("set_rows", "forward", "harvest", "collect"), 0.0)
     )
-
-
-def buffer_rows(vllm_config: Any) -> int:
-    """Rows every buffer needs: the most tokens one forward can carry, padding included."""
-    rows = int(vllm_config.scheduler_config.max_num_batched_tokens)
-    capture = getattr(vllm_config.compilation_config, "max_cudagraph_capture_size", None) or 0
-    return max(rows, int(capture))
 
 
 class StaticWorkerMixin:
@@ -177,7 +172,7 @@ def _install(runner: Any, vllm_config: Any, config: StaticConfig) -> StaticState
         patch_rows=config.patch_rows,
     )
     step = StepInputs(
-        positions=runner.positions,
+        positions=positions_buffer(runner),
         row_slot=torch.full((rows,), -1, dtype=torch.int32, device=device),
         masks=torch.zeros(
             shape.slots, shape.masks, shape.positions, dtype=torch.bool, device=device

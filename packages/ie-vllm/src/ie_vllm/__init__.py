@@ -43,13 +43,17 @@ _EXPORTS = {
     "PointTable": "worker.point_table",
     "SiteDef": "worker.point_table",
     "BatchLayout": "worker.layout",
-    "record_layout": "worker.layout",
+    "record_layout": "worker.runner_adapter",
     "Rows": "worker.registry",
     "ReducerSpec": "specs",
     "gather_reduced": "worker.registry",
     "store_reduced": "worker.registry",
     "LoadedModel": "worker.runner_adapter",
     "loaded_model": "worker.runner_adapter",
+    "buffer_rows": "worker.runner_adapter",
+    "model_device": "worker.runner_adapter",
+    "positions_buffer": "worker.runner_adapter",
+    "runner_name": "worker.runner_adapter",
     "tp_rank": "worker.runner_adapter",
     "wrap_model_forward": "worker.runner_adapter",
     # pipeline stages: which layers this worker holds, and the host's merge of their answers
@@ -92,14 +96,18 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.worker.extension import attention_rows as attention_rows
     from ie_vllm.worker.extension import capture_sites as capture_sites
     from ie_vllm.worker.layout import BatchLayout as BatchLayout
-    from ie_vllm.worker.layout import record_layout as record_layout
     from ie_vllm.worker.point_table import PointTable as PointTable
     from ie_vllm.worker.point_table import SiteDef as SiteDef
     from ie_vllm.worker.registry import Rows as Rows
     from ie_vllm.worker.registry import gather_reduced as gather_reduced
     from ie_vllm.worker.registry import store_reduced as store_reduced
     from ie_vllm.worker.runner_adapter import LoadedModel as LoadedModel
+    from ie_vllm.worker.runner_adapter import buffer_rows as buffer_rows
     from ie_vllm.worker.runner_adapter import loaded_model as loaded_model
+    from ie_vllm.worker.runner_adapter import model_device as model_device
+    from ie_vllm.worker.runner_adapter import positions_buffer as positions_buffer
+    from ie_vllm.worker.runner_adapter import record_layout as record_layout
+    from ie_vllm.worker.runner_adapter import runner_name as runner_name
     from ie_vllm.worker.runner_adapter import tp_rank as tp_rank
     from ie_vllm.worker.runner_adapter import wrap_model_forward as wrap_model_forward
 
@@ -133,6 +141,7 @@ __all__ = [
     "VLLMModel",
     "__version__",
     "attention_rows",
+    "buffer_rows",
     "capture_sites",
     "check_cpu_support",
     "check_data_parallel",
@@ -145,11 +154,14 @@ __all__ = [
     "load_hooked",
     "loaded_model",
     "merge_infos",
+    "model_device",
     "on_cpu",
     "payload",
+    "positions_buffer",
     "record_layout",
     "reducers",
     "require_engine",
+    "runner_name",
     "stage_of",
     "store_reduced",
     "tp_rank",

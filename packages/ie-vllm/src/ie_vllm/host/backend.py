@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ from ie_vllm.host.engine import Engine
 from ie_vllm.host.policy import SitePolicy
 from ie_vllm.host.request import Flow, gather
 from ie_vllm.pipeline import merge_infos, merge_stats
+
+_log = logging.getLogger(__name__)
 
 HOOKED = "vllm"
 DEFAULT_SAMPLING = SamplingParams()
@@ -94,6 +97,7 @@ class VLLMModel(DescribedModel):
         except BaseException:
             engine.shutdown()
             raise
+        _log.info("%s: %s on vLLM's %s", model_id, backend, info.model_runner)
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(source)

@@ -20,6 +20,7 @@ from ie_core.progress import progress_enabled
 
 from ie_vllm import payload
 from ie_vllm.worker.layout import KEY_ARG
+from ie_vllm.worker.runner_adapter import pin_model_runner, refuse_v2_only_features
 from ie_vllm.worker.watchdog import mark_client
 
 WORKER_EXTENSION = "ie_vllm.worker.extension.IEWorkerExtension"
@@ -35,8 +36,10 @@ def on_cpu() -> bool:
 
 
 def prepare_environment() -> None:
-    """Defaults that let the CPU engine start: a bounded KV cache (the default fraction fails);
+    """Defaults every engine start needs: vLLM's V1 model runner, the one the worker code reads
+    (`runner_adapter.pin_model_runner`); on CPU a bounded KV cache (the default fraction fails);
     and this process named as the client its engine processes watch (`ie_vllm.worker.watchdog`)."""
+    pin_model_runner()
     mark_client()
     if on_cpu():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KVCACHE_GIB)
@@ -94,6 +97,7 @@ class Engine:
     async def start(
         cls, model: str, *, hooked: bool, extension: str | None = WORKER_EXTENSION, **kw: Any
     ) -> Engine:
+        refuse_v2_only_features(kw)
         prepare_environment()
         from ie_vllm.host.parallel_support import bind_cpu_ranks, check_executor
 

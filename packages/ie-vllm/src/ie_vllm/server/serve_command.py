@@ -24,6 +24,7 @@ from ie_core.models import resolve_model_path
 from ie_vllm.host.engine import DEFAULT_CPU_KVCACHE_GIB, WORKER_EXTENSION, on_cpu
 from ie_vllm.server.http_limits import DEFAULT_RESPONSE_MIB, RESPONSE_ENV
 from ie_vllm.server.served_saes import SAES_ENV, parse_sae_args, sae_env
+from ie_vllm.worker.runner_adapter import pin_model_runner
 from ie_vllm.worker.watchdog import mark_client
 
 BACKENDS = ("vllm", "vllm-generate")
@@ -249,6 +250,7 @@ def serve_command(argv: list[str]) -> int:
     if args.dry_run:
         print(shlex.join(["vllm", *vllm_argv]))
         return 0
+    pin_model_runner()  # the worker code runs on vLLM's V1 model runner (runner_adapter)
     if on_cpu():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KVCACHE_GIB)
         binding = cpu_thread_binding(rest, sorted(os.sched_getaffinity(0)))

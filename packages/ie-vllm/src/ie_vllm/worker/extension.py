@@ -2,8 +2,8 @@
 
 The host calls these methods by name with `collective_rpc("ie_...", args=...)`; they run in the
 worker process between forwards. `ie_setup` wraps the model runner's `_model_forward` so the batch
-layout is recorded just before each forward (through `runner_adapter`, shared with ie-static's
-worker); hooks read the layout to slice rows per request.
+layout is recorded just before each forward; `runner_adapter` (shared with ie-static's worker)
+is the only code here that reads vLLM's runner. Hooks read the layout to slice rows per request.
 """
 
 from __future__ import annotations
@@ -21,13 +21,17 @@ from ie_core.steering import SteeringOp
 from ie_vllm import payload, reducers
 from ie_vllm.pipeline import layer_range, stage_of
 from ie_vllm.specs import ReducerSpec, RequestSpec
-from ie_vllm.worker.layout import BatchLayout, RequestRows, record_layout
+from ie_vllm.worker.layout import BatchLayout, RequestRows
 from ie_vllm.worker.lens_worker import LensWorkerMixin
 from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
 from ie_vllm.worker.registry import Entry, Registry, Rows, gather_reduced, store_reduced
 from ie_vllm.worker.runner_adapter import (
     ensure_stage_buffer,
     loaded_model,
+    model_device,
+    parallel_sizes,
+    record_layout,
+    runner_name,
     tp_rank,
     wrap_model_forward,
 )
@@ -123,11 +127,13 @@ class IEWorkerExtension(LensWorkerMixin):
             wrap_model_forward(
                 runner, lambda original: _forward_with_layout(runner, state, original)
             )
+        tp_size, pp_size = parallel_sizes(runner)
         info = table.info().with_fields(
             vocab_size=int(getattr(text_config, "vocab_size", 0) or 0),
             architecture=loaded.architecture,
-            tp_size=runner.parallel_config.tensor_parallel_size,
-            pp_size=runner.parallel_config.pipeline_parallel_size,
+            tp_size=tp_size,
+            pp_size=pp_size,
+            model_runner=runner_name(runner),
         )
         wire = info.to_wire()  # plain data: vLLM's RPC serializer takes no dataclass
         wire["stage"] = {"rank": stage.rank, "layers": layer_range(table)}  # for merge_infos
@@ -186,7 +192,7 @@ class IEWorkerExtension(LensWorkerMixin):
 
     def ie_put_dictionary(self, key: str, tensors: dict[str, Any], meta: dict[str, Any]) -> str:
         """Keep a dictionary (by content key) for requests whose reducers name it."""
-        device = next(self.model_runner.get_model().parameters()).device  # type: ignore[attr-defined]
+        device = model_device(self.model_runner)  # type: ignore[attr-defined]
         reducers.put_dictionary(key, payload.decode(tensors), meta, device)
         return key
 
@@ -219,8 +225,7 @@ class IEWorkerExtension(LensWorkerMixin):
         return _gather(self._ie, entry, start, stop)
 
     def _ie_logits(self, rows: dict[str, Any]) -> torch.Tensor | None:
-        runner = self.model_runner  # type: ignore[attr-defined]
-        model = runner.get_model()
+        model = loaded_model(self.model_runner).model  # type: ignore[attr-defined]
         h = payload.decode(rows)["rows"]
         site = self._ie.table.sites.get("final_norm")
         if site is None:

@@ -1,10 +1,10 @@
 """The batch layout of one forward: which rows of vLLM's flat `[tokens, width]` batch belong to
-which request, and at which sequence positions. Recorded just before each forward."""
+which request, and at which sequence positions. `runner_adapter.record_layout` reads it off the
+runner just before each forward."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -36,32 +36,3 @@ class BatchLayout:
 
     def keyed(self) -> tuple[RequestRows, ...]:
         return tuple(r for r in self.rows if r.key is not None)
-
-
-def request_key(runner: Any, req_id: str) -> str | None:
-    """Our key for a vLLM request: from its extra_args, else the id without vLLM's suffix."""
-    state = runner.requests.get(req_id)
-    params = getattr(state, "sampling_params", None)
-    extra = getattr(params, "extra_args", None) or {}
-    key = extra.get(KEY_ARG)
-    return str(key) if key is not None else None
-
-
-def record_layout(runner: Any) -> BatchLayout:
-    """Read the layout the runner prepared for the forward it is about to run.
-
-    `_prepare_inputs` has filled `query_start_loc` (cumulative rows per request, in
-    `input_batch.req_ids` order) and positions are `num_computed_tokens + arange`.
-    """
-    batch = runner.input_batch
-    num_reqs = int(batch.num_reqs)
-    qsl = runner.query_start_loc.np[: num_reqs + 1]
-    computed = batch.num_computed_tokens_cpu[:num_reqs]
-    rows = []
-    for i, req_id in enumerate(batch.req_ids[:num_reqs]):
-        start, end = int(qsl[i]), int(qsl[i + 1])
-        if end > start:
-            rows.append(
-                RequestRows(req_id, request_key(runner, req_id), start, end, int(computed[i]))
-            )
-    return BatchLayout(tuple(rows), int(qsl[num_reqs]) if num_reqs else 0)

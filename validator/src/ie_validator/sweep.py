@@ -234,9 +234,10 @@ def validate_model(
                     dtype=engine_dtype(name, model) if name in PROJECT else "float32",
                     quantization=model.quantization,
                 )
+                prefix = "" if name in PROJECT else "peer-env:"  # a peer's own environment
                 engine_versions = {
                     **versions,
-                    **{f"peer-env:{k}": v for k, v in own_versions.items()},
+                    **{f"{prefix}{k}": v for k, v in own_versions.items()},
                 }
                 result = _result(model, name, ref_name, tier, ids, rows, "ok", "", engine_versions)
             except EngineError as exc:

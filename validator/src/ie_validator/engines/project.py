@@ -59,6 +59,7 @@ class ProjectEngine:
     def __init__(self, backend: str) -> None:
         self.name = backend
         self.tier = Tier.RAW_HF if backend == "eager" else Tier.FUSED
+        self.versions: dict[str, str] = {}  # the vLLM model runner a vLLM backend ran on
 
     def _load(self, model: ModelSpec) -> Any:
         from ie_core import load_model
@@ -75,6 +76,8 @@ class ProjectEngine:
         from ie_core.runner import run
 
         loaded = self._load(model)
+        runner = getattr(getattr(loaded, "info", None), "model_runner", "")
+        self.versions = {"vllm-model-runner": runner} if runner else {}
         out: Capture = {}
         try:
             batch = [list(ids)]

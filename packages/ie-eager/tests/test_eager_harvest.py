@@ -220,3 +220,34 @@ def test_cli_refuses_a_missing_file_before_loading_and_importing_stays_torch_fre
     probe = "import sys, ie_core.harvest, ie_core.harvest.command; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_cli_answers_a_complete_or_mismatched_folder_without_loading_the_model(
+    corpus: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rerun of a finished harvest says "nothing to do" and a different command is refused,
+    both before the model loads (each used to load it first: 13-14 s on SmolLM2)."""
+    import ie_core.loading
+    from ie_core.cli import main
+
+    out = tmp_path / "out"
+    argv = ["harvest", "ie-synthetic/llama", "--backend", "eager", "--data", str(corpus[0])]
+    argv += ["--points", "resid_post.0", "--out", str(out), "--context", "16", "--max-tokens", "64"]
+    assert main(argv) == 0
+    capsys.readouterr()
+
+    def no_load(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(ie_core.loading, "load_model", no_load)
+    assert main(argv) == 0
+    assert "complete (nothing to do; the model was not loaded)" in capsys.readouterr().out
+    assert main([*argv, "--context", "32"]) == 1
+    err = capsys.readouterr().err
+    assert "HarvestMismatchError" in err and "context: folder has 16, this command 32" in err
+    # Negative control: an unfinished folder still needs the model, so it loads.
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["complete"] = False
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert main(argv) == 1
+    assert "the model was loaded" in capsys.readouterr().err

@@ -102,3 +102,18 @@ def test_the_async_model_refuses_use_without_await() -> None:
     # Awaited (here through the runner) it is the ordinary call.
     cache = ie_core.run_with_cache(model, PROMPT, ["resid_post.0"])
     assert cache["resid_post.0"].shape[-1] == model.d_model
+
+
+def test_the_free_run_with_cache_knows_the_head_counts(gemma2: SyncModel) -> None:
+    """`run_with_cache(model, ids, ...)` then `cache.heads("z.0")` without `n_heads` (it was
+    "this cache does not know the model's head count; pass it"); a bare cache still asks."""
+    from ie_core import run_with_cache
+    from ie_core.cache import ActivationCache
+    from ie_core.errors import UnsupportedOperationError
+
+    ids = gemma2.to_tokens(PROMPT, batch=True)
+    cache = run_with_cache(gemma2.model, ids, ["z.0", "value.0"])
+    assert cache.heads("z.0").shape == (1, len(ids[0]), 4, 64)
+    assert cache.heads("value.0").shape == (1, len(ids[0]), 2, 64)
+    with pytest.raises(UnsupportedOperationError, match="does not know the model's head count"):
+        ActivationCache({"z.0": cache["z.0"]}).heads("z.0")

@@ -18,6 +18,7 @@ from ie_core.protocol import (
     TopK,
 )
 from ie_core.runner import run
+from ie_core.tl_shaped import head_counts
 
 
 def run_with_cache(
@@ -32,7 +33,8 @@ def run_with_cache(
 
     `grad=True` keeps the autograd graph (eager); the vLLM backends refuse it up front."""
     extra = {"grad": True} if grad else {}
-    return run(model.capture(tokens, addresses, steering=with_active(model, steering), **extra))
+    cache = run(model.capture(tokens, addresses, steering=with_active(model, steering), **extra))
+    return cache.with_heads(*head_counts(model))  # so `cache.heads("z.5")` needs no n_heads
 
 
 def capture_generation(

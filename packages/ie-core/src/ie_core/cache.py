@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -58,7 +59,7 @@ class ActivationCache(Mapping[Address, Any]):
 
     def with_heads(self, n_heads: int | None, n_kv_heads: int | None) -> ActivationCache:
         """This cache, knowing the model's head counts so `heads()` needs no argument."""
-        out = ActivationCache()
+        out = copy.copy(self)  # a subclass keeps its own fields (PaddedCache's lengths)
         out._data = dict(self._data)
         out._heads = (n_heads, n_kv_heads)
         return out

@@ -22,7 +22,9 @@ def head_counts(model: Any) -> tuple[int | None, int | None]:
     shapes = getattr(getattr(model, "structure", None), "shapes", None)
     if shapes is not None:
         return int(shapes.n_heads), int(shapes.n_kv_heads)
-    return getattr(model, "n_heads", None), getattr(model, "n_kv_heads", None)
+    per_layer = set(getattr(getattr(model, "info", None), "attn_heads", {}).values())
+    n_heads = per_layer.pop() if len(per_layer) == 1 else getattr(model, "n_heads", None)
+    return n_heads, getattr(model, "n_kv_heads", None)
 
 
 def last_residual(model: Any) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from ie_core.harvest.windows import BOS_POLICIES, PACKINGS
 
@@ -50,8 +51,10 @@ def harvest_command(argv: list[str]) -> int:
     from ie_core.loading import load_model
     from ie_core.runner import run
 
-    describe_files(args.data)  # a missing file or unwritable folder fails before the model loads
+    files = describe_files(args.data)  # a missing file or unwritable folder fails before the load
     prepare_folder(args.out)
+    if _already_done(args, files):
+        return 0
     extra = {"max_model_len": args.max_model_len} if args.max_model_len else {}
     model = load_model(args.model, backend=args.backend, **extra)
     try:
@@ -71,3 +74,31 @@ def harvest_command(argv: list[str]) -> int:
         file=sys.stdout,
     )
     return 0
+
+
+def _already_done(args: argparse.Namespace, files: tuple[Any, ...]) -> bool:
+    """Before the model loads: refuse a folder holding another harvest (naming the fields that
+    differ), and report a complete one with nothing to do. The model's own fields (its revision,
+    widths, tokenizer) are checked after the load, on resume."""
+    from ie_core.address import format_address, to_address
+    from ie_core.harvest.manifest import check_same_spec, read_manifest
+    from ie_core.harvest.spec import command_fields
+
+    manifest = read_manifest(args.out)
+    if manifest is None:
+        return False
+    points = tuple(format_address(to_address(p)) for p in args.points.split(",") if p)
+    fields = command_fields(
+        points, files, backend=args.backend, column=args.column, context=args.context,
+        bos=args.bos, packing=args.packing, max_tokens=args.max_tokens, dtype=args.dtype,
+        shard_tokens=args.shard_tokens, batch_windows=args.batch_windows,
+    )  # fmt: skip
+    check_same_spec(args.out, {k: manifest.spec.get(k) for k in fields}, fields)
+    if not manifest.complete or manifest.spec.get("model") != args.model:
+        return False
+    print(
+        f"{args.out}: {manifest.tokens} tokens in {len(manifest.shards)} shards, complete "
+        "(nothing to do; the model was not loaded)",
+        file=sys.stdout,
+    )
+    return True

@@ -13,7 +13,7 @@ from ie_core.harvest.errors import HarvestError
 from ie_core.harvest.shards import canonical_dtype
 from ie_core.harvest.windows import BOS_POLICIES, PACKINGS, bos_tokens
 
-__all__ = ["HarvestOptions", "build_spec"]
+__all__ = ["HarvestOptions", "build_spec", "command_fields"]
 
 # Tokenized into the spec's tokenizer fingerprint: a resume with another tokenizer is refused.
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog. 0123456789 éß漢字 \n\t<|x|>"
@@ -108,3 +108,23 @@ def build_spec(model: Any, options: HarvestOptions, files: tuple[DataFile, ...])
         "shard_tokens": options.shard_tokens,
         "batch_windows": options.batch_windows,
     }
+
+
+def command_fields(
+    points: tuple[str, ...], files: tuple[DataFile, ...], *, backend: str, column: str,
+    context: int, bos: str, packing: str, max_tokens: int | None, dtype: str, shard_tokens: int,
+    batch_windows: int | None,
+) -> dict[str, Any]:  # fmt: skip
+    """The spec's fields a command fixes before its model loads (a folder's harvest can be
+    refused, or found complete, without minutes of loading); `auto` backends and a default batch
+    are left to the resume check after the load."""
+    fields: dict[str, Any] = {
+        "points": list(points), "dtype": canonical_dtype(dtype), "context": context, "bos": bos,
+        "packing": packing, "column": column, "data": [asdict(f) for f in files],
+        "max_tokens": max_tokens, "shard_tokens": shard_tokens,
+    }  # fmt: skip
+    if backend != "auto":
+        fields["backend"] = backend
+    if batch_windows is not None:
+        fields["batch_windows"] = batch_windows
+    return fields

@@ -86,7 +86,10 @@ def test_report_has_every_section() -> None:
         ("dtype", lambda c: c["load"].update(dtype_resolved="bfloat16")),
         (
             "device",
-            lambda c: c["environment"].update(gpu={"name": "NVIDIA H200", "memory_gib": 139}),
+            lambda c: (
+                c["environment"].update(gpu={"name": "NVIDIA H200", "memory_gib": 139}),
+                c["load"].update(device="cuda"),
+            ),
         ),
     ],
 )

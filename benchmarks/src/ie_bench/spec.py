@@ -312,6 +312,15 @@ def get_profile(name: str) -> Profile:
     return _by_key(PROFILES, "name", "profile", name)
 
 
+def one_engine_at_a_time(profile: Profile) -> bool:
+    """Whether the profile's cells must never hold two engines at once.
+
+    A vLLM engine on CUDA reserves its `gpu_memory_utilization` share of the device (0.9 unless
+    told) when it starts, so a second engine beside it fails or measures a starved KV cache.
+    """
+    return profile.device == "cuda"
+
+
 def mid_layer(n_layers: int) -> int:
     return n_layers // 2
 

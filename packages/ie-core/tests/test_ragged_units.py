@@ -12,6 +12,7 @@ from ie_core.cache import ActivationCache
 from ie_core.errors import BadPromptError
 from ie_core.protocol import SyncModel
 from ie_core.ragged import PaddedCache, capture_ragged, seq_dims
+from ie_core.steering import Additive, steer_at
 
 HEADS, WIDTH = 2, 3
 
@@ -103,8 +104,8 @@ def test_steering_reaches_every_group_and_one_prompt_works() -> None:
             seen.append(steering)
             return await super().capture(tokens, addresses)
 
-    spec = object()
-    cache = capture_ragged(Recording(), ["ab", "c", "de"], ["resid_post.0"], steering=spec)  # type: ignore[arg-type]
-    assert seen == [spec, spec]  # one capture per length, each steered
+    spec = steer_at("resid_post.0", Additive(torch.ones(WIDTH)))
+    cache = capture_ragged(Recording(), ["ab", "c", "de"], ["resid_post.0"], steering=spec)
+    assert seen == [(spec,), (spec,)]  # one capture per length, each steered
     one = capture_ragged(FakeModel(), ["abc"], ["resid_post.0"])
     assert one["resid_post.0"].shape == (1, 3, WIDTH) and cache.lengths == (2, 1, 2)

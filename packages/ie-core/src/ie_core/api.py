@@ -11,18 +11,19 @@ from ie_core.cache import ActivationCache
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
-    InterpModel,
+    ModelLike,
     Prompt,
     SamplingParams,
     SteeringArg,
     TopK,
+    unwrap,
 )
 from ie_core.runner import run
 from ie_core.tl_shaped import head_counts
 
 
 def run_with_cache(
-    model: InterpModel,
+    model: ModelLike,
     tokens: Prompt | Sequence[Sequence[int]],
     addresses: Sequence[AddressLike],
     *,
@@ -32,13 +33,14 @@ def run_with_cache(
     """One forward over `tokens`, returning the requested points as `[batch, seq, ...]`.
 
     `grad=True` keeps the autograd graph (eager); the vLLM backends refuse it up front."""
+    model = unwrap(model)
     extra = {"grad": True} if grad else {}
     cache = run(model.capture(tokens, addresses, steering=with_active(model, steering), **extra))
     return cache.with_heads(*head_counts(model))  # so `cache.heads("z.5")` needs no n_heads
 
 
 def capture_generation(
-    model: InterpModel,
+    model: ModelLike,
     tokens: Prompt,
     addresses: Sequence[AddressLike],
     *,
@@ -47,6 +49,7 @@ def capture_generation(
     **sampling: Any,
 ) -> GenerationCapture:
     """Generate, then capture over prompt + generated[:-1]."""
+    model = unwrap(model)
     params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
     return run(
         model.capture_generation(tokens, addresses, params, steering=with_active(model, steering))
@@ -54,30 +57,32 @@ def capture_generation(
 
 
 def capture_attention(
-    model: InterpModel, tokens: Prompt, layers: Sequence[int] | None = None
+    model: ModelLike, tokens: Prompt, layers: Sequence[int] | None = None
 ) -> ActivationCache:
     """Attention probabilities `[batch, heads, q, k]` for `layers` (default: every attention layer)."""
-    return run(model.capture_attention(tokens, layers))
+    return run(unwrap(model).capture_attention(tokens, layers))
 
 
 def generate(
-    model: InterpModel,
+    model: ModelLike,
     prompt: Prompt,
     *,
     max_new_tokens: int = 32,
     steering: SteeringArg = None,
     **sampling: Any,
 ) -> Generation:
+    model = unwrap(model)
     params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
     return run(model.generate(prompt, params, steering=with_active(model, steering)))
 
 
 def decode_residuals(
-    model: InterpModel, rows: Any, k: int | None = None, *, grad: bool = False
+    model: ModelLike, rows: Any, k: int | None = None, *, grad: bool = False
 ) -> Any:
     """Logit lens: final norm + unembed (+ multiplier, softcap). With `k`, a TopK of ids and probs.
 
     `grad=True` (full logits only) keeps autograd on (eager); the vLLM backends refuse it."""
+    model = unwrap(model)
     if grad:
         return run(model.decode_residuals(rows, grad=True))  # type: ignore[call-arg]
     if k is None:

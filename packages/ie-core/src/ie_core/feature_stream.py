@@ -8,9 +8,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ie_core.active_steering import with_active
 from ie_core.errors import UnsupportedOperationError
 from ie_core.features import Features, check_dictionary
-from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
+from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, unwrap
 from ie_core.runner import iterate
 from ie_core.saes import SAE
 
@@ -38,7 +39,8 @@ def stream_features(
     """Generate, yielding each token with the top-k features of its new rows per dictionary."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
-    stream = getattr(getattr(model, "model", model), "dictionary_generation_stream", None)
+    model, steering = unwrap(model), with_active(model, steering)
+    stream = getattr(model, "dictionary_generation_stream", None)
     if stream is None:
         raise UnsupportedOperationError(
             f"{type(model).__name__} has no streamed dictionary read-out (it reduces in the vLLM "

@@ -17,7 +17,7 @@ import torch
 
 from ie_core.errors import DictionaryShapeError, UnsupportedOperationError
 from ie_core.feature_ops import FeatureClamp
-from ie_core.protocol import InterpModel, Prompt, SteeringArg, SyncModel
+from ie_core.protocol import InterpModel, ModelLike, Prompt, SteeringArg, unwrap
 from ie_core.runner import run
 from ie_core.sae_math import reduce_rows
 from ie_core.saes import SAE
@@ -66,7 +66,7 @@ def check_dictionary(model: Any, sae: SAE, stats: bool = False) -> None:
 
 
 def feature_activations(
-    model: InterpModel | SyncModel,
+    model: ModelLike,
     prompts: Prompt | Sequence[Sequence[int]],
     sae: SAE | str | Mapping[str, SAE] | Mapping[str, str],
     k: int | None = None,
@@ -81,8 +81,7 @@ def feature_activations(
     from ie_core.active_steering import with_active
 
     steering = with_active(model, steering)
-    m: InterpModel = model.model if isinstance(model, SyncModel) else model
-    return _activations(m, prompts, sae, k, stats, steering)
+    return _activations(unwrap(model), prompts, sae, k, stats, steering)
 
 
 def _activations(

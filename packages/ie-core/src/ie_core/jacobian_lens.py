@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ie_core.errors import LayerOutOfRangeError, UnsupportedModelError
-from ie_core.protocol import TopK
+from ie_core.protocol import TopK, unwrap
 from ie_core.runner import run
 
 __all__ = ["JacobianLens", "ajacobian_lens_topk", "jacobian_lens_topk"]
@@ -113,6 +113,7 @@ class JacobianLens:
 async def ajacobian_lens_topk(
     model: Any, lens: JacobianLens, rows: Any, layer: int, k: int = 10
 ) -> TopK:
+    model = unwrap(model)
     lens.check_model(model)
     return await model.decode_residuals_topk(lens.transport(rows, layer), k)
 

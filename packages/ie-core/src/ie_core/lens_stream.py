@@ -10,10 +10,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ie_core.active_steering import with_active
 from ie_core.address import AddressLike, to_address
 from ie_core.errors import PointUnavailableError
 from ie_core.jacobian_lens import JacobianLens
-from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK
+from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK, unwrap
 from ie_core.runner import iterate
 
 __all__ = ["LensStep", "lens_transports", "stream_lens"]
@@ -63,6 +64,7 @@ def stream_lens(
         addresses = [addresses]
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
+    model, steering = unwrap(model), with_active(model, steering)
     stream = getattr(model, "lens_generation_stream", None)
     if stream is None:
         from ie_core.errors import UnsupportedOperationError

@@ -19,7 +19,7 @@ import torch
 from ie_core.errors import BadPromptError, SteeringSpecError
 from ie_core.interventions import Patch
 from ie_core.points import Width, get_point
-from ie_core.protocol import InterpModel, Prompt, SyncModel
+from ie_core.protocol import InterpModel, ModelLike, Prompt, unwrap
 from ie_core.runner import run
 from ie_core.steering import PositionMask, Steering
 
@@ -93,16 +93,12 @@ class SweepResult:
         return (self.values - self.corrupt) / span
 
 
-def unwrap(model: InterpModel | SyncModel) -> InterpModel:
-    """The async model behind a `SyncModel` (or the model itself)."""
-    return model.model if isinstance(model, SyncModel) else model
-
-
 async def final_logits(
-    model: InterpModel, prompts: Sequence[Prompt], steerings: Sequence[Steering | None]
+    model: ModelLike, prompts: Sequence[Prompt], steerings: Sequence[Steering | None]
 ) -> torch.Tensor:
     """`[n, vocab]` fp32 logits at the last position of each (prompt, steering) request, every
     request in flight at once; the model's own lens turns the last residual row into logits."""
+    model = unwrap(model)
     last = f"resid_post.{model.n_layers - 1}"
 
     async def one(prompt: Prompt, steering: Steering | None) -> torch.Tensor:
@@ -113,9 +109,10 @@ async def final_logits(
     return await decode_rows(model, torch.stack(list(rows)))
 
 
-async def decode_rows(model: InterpModel, rows: torch.Tensor) -> torch.Tensor:
+async def decode_rows(model: ModelLike, rows: torch.Tensor) -> torch.Tensor:
     """`[n, vocab]` fp32 logits of residual rows `[n, d_model]` through the model's lens,
     `DECODE_CHUNK` rows per call."""
+    model = unwrap(model)
     parts = [
         await model.decode_residuals(rows[i : i + DECODE_CHUNK])
         for i in range(0, rows.shape[0], DECODE_CHUNK)
@@ -123,21 +120,22 @@ async def decode_rows(model: InterpModel, rows: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts).float()
 
 
-def prompt_token_ids(model: InterpModel, prompt: Prompt) -> list[int]:
+def prompt_token_ids(model: ModelLike, prompt: Prompt) -> list[int]:
     """One prompt's token ids: a string through the model's tokenizer, else the ids as ints."""
     if isinstance(prompt, str):
-        return list(model.to_tokens(prompt))
+        return list(unwrap(model).to_tokens(prompt))
     return [int(t) for t in prompt]
 
 
 async def mean_activation_async(
-    model: InterpModel,
+    model: ModelLike,
     prompts: Sequence[Prompt],
     address: str,
     positions: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """The mean `[width]` row of `address` over `prompts` (and `positions`, default all): the
     value a mean ablation writes with `Patch(mean)`."""
+    model = unwrap(model)
     if not prompts:
         raise BadPromptError("mean_activation needs at least one prompt")
 
@@ -149,7 +147,7 @@ async def mean_activation_async(
 
 
 def mean_activation(
-    model: InterpModel | SyncModel,
+    model: ModelLike,
     prompts: Sequence[Prompt],
     address: str,
     positions: Sequence[int] | None = None,
@@ -176,7 +174,7 @@ async def _head_count(model: InterpModel, point: str, layer: int, prompt: list[i
 
 
 async def patch_sweep_async(
-    model: InterpModel,
+    model: ModelLike,
     clean: Prompt,
     corrupt: Prompt,
     *,
@@ -188,6 +186,7 @@ async def patch_sweep_async(
 ) -> SweepResult:
     """Patch the clean run's `point` into the corrupt run, one cell per (layer, position), or per
     (layer, head) with `heads=True` (every position of that head patched); see `SweepResult`."""
+    model = unwrap(model)
     clean_ids, corrupt_ids = prompt_token_ids(model, clean), prompt_token_ids(model, corrupt)
     if len(clean_ids) != len(corrupt_ids):
         raise BadPromptError(
@@ -230,9 +229,7 @@ async def patch_sweep_async(
     )
 
 
-def patch_sweep(
-    model: InterpModel | SyncModel, clean: Prompt, corrupt: Prompt, **kw: Any
-) -> SweepResult:
+def patch_sweep(model: ModelLike, clean: Prompt, corrupt: Prompt, **kw: Any) -> SweepResult:
     """Synchronous `patch_sweep_async` (see there), for scripts and notebooks."""
     return run(patch_sweep_async(unwrap(model), clean, corrupt, **kw))
 
@@ -250,5 +247,4 @@ __all__ = [
     "patch_sweep_async",
     "prompt_token_ids",
     "single_token",
-    "unwrap",
 ]

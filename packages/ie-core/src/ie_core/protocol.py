@@ -299,3 +299,13 @@ class SyncModel(TLShaped):
 
     def shutdown(self) -> None:
         run(self.model.shutdown())
+
+
+ModelLike = InterpModel | SyncModel
+"""What every public free function accepts: the async model or its blocking mirror."""
+
+
+def unwrap(model: ModelLike) -> InterpModel:
+    """The async model behind a `SyncModel` (or the model itself): every free function starts here,
+    so `f(SyncModel(m), ...)` and `f(m, ...)` run the same coroutines."""
+    return model.model if isinstance(model, SyncModel) else model

@@ -15,11 +15,12 @@ from typing import Any
 
 import torch
 
+from ie_core.active_steering import with_active
 from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.errors import BadPromptError
 from ie_core.points import POINTS, Width
-from ie_core.protocol import SteeringArg, SyncModel
+from ie_core.protocol import SteeringArg, unwrap
 from ie_core.runner import run
 
 # Points whose rows are [batch, heads, q, k]: both q and k run over the sequence.
@@ -89,8 +90,7 @@ async def capture_ragged_async(
     steering: SteeringArg = None,
 ) -> PaddedCache:
     """The async form of `capture_ragged`, for your own event loop."""
-    if isinstance(model, SyncModel):
-        model = model.model
+    model = unwrap(model)
     if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
         raise BadPromptError("capture_ragged takes a non-empty list of prompts")
     if isinstance(addresses, str):
@@ -123,6 +123,7 @@ def capture_ragged(
 ) -> PaddedCache:
     """Capture prompts of different lengths: `[batch, max_len, ...]` right-padded with zeros
     (attention `[batch, heads, max_len, max_len]`), true lengths in `.lengths`."""
+    steering = with_active(model, steering)  # `with steer(model, ...)` holds here too
     return run(capture_ragged_async(model, prompts, addresses, steering=steering))
 
 

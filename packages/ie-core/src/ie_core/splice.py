@@ -24,7 +24,7 @@ from ie_core.features import check_dictionary
 from ie_core.interventions import Patch
 from ie_core.patching import decode_rows
 from ie_core.prompts import prompt_batch
-from ie_core.protocol import InterpModel, SyncModel
+from ie_core.protocol import InterpModel, ModelLike, unwrap
 from ie_core.runner import run
 from ie_core.sae_math import decode, encode, normalized
 from ie_core.saes import SAE
@@ -59,7 +59,7 @@ def spliced_rows(sae: SAE, x: torch.Tensor, out: torch.Tensor, keep_error: bool)
 
 
 def splice(
-    model: InterpModel | SyncModel,
+    model: ModelLike,
     prompts: Any,
     sae: SAE,
     *,
@@ -67,8 +67,7 @@ def splice(
     logits: bool = False,
 ) -> SpliceResult:
     """Per-token next-token loss with `sae` spliced in at its point, and without (clean)."""
-    m: InterpModel = model.model if isinstance(model, SyncModel) else model
-    return _splice(m, prompts, sae, keep_error, logits)
+    return _splice(unwrap(model), prompts, sae, keep_error, logits)
 
 
 def _splice(

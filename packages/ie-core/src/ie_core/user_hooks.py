@@ -17,8 +17,8 @@ import torch
 from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.interventions import Hook
-from ie_core.patching import Metric, SweepResult, prompt_token_ids, unwrap
-from ie_core.protocol import Generation, InterpModel, Prompt, SamplingParams, SyncModel
+from ie_core.patching import Metric, SweepResult, prompt_token_ids
+from ie_core.protocol import Generation, ModelLike, Prompt, SamplingParams, unwrap
 from ie_core.runner import run
 from ie_core.steering import Steering, steer_at
 
@@ -36,7 +36,7 @@ def hook_steering(hooks: HookList) -> tuple[Steering, ...]:
 
 
 def run_with_hooks(
-    model: InterpModel | SyncModel,
+    model: ModelLike,
     tokens: Prompt | Sequence[Sequence[int]],
     hooks: HookList,
     addresses: Sequence[AddressLike] = (),
@@ -47,7 +47,7 @@ def run_with_hooks(
 
 
 def generate_with_hooks(
-    model: InterpModel | SyncModel,
+    model: ModelLike,
     prompt: Prompt,
     hooks: HookList,
     *,
@@ -60,7 +60,7 @@ def generate_with_hooks(
 
 
 async def attribution_patch_async(
-    model: InterpModel,
+    model: ModelLike,
     clean: Prompt,
     corrupt: Prompt,
     *,
@@ -73,6 +73,7 @@ async def attribution_patch_async(
 
     The gradient is taken through a zero offset added at each address by a `Hook`, so it is the
     gradient at the activation the model uses, after every other write."""
+    model = unwrap(model)
     clean_ids, corrupt_ids = prompt_token_ids(model, clean), prompt_token_ids(model, corrupt)
     if len(clean_ids) != len(corrupt_ids):
         raise ValueError(
@@ -119,9 +120,7 @@ async def attribution_patch_async(
     )
 
 
-def attribution_patch(
-    model: InterpModel | SyncModel, clean: Prompt, corrupt: Prompt, **kw: Any
-) -> SweepResult:
+def attribution_patch(model: ModelLike, clean: Prompt, corrupt: Prompt, **kw: Any) -> SweepResult:
     """Synchronous `attribution_patch_async`: estimates in the units of `patch_sweep`'s values."""
     return run(attribution_patch_async(unwrap(model), clean, corrupt, **kw))
 

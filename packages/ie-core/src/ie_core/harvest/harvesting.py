@@ -38,6 +38,7 @@ from ie_core.harvest.shards import (
 from ie_core.harvest.spec import HarvestOptions, build_spec
 from ie_core.harvest.storage import check_free_space, prepare_folder, write_atomic
 from ie_core.harvest.windows import Window, make_windows
+from ie_core.protocol import unwrap
 from ie_core.runner import run
 
 __all__ = ["HarvestResult", "aharvest", "harvest"]
@@ -176,6 +177,7 @@ async def aharvest(
 ) -> HarvestResult:
     """Harvest `points` over `files` (or `documents`) into `out`; rerun to resume. Options:
     `column`, `context`, `bos`, `packing`, `max_tokens`, `dtype`, `shard_tokens`, `batch_windows`."""
+    model = unwrap(model)
     if documents is not None and files:
         raise HarvestError("pass data files or documents, not both")
     names = tuple(format_address(to_address(p)) for p in points)

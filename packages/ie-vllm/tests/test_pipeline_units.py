@@ -70,11 +70,14 @@ def test_merge_takes_each_address_from_its_stage_and_drops_served_refusals() -> 
 
 
 def test_stats_merge_is_what_any_rank_still_holds() -> None:
-    idle = {"registered": 0, "hooks": {}, "forwards": 3}
-    busy = {"registered": 1, "hooks": {"resid_post.2": 1}, "forwards": 3}
+    idle = {"registered": 0, "keys": [], "hooks": {}, "forwards": 3}
+    busy = {"registered": 1, "keys": ["r7"], "hooks": {"resid_post.2": 1}, "forwards": 3}
     assert merge_stats([idle, busy]) == {
         "registered": 1,
+        "keys": ["r7"],
         "hooks": {"resid_post.2": 1},
         "forwards": 3,
     }
     assert merge_stats([idle, idle])["registered"] == 0
+    # Tensor-parallel ranks repeat a key: named once; a rank without keys (older worker) adds none.
+    assert merge_stats([busy, busy, {"registered": 0}])["keys"] == ["r7"]

@@ -22,7 +22,7 @@ from ie_core.protocol import SyncModel
 from ie_core.runner import run
 from ie_core.user_hooks import run_with_hooks
 from vllm_parity import PROMPT_TEXT, by_point, max_abs_diffs, scaled_diffs, servable_addresses
-from vllm_support import requires_vllm
+from vllm_support import check_released, registered_keys, requires_vllm
 
 pytestmark = [pytest.mark.slow, requires_vllm]
 
@@ -363,3 +363,27 @@ def test_harvest_rows_match_one_window_captures_and_resume(
     assert worst["vllm"] < CROSS and worst["eager"] < CROSS, worst
     assert worst["neighbour"] > 1e-2, worst  # negative control: the next row differs
     assert check_resume(smollm2, path, out) < WITHIN
+
+
+def test_the_leak_check_catches_a_request_left_registered(
+    smollm2: Any, request: pytest.FixtureRequest
+) -> None:
+    """Negative control of conftest's `_leaves_nothing_registered` on this module's engine: a key
+    registered and not released is named, with the test, by the same two calls the check makes."""
+    from ie_core.protocol import unwrap
+    from ie_vllm.specs import RequestSpec
+
+    assert "_leaves_nothing_registered" in request.fixturenames  # the check runs after each test
+    flow = unwrap(smollm2).flow
+    before = registered_keys(smollm2)
+    run(flow.on_engine(flow.register(RequestSpec(key="leak-probe", captures=("resid_post.1",)))))
+    try:
+        leaked = registered_keys(smollm2)
+        assert leaked == sorted([*before, "leak-probe"])
+        with pytest.raises(AssertionError) as caught:
+            check_released(request.node.nodeid, before, leaked)
+        assert request.node.nodeid in str(caught.value)
+        assert "'leak-probe'" in str(caught.value)
+    finally:
+        run(flow.on_engine(flow.release("leak-probe")))
+    check_released(request.node.nodeid, before, registered_keys(smollm2))  # released: passes

@@ -48,3 +48,22 @@ def eager(model_id: str) -> Any:
     from ie_core import load_model
 
     return load_model(model_id, backend="eager", device="cpu", dtype="float32")
+
+
+def registered_keys(model: Any) -> list[str]:
+    """The request keys the engine's workers hold now (`stats()["keys"]`)."""
+    from ie_core.protocol import unwrap
+    from ie_core.runner import run
+
+    return list(run(unwrap(model).stats())["keys"])
+
+
+def check_released(test: str, before: list[str], after: list[str]) -> None:
+    """Fail when a test left a request registered on a shared engine: every key held after the
+    test and not before it is a leak (a later test on the same engine would run beside it)."""
+    leaked = sorted(set(after) - set(before))
+    if leaked:
+        raise AssertionError(
+            f"{test} left {len(leaked)} request(s) registered on the shared engine: "
+            + ", ".join(repr(key) for key in leaked)
+        )

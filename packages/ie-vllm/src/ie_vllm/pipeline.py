@@ -119,13 +119,15 @@ def _one_per_stage(infos: Sequence[dict[str, Any]]) -> list[Any]:
 
 def merge_stats(stats: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Every rank's registry and hooks as one: per site the most hooks any rank holds (a site
-    lives on one stage; tensor-parallel ranks repeat it), the most registered and forwards."""
+    lives on one stage; tensor-parallel ranks repeat it), the most registered and forwards, and
+    every registered key (sorted; the tests name a key a test left registered)."""
     hooks: dict[str, int] = {}
     for s in stats:
         for site, count in s.get("hooks", {}).items():
             hooks[site] = max(hooks.get(site, 0), int(count))
     return {
         "registered": max((int(s.get("registered", 0)) for s in stats), default=0),
+        "keys": sorted({str(key) for s in stats for key in s.get("keys", ())}),
         "hooks": hooks,
         "forwards": max((int(s.get("forwards", 0)) for s in stats), default=0),
     }

@@ -200,6 +200,7 @@ class IEWorkerExtension(LensWorkerMixin):
         state = self._ie
         return {
             "registered": len(state.registry.entries),
+            "keys": sorted(state.registry.entries),
             "hooks": {k: v for k, v in state.counts.items() if v},
             "forwards": state.forwards,
         }

@@ -251,3 +251,22 @@ def test_cli_answers_a_complete_or_mismatched_folder_without_loading_the_model(
     (out / "manifest.json").write_text(json.dumps(manifest))
     assert main(argv) == 1
     assert "the model was loaded" in capsys.readouterr().err
+
+
+def test_the_default_batch_is_the_backends_own(model: Any) -> None:
+    """ie-core reads the default from the backend's descriptor (eager's 8), not from a table of
+    backend names; an unknown backend gets the descriptor's default (64)."""
+    from dataclasses import dataclass
+
+    from ie_core.harvest.spec import HarvestOptions
+
+    assert HarvestOptions.make(model, ("resid_post.1",), ()).batch_windows == 8
+
+    @dataclass
+    class Elsewhere:  # a model whose backend is not installed here
+        backend = "not-installed"
+
+        def point_width(self, _: str) -> int:
+            return 4
+
+    assert HarvestOptions.make(Elsewhere(), ("resid_post.1",), ()).batch_windows == 64

@@ -90,3 +90,20 @@ def test_data_parallel_replicas_get_their_own_cpus() -> None:
     assert cpu_thread_binding(["-dp", "2"], [0, 1]) == "0|1"
     assert cpu_thread_binding(["-dp", "2", "-tp", "2"], list(range(8))) == "0,1|2,3|4,5|6,7"
     assert cpu_thread_binding(["-dp", "2", "-pp", "2"], [0, 1]) == "nobind"
+
+
+def test_the_server_mounts_exactly_the_routes_the_remote_backend_calls() -> None:
+    """One table (`ie_core.wire.ROUTES`) for both sides: a route added to the server and not to
+    the table, or renamed on one side, fails here."""
+    from ie_core.wire import ROUTES
+    from ie_vllm.server.http_features import features_router
+    from ie_vllm.server.http_routes import router
+
+    mounted = {
+        (method, route.path)
+        for r in (router, features_router)
+        for route in r.routes
+        for method in getattr(route, "methods", ())
+    }
+    assert mounted == {(r.method, r.url) for r in ROUTES.values()}
+    assert len(mounted) == 11  # not two empty sets agreeing

@@ -17,7 +17,12 @@ from typing import Any
 import pytest
 import torch
 from ie_core import Additive, SamplingParams, steer_at
-from ie_core.errors import EngineDeadError, EngineShutdownError, PromptTooLongError
+from ie_core.errors import (
+    EngineDeadError,
+    EngineShutdownError,
+    PromptTooLongError,
+    SteeringSpecError,
+)
 from ie_vllm import payload
 from vllm_support import requires_vllm
 
@@ -30,8 +35,8 @@ STEP = 0.005  # seconds per scripted worker call / generated token
 class _FakeLLM:
     """Worker calls are served in order by one loop; `hang` makes new calls and streams wait."""
 
-    def __init__(self) -> None:
-        self.model_config = SimpleNamespace(max_model_len=16)
+    def __init__(self, dtype: torch.dtype = torch.float32) -> None:
+        self.model_config = SimpleNamespace(max_model_len=16, dtype=dtype)
         self.errored = False
         self.hang = False
         self.registry: dict[str, list[str]] = {}  # key -> captured addresses
@@ -94,7 +99,7 @@ class _Tok:
         return " ".join(map(str, ids))
 
 
-def _model() -> Any:
+def _model(dtype: torch.dtype = torch.float32) -> Any:
     from ie_vllm.host.backend import VLLMModel
     from ie_vllm.host.engine import Engine
 
@@ -106,7 +111,7 @@ def _model() -> Any:
         "vocab_size": 100,
         "architecture": "Fake",
     }
-    return VLLMModel(Engine(_FakeLLM(), []), info, _Tok(), "fake", "vllm")
+    return VLLMModel(Engine(_FakeLLM(dtype), []), info, _Tok(), "fake", "vllm")
 
 
 STEER = steer_at("resid_post.1", Additive((1.0, 0.0, 0.0, 0.0)))
@@ -216,5 +221,25 @@ def test_prompt_plus_new_tokens_over_max_model_len_is_refused_before_the_engine(
         fits = await model.generate(list(range(1, 14)), SamplingParams(max_new_tokens=3))
         assert len(fits.token_ids) == 3
         await model.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_steering_beyond_the_engines_dtype_is_refused_as_on_eager() -> None:
+    """vLLM admits steering with eager's dtype check: a delta past float16's max would write inf."""
+    big = steer_at("resid_post.1", Additive((7e4, 0.0, 0.0, 0.0)))
+
+    async def scenario() -> None:
+        half = _model(torch.float16)
+        with pytest.raises(SteeringSpecError) as err:
+            await half.generate([1, 2, 3], SHORT, steering=big)
+        assert str(err.value).startswith(
+            "resid_post.1: additive delta reaches 70000, beyond the torch.float16 max 65504"
+        )
+        assert half.engine.llm.registry == {}  # refused before any worker call
+        await half.shutdown()
+        full = _model(torch.float32)  # negative control: the same spec fits float32
+        assert len((await full.generate([1, 2, 3], SHORT, steering=big)).token_ids) == 3
+        await full.shutdown()
 
     asyncio.run(scenario())

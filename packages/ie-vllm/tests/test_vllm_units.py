@@ -223,6 +223,7 @@ def test_sharded_points_are_refused_at_tensor_parallel_size_2() -> None:
 class _StubEngine:
     closed = False
     loop = None
+    dtype = torch.float32
 
     async def rpc(self, *_: Any) -> list[Any]:
         raise AssertionError("a refused call must not reach the engine")

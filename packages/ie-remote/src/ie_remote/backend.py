@@ -35,6 +35,7 @@ from ie_core.protocol import (
 )
 from ie_core.steering import SteeringOp, op_from_dict
 from ie_core.wire import (
+    ROUTES,
     SAFETENSORS,
     decode_tensors,
     encode_tensors,
@@ -115,7 +116,7 @@ class RemoteModel(DescribedModel):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         server = Server(url.rstrip("/"), headers, timeout)
         with server.sync_client() as client:
-            response = client.get("/v1/ie/info")
+            response = client.get(ROUTES["info"].url)
         _raise_for(response)
         return cls(server, ModelInfo.from_wire(response.json()))
 
@@ -191,7 +192,7 @@ class RemoteModel(DescribedModel):
             "addresses": [str(to_address(a)) for a in addresses],
             "steering": steering_to_wire(steering),
         }
-        tensors, _ = decode_tensors((await self._post("/v1/ie/capture", body)).content)
+        tensors, _ = decode_tensors((await self._post(ROUTES["capture"].url, body)).content)
         return ActivationCache(tensors)
 
     async def capture_generation(
@@ -210,7 +211,7 @@ class RemoteModel(DescribedModel):
             "steering": steering_to_wire(steering),
         }
         tensors, meta = decode_tensors(
-            (await self._post("/v1/ie/capture_generation", body)).content
+            (await self._post(ROUTES["capture_generation"].url, body)).content
         )
         gen = Generation(tuple(meta["prompt_ids"]), tuple(meta["token_ids"]), meta["text"])
         return GenerationCapture(gen, ActivationCache(tensors))
@@ -238,7 +239,7 @@ class RemoteModel(DescribedModel):
             "sampling": sampling_to_wire(sampling),
             "steering": steering_to_wire(steering),
         }
-        data = (await self._post("/v1/ie/generate", body)).json()
+        data = (await self._post(ROUTES["generate"].url, body)).json()
         return Generation(tuple(data["prompt_ids"]), tuple(data["token_ids"]), data["text"])
 
     async def generate_stream(
@@ -256,7 +257,7 @@ class RemoteModel(DescribedModel):
         }
         async with (
             self.server.client() as client,
-            client.stream("POST", "/v1/ie/generate_stream", json=body) as response,
+            client.stream("POST", ROUTES["generate_stream"].url, json=body) as response,
         ):
             if response.status_code >= 400:
                 await response.aread()
@@ -270,20 +271,22 @@ class RemoteModel(DescribedModel):
                 yield StreamChunk(int(item["token_id"]), str(item["text"]))
 
     async def decode_residuals(self, rows: Any) -> Any:
-        response = await self._post("/v1/ie/decode_residuals", encode_tensors({"rows": rows}))
+        response = await self._post(ROUTES["decode_residuals"].url, encode_tensors({"rows": rows}))
         return decode_tensors(response.content)[0]["logits"]
 
     async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
-        response = await self._post(f"/v1/ie/lens_topk?k={k}", encode_tensors({"rows": rows}))
+        response = await self._post(
+            f"{ROUTES['lens_topk'].url}?k={k}", encode_tensors({"rows": rows})
+        )
         out = decode_tensors(response.content)[0]
         return TopK(out["ids"], out["probs"])
 
     async def stats(self) -> dict[str, Any]:
         """The server workers' registry (live requests, installed hooks): empty when idle."""
         async with self.server.client() as client:
-            response = await client.get("/v1/ie/stats")
+            response = await client.get(ROUTES["stats"].url)
         _raise_for(response)
         return dict(response.json())
 
@@ -292,7 +295,7 @@ class RemoteModel(DescribedModel):
     async def served_saes(self) -> dict[str, Any]:
         """Per served name: address, out_address, d_in, d_sae, activation, k, key."""
         async with self.server.client() as client:
-            response = await client.get("/v1/ie/saes")
+            response = await client.get(ROUTES["saes"].url)
         _raise_for(response)
         return dict(response.json())
 
@@ -310,7 +313,7 @@ class RemoteModel(DescribedModel):
         served = list(dict.fromkeys(names.values()))
         body = {"prompts": _plain(tokens), "saes": served, "k": k, "stats": stats,
                 "steering": steering_to_wire(steering)}  # fmt: skip
-        tensors, _ = decode_tensors((await self._post("/v1/ie/features", body)).content)
+        tensors, _ = decode_tensors((await self._post(ROUTES["features"].url, body)).content)
         out: dict[str, dict[str, Any]] = {}
         for label, name in names.items():
             prefix = f"{name}|"
@@ -332,7 +335,7 @@ class RemoteModel(DescribedModel):
         else:
             body["kind"] = "feature_ablate"
         with self.server.sync_client() as client:
-            response = client.post("/v1/ie/feature_op", json=body)
+            response = client.post(ROUTES["feature_op"].url, json=body)
         _raise_for(response)
         return op_from_dict(response.json())
 

@@ -1,18 +1,18 @@
 """The wire specs of one request: what to capture, how to steer, what to reduce in the worker.
 
 The host builds them (`ie_vllm.host.admission`), sends them to every worker in plain data
-(`to_wire`), and the worker rebuilds them (`from_wire`) into its registry (`ie_vllm.worker.extension`).
+(`to_wire`, each op as `ie_core.wire.op_to_wire` writes it for HTTP), and the worker rebuilds them (`from_wire`) into its registry (`ie_vllm.worker.extension`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ie_core.steering import SteeringOp, op_from_dict
+from ie_core.wire import op_to_wire
 
 __all__ = ["ReducerSpec", "RequestSpec", "SteerSpec"]
 
@@ -68,7 +68,7 @@ class RequestSpec:
                     "address": s.address,
                     "masked": list(s.masked),
                     "until": s.until,
-                    "ops": [_op_to_dict(op) for op in s.ops],
+                    "ops": [op_to_wire(op) for op in s.ops],
                 }
                 for s in self.steering
             ],
@@ -89,9 +89,3 @@ class RequestSpec:
         reducers = tuple(ReducerSpec.from_wire(r) for r in data.get("reducers", ()))
         captures = tuple(data.get("captures", ()))
         return cls(data["key"], captures, steering, int(data["prompt_len"]), reducers)
-
-
-def _op_to_dict(op: SteeringOp) -> dict[str, Any]:
-    data = {f.name: getattr(op, f.name) for f in dataclasses.fields(op) if f.init}
-    data = {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
-    return {"kind": op.kind, **data}

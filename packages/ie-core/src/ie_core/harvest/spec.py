@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ie_core.backend_plugin import BackendPlugin, backend_plugin
 from ie_core.harvest.corpus import DataFile
 from ie_core.harvest.errors import HarvestError
 from ie_core.harvest.shards import canonical_dtype
@@ -17,8 +18,6 @@ __all__ = ["HarvestOptions", "build_spec", "command_fields"]
 
 # Tokenized into the spec's tokenizer fingerprint: a resume with another tokenizer is refused.
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog. 0123456789 éß漢字 \n\t<|x|>"
-DEFAULT_BATCH = {"eager": 8}
-DEFAULT_BATCH_OTHER = 64
 
 
 def _positive(name: str, value: int | None, allow_none: bool = False) -> None:
@@ -64,11 +63,16 @@ class HarvestOptions:
         if bos not in BOS_POLICIES or packing not in PACKINGS:
             raise HarvestError(f"bos must be one of {BOS_POLICIES}, packing one of {PACKINGS}")
         widths = {p: int(model.point_width(p)) for p in points}
-        batch = batch_windows or DEFAULT_BATCH.get(model.backend, DEFAULT_BATCH_OTHER)
+        batch = batch_windows or _default_batch(model.backend)
         return cls(
             points, widths, files, column, context, bos, packing, max_tokens,
             canonical_dtype(dtype), shard_tokens, batch,
         )  # fmt: skip
+
+
+def _default_batch(backend: str) -> int:
+    plugin = backend_plugin(backend)
+    return plugin.harvest_batch if plugin is not None else BackendPlugin.harvest_batch
 
 
 def _revision(model: Any) -> str | None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import torch
 from ie_core.address import AddressLike, check_layer, to_address
 from ie_core.errors import (
     PointUnavailableError,
@@ -21,6 +22,7 @@ from ie_core.errors import (
 from ie_core.model_info import ModelInfo
 from ie_core.points import get_point
 from ie_core.protocol import Prompt, SteeringArg, prompt_batch, prompt_ids, steering_tuple
+from ie_core.steer_math import check_ops_fit
 from ie_core.steer_scope import mask_positions
 
 from ie_vllm.host.policy import SitePolicy
@@ -34,6 +36,9 @@ GENERATE = "vllm-generate"
 class _Limits(Protocol):
     @property
     def max_model_len(self) -> int: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,8 @@ class Admission:
     def steer_specs(
         self, steering: SteeringArg, prompt_ids: Sequence[int]
     ) -> tuple[SteerSpec, ...]:
-        """The write specs the workers register: each address checked, writable, of its width."""
+        """The write specs the workers register: each address checked, writable, of its width, its
+        ops' values within the activations' dtype (the same refusal as eager's)."""
         specs: list[SteerSpec] = []
         for s in steering_tuple(steering):
             if any(op.kind == "hook" for op in s.ops):
@@ -148,6 +154,7 @@ class Admission:
                         f"{self.write_reason(text)}"
                     )
                 s.check_width(self.info.widths[text])
+                check_ops_fit(s.ops, self.engine.dtype, text)
             masked = mask_positions(s.mask, prompt_ids, self.tokenizer.all_special_ids)
             until = len(prompt_ids) if s.mask.prefill_only else None
             specs.extend(

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from ie_core.errors import EngineDeadError, EngineShutdownError, EngineStoppedError
@@ -22,6 +22,9 @@ from ie_vllm import payload
 from ie_vllm.worker.layout import KEY_ARG
 from ie_vllm.worker.runner_adapter import pin_model_runner, refuse_v2_only_features
 from ie_vllm.worker.watchdog import mark_client
+
+if TYPE_CHECKING:
+    import torch
 
 WORKER_EXTENSION = "ie_vllm.worker.extension.IEWorkerExtension"
 DEFAULT_CPU_KVCACHE_GIB = "1"
@@ -120,6 +123,11 @@ class Engine:
     @property
     def max_model_len(self) -> int:
         return int(self.llm.model_config.max_model_len)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the engine's activations (vLLM resolves `dtype="auto"` at start)."""
+        return self.llm.model_config.dtype
 
     # --- worker calls ------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from ie_core.wire import PREFIX
 
 from ie_vllm.server.http_errors import BadRequest
 from ie_vllm.server.http_limits import check_response
@@ -26,11 +27,12 @@ from ie_vllm.server.http_routes import (
     _steering,
     _tensors,
     _unless_gone,
+    mount,
     served_saes,
 )
 from ie_vllm.server.served_saes import NAMED_KINDS, describe, named_op, served
 
-features_router = APIRouter(prefix="/v1/ie", route_class=RefusingRoute)
+features_router = APIRouter(prefix=PREFIX, route_class=RefusingRoute)
 
 
 def _k(data: dict[str, Any], d_sae: int) -> int | None:
@@ -42,12 +44,12 @@ def _k(data: dict[str, Any], d_sae: int) -> int | None:
     return k
 
 
-@features_router.get("/saes")
+@features_router.api_route(**mount("saes"))
 async def saes(request: Request) -> JSONResponse:
     return JSONResponse(describe(served_saes(request)))
 
 
-@features_router.post("/features")
+@features_router.api_route(**mount("features"))
 async def features(request: Request) -> Response:
     m, data, limits = _model(request), await _json(request), _limits(request)
     names = data.get("saes")
@@ -68,7 +70,7 @@ async def features(request: Request) -> Response:
     return await _tensors({f"{n}|{o}": t for n, got in out.items() for o, t in got.items()})
 
 
-@features_router.post("/feature_op")
+@features_router.api_route(**mount("feature_op"))
 async def feature_op(request: Request) -> JSONResponse:
     data = await _json(request)
     if data.get("kind") not in NAMED_KINDS:

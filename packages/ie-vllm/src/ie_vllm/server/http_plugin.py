@@ -29,7 +29,7 @@ from argparse import Namespace
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ie_core.wire import RESERVED_XARGS, STEERING_XARG, steering_from_wire
+from ie_core.wire import PREFIX, RESERVED_XARGS, STEERING_XARG, steering_from_wire
 
 from ie_vllm.host.engine import WORKER_EXTENSION, Engine, new_key
 from ie_vllm.server.http_errors import (
@@ -45,7 +45,7 @@ from ie_vllm.specs import RequestSpec
 from ie_vllm.worker.layout import KEY_ARG
 
 OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions")
-IE_PREFIX = "/v1/ie/"  # ie's own routes read their JSON themselves
+IE_PREFIX = PREFIX + "/"  # ie's own routes read their JSON themselves
 FORM_TYPES = (b"multipart/", b"application/x-www-form-urlencoded")
 
 

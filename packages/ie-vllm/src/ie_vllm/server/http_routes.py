@@ -25,6 +25,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from ie_core.address import to_address
 from ie_core.wire import (
+    PREFIX,
+    ROUTES,
     SAFETENSORS,
     decode_tensors,
     encode_tensors,
@@ -69,7 +71,13 @@ class RefusingRoute(APIRoute):
         return refusing
 
 
-router = APIRouter(prefix="/v1/ie", route_class=RefusingRoute)
+router = APIRouter(prefix=PREFIX, route_class=RefusingRoute)
+
+
+def mount(name: str) -> dict[str, Any]:
+    """The path and method of route `name`, from the table the remote backend calls."""
+    route = ROUTES[name]
+    return {"path": route.path, "methods": [route.method]}
 
 
 def _model(request: Request) -> Any:
@@ -200,7 +208,7 @@ async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
     return task.result()
 
 
-@router.get("/info")
+@router.api_route(**mount("info"))
 async def info(request: Request) -> JSONResponse:
     m = _model(request)
     points = m.points()  # a vllm-static server lists only the points it declared
@@ -213,13 +221,13 @@ async def info(request: Request) -> JSONResponse:
     return JSONResponse(served.to_wire())
 
 
-@router.get("/stats")
+@router.api_route(**mount("stats"))
 async def stats(request: Request) -> JSONResponse:
     """The workers' registry: live request entries and installed hooks (0 and 0 when idle)."""
     return JSONResponse(await _model(request).stats())
 
 
-@router.post("/capture")
+@router.api_route(**mount("capture"))
 async def capture(request: Request) -> Response:
     m, data, limits = _model(request), await _json(request), _limits(request)
     prompts = await _batch(m, limits, _field(data, "prompts", (list, str)))
@@ -234,7 +242,7 @@ async def capture(request: Request) -> Response:
     return await _tensors({str(a): t for a, t in cache.items()})
 
 
-@router.post("/capture_generation")
+@router.api_route(**mount("capture_generation"))
 async def capture_generation(request: Request) -> Response:
     m, data, limits = _model(request), await _json(request), _limits(request)
     ids = await _one(m, limits, _field(data, "prompt", (list, str)))
@@ -248,7 +256,7 @@ async def capture_generation(request: Request) -> Response:
     return await _tensors({str(a): t for a, t in result.cache.items()}, meta)
 
 
-@router.post("/generate")
+@router.api_route(**mount("generate"))
 async def generate(request: Request) -> JSONResponse:
     m, data, limits = _model(request), await _json(request), _limits(request)
     ids = await _one(m, limits, _field(data, "prompt", (list, str)))
@@ -256,7 +264,7 @@ async def generate(request: Request) -> JSONResponse:
     return JSONResponse(asdict(await _unless_gone(request, work)))
 
 
-@router.post("/generate_stream")
+@router.api_route(**mount("generate_stream"))
 async def generate_stream(request: Request) -> Response:
     """Newline-delimited JSON: one `{"token_id", "text"}` per token; an error ends the stream."""
     m, data = _model(request), await _json(request)
@@ -283,7 +291,7 @@ def _vocab(m: Any) -> int:
     return m.info.vocab_size or len(m.tokenizer)
 
 
-@router.post("/decode_residuals")
+@router.api_route(**mount("decode_residuals"))
 async def decode_residuals(request: Request) -> Response:
     m = _model(request)
     rows = await _rows(request, m.d_model)
@@ -293,7 +301,7 @@ async def decode_residuals(request: Request) -> Response:
     return await _tensors({"logits": logits})
 
 
-@router.post("/lens_topk")
+@router.api_route(**mount("lens_topk"))
 async def lens_topk(request: Request) -> Response:
     m = _model(request)
     raw_k = request.query_params.get("k", "10")
@@ -309,4 +317,4 @@ async def lens_topk(request: Request) -> Response:
     return await _tensors({"ids": top.ids, "probs": top.probs})
 
 
-__all__ = ["RefusingRoute", "router", "served_saes"]
+__all__ = ["RefusingRoute", "mount", "router", "served_saes"]

@@ -96,3 +96,33 @@ def test_heads_splits_columns_by_head() -> None:
         ActivationCache({"z.0": z}).heads("z.0")
     with pytest.raises(UnsupportedOperationError, match="multiple of 5"):
         cache.heads("z.0", n_heads=5)
+
+
+@pytest.mark.parametrize(
+    ("foreign", "ours"),
+    [
+        ("resid_pre", "resid_pre"),
+        ("hook_resid_pre", "resid_pre"),
+        ("blocks.{L}.hook_resid_post", "resid_post"),
+        ("attn.hook_z", "z"),
+        ("hook_z", "z"),
+        ("hook_pattern", "attn_probs"),
+        ("hook_attn_out", "attn_out_post"),  # what TL adds to the residual, as in addresses
+        ("ln2.hook_normalized", "mlp_in"),
+        ("layers_output", "resid_post"),
+        ("hook_embed", "embeddings"),
+    ],
+)
+def test_point_arguments_take_layer_free_peer_names(foreign: str, ours: str) -> None:
+    from ie_core.peer_names import point_name
+
+    assert point_name(foreign) == ours
+
+
+def test_a_point_argument_that_names_no_point_is_refused_with_the_nearest() -> None:
+    from ie_core.peer_names import point_name
+
+    with pytest.raises(UnknownPointError, match="did you mean 'resid_pre'"):
+        point_name("hook_resid_pr")
+    with pytest.raises(UnknownPointError):
+        point_name("hook_out")  # ln1, ln2, ln_final and unembed all end so: ambiguous

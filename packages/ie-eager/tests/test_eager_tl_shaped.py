@@ -117,3 +117,41 @@ def test_the_free_run_with_cache_knows_the_head_counts(gemma2: SyncModel) -> Non
     assert cache.heads("value.0").shape == (1, len(ids[0]), 2, 64)
     with pytest.raises(UnsupportedOperationError, match="does not know the model's head count"):
         ActivationCache({"z.0": cache["z.0"]}).heads("z.0")
+
+
+def test_point_arguments_take_transformer_lens_names(gemma2: SyncModel) -> None:
+    """`point="hook_resid_pre"` in patch_sweep / attribution_patch (was "UnknownPointError ...
+    did you mean 'resid_pre'?") gives exactly the native-named call; so do TL addresses in
+    mean_activation and a TL name as a Steering's point."""
+    from ie_core import Additive
+    from ie_core.errors import UnknownPointError
+    from ie_core.patching import logit_diff, mean_activation, patch_sweep
+    from ie_core.steering import Steering
+    from ie_core.user_hooks import attribution_patch
+
+    clean, corrupt = [5, 17, 99, 42, 7], [5, 23, 99, 42, 7]
+    metric = logit_diff(11, 12)
+    model = gemma2.model
+    for tl, ours in (("hook_resid_pre", "resid_pre"), ("blocks.{L}.hook_resid_post", "resid_post")):
+        kw = {"metric": metric, "layers": (0, 1)}
+        assert patch_sweep(model, clean, corrupt, point=tl, **kw).point == ours
+        a = patch_sweep(model, clean, corrupt, point=tl, **kw)
+        b = patch_sweep(model, clean, corrupt, point=ours, **kw)
+        assert a == b and torch.equal(a.values, b.values)
+        a = attribution_patch(gemma2, clean, corrupt, point=tl, **kw)
+        b = attribution_patch(gemma2, clean, corrupt, point=ours, **kw)
+        assert a == b and torch.equal(a.values, b.values)
+    heads_tl = patch_sweep(model, clean, corrupt, metric=metric, point="attn.hook_z", heads=True)
+    heads = patch_sweep(model, clean, corrupt, metric=metric, point="z", heads=True)
+    assert heads_tl.point == "z" and torch.equal(heads_tl.values, heads.values)
+    assert torch.equal(
+        mean_activation(model, [clean, corrupt], "blocks.1.hook_resid_post"),
+        mean_activation(model, [clean, corrupt], "resid_post.1"),
+    )
+    v = torch.ones(model.d_model)
+    assert Steering("hook_resid_post", (1,), (Additive(v),)) == Steering(
+        "resid_post", (1,), (Additive(v),)
+    )
+    # A name that maps to no point is still refused, with the nearest point.
+    with pytest.raises(UnknownPointError, match="did you mean 'resid_post'"):
+        patch_sweep(model, clean, corrupt, metric=metric, point="hook_resid_pst")

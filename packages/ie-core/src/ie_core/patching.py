@@ -16,8 +16,10 @@ from typing import Any
 
 import torch
 
+from ie_core.address import to_address
 from ie_core.errors import BadPromptError, SteeringSpecError
 from ie_core.interventions import Patch
+from ie_core.peer_names import point_name
 from ie_core.points import Width, get_point
 from ie_core.protocol import InterpModel, ModelLike, Prompt, unwrap
 from ie_core.runner import run
@@ -136,6 +138,7 @@ async def mean_activation_async(
     """The mean `[width]` row of `address` over `prompts` (and `positions`, default all): the
     value a mean ablation writes with `Patch(mean)`."""
     model = unwrap(model)
+    address = str(to_address(address, check=True))
     if not prompts:
         raise BadPromptError("mean_activation needs at least one prompt")
 
@@ -185,8 +188,10 @@ async def patch_sweep_async(
     heads: bool = False,
 ) -> SweepResult:
     """Patch the clean run's `point` into the corrupt run, one cell per (layer, position), or per
-    (layer, head) with `heads=True` (every position of that head patched); see `SweepResult`."""
+    (layer, head) with `heads=True` (every position of that head patched); see `SweepResult`.
+    `point` is our name or a TransformerLens / nnterp one (`hook_resid_pre`, `attn.hook_z`)."""
     model = unwrap(model)
+    point = point_name(point)
     clean_ids, corrupt_ids = prompt_token_ids(model, clean), prompt_token_ids(model, corrupt)
     if len(clean_ids) != len(corrupt_ids):
         raise BadPromptError(

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from ie_core.address import Address
+from ie_core.errors import UnknownPointError
 
 _LAYER = "{L}"
 _NORM_OUT = re.compile(r"^(blocks\.\{L\}\.ln[12]|ln_final)\.hook_out$")
@@ -70,6 +71,52 @@ def from_peer_name(text: str) -> Address | None:
         if m := regex.fullmatch(text):
             return Address(peer.point, int(m.group(1)) if peer.per_layer else None)
     return None
+
+
+@functools.cache
+def _point_spellings() -> dict[str, str]:
+    """Layer-free spellings of each point, from the same table: a TL pattern with its `{L}`
+    (`blocks.{L}.hook_resid_pre`), its part after `blocks.{L}.` (`hook_resid_pre`, `attn.hook_z`),
+    its last part where only one point ends so (`hook_z`; not `hook_out`), and an nnterp name
+    without its `[{L}]` (`layers_output`)."""
+    out: dict[str, str] = {}
+    last: dict[str, set[str]] = {}
+    for peer in peer_names():
+        out[peer.pattern] = peer.point
+        if peer.engine == "nnterp":
+            out[peer.pattern.removesuffix("[" + _LAYER + "]")] = peer.point
+            continue
+        tail = peer.pattern.removeprefix("blocks." + _LAYER + ".")
+        out[tail] = peer.point
+        last.setdefault(tail.rpartition(".")[2], set()).add(peer.point)
+    for name, points in last.items():
+        if len(points) == 1:
+            out.setdefault(name, next(iter(points)))
+    return out
+
+
+def spelled_point(text: str) -> str | None:
+    """Our point name for `text` when it is one (ours or a layer-free peer spelling), else None."""
+    from ie_core.points import POINTS_BY_NAME
+
+    if not isinstance(text, str):
+        return None
+    if text in POINTS_BY_NAME:
+        return text
+    return _point_spellings().get(text)
+
+
+def point_name(text: str) -> str:
+    """The point a `point=` argument names: ours (`resid_pre`) or a TransformerLens / nnterp
+    spelling without a layer (`hook_resid_pre`, `blocks.{L}.attn.hook_z`, `attn.hook_z`,
+    `layers_output`); anything else is an `UnknownPointError` naming the nearest point."""
+    from ie_core.points import get_point
+
+    if (name := spelled_point(text)) is not None:
+        return name
+    if not isinstance(text, str):
+        raise UnknownPointError(f"a point is named by a string, got {text!r}", text)
+    return get_point(text).name  # raises, naming the nearest point
 
 
 def looks_foreign(text: str) -> bool:

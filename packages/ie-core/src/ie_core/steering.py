@@ -14,6 +14,7 @@ from ie_core.address import Address, AddressLike, to_address
 from ie_core.errors import SteeringSpecError
 from ie_core.feature_ops import FeatureClamp
 from ie_core.interventions import Hook, Patch, Scale, check_heads
+from ie_core.peer_names import point_name
 from ie_core.points import get_point
 from ie_core.spec_values import (
     FLOAT32_MAX,
@@ -221,7 +222,8 @@ class Steering:
     def __post_init__(self) -> None:
         if not isinstance(self.point, str):
             raise SteeringSpecError(f"point must be a point name, got {self.point!r}")
-        point = get_point(self.point)
+        point = get_point(point_name(self.point))  # ours, or a TL / nnterp spelling
+        object.__setattr__(self, "point", point.name)
         if not point.writable:
             raise SteeringSpecError(f"{self.point!r} is a capture-only point and cannot be steered")
         layers = tuple(integer(x, "layer") for x in _items(self.layers, "layers"))

@@ -18,6 +18,7 @@ from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.interventions import Hook
 from ie_core.patching import Metric, SweepResult, prompt_token_ids
+from ie_core.peer_names import point_name
 from ie_core.protocol import Generation, ModelLike, Prompt, SamplingParams, unwrap
 from ie_core.runner import run
 from ie_core.steering import Steering, steer_at
@@ -72,8 +73,10 @@ async def attribution_patch_async(
     `(clean - corrupt) . d metric / d activation` on the corrupt run (needs autograd: eager).
 
     The gradient is taken through a zero offset added at each address by a `Hook`, so it is the
-    gradient at the activation the model uses, after every other write."""
+    gradient at the activation the model uses, after every other write. `point` is our name or
+    a TransformerLens / nnterp one (`hook_resid_pre`)."""
     model = unwrap(model)
+    point = point_name(point)
     clean_ids, corrupt_ids = prompt_token_ids(model, clean), prompt_token_ids(model, corrupt)
     if len(clean_ids) != len(corrupt_ids):
         raise ValueError(

@@ -16,6 +16,7 @@ from typing import Any
 from ie_core.address import check_layer, to_address
 from ie_core.errors import PointUnavailableError, UnsupportedModelError
 from ie_core.families import Family
+from ie_core.peer_names import spelled_point
 from ie_core.points import POINTS, Point, get_point
 
 from ie_static.tap_info import TapInfo
@@ -62,12 +63,13 @@ def expand_points(
     out: list[str] = []
     named: set[str] = set()
     for item in spec:
-        if isinstance(item, str) and "." not in item:
-            point = get_point(item)
+        bare = spelled_point(item)  # ours or a TL / nnterp spelling, e.g. `hook_resid_post`
+        if bare is not None or (isinstance(item, str) and "." not in item):
+            point = get_point(bare or item)
             _refuse(point, label, family)
             out.extend(_every(point, n_layers))
             if not point.per_layer:
-                named.add(item)
+                named.add(point.name)
             continue
         address = to_address(item, check=True)
         if address.is_path:

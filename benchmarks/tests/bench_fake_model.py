@@ -52,9 +52,9 @@ class FakeModel:
     n_layers = 4
     d_model = 8
 
-    def to_tokens(self, text: str, *, prepend_bos: bool = True) -> list[int]:
+    def to_tokens(self, text: str, *, prepend_bos: bool | None = None) -> list[int]:
         ids = [3 + (sum(map(ord, w)) % (VOCAB - 3)) for w in text.split()]
-        return ([1] if prepend_bos else []) + ids
+        return ([1] if prepend_bos is not False else []) + ids  # its own BOS, as True gives
 
     def to_string(self, ids: Sequence[int]) -> str:
         return " ".join(f"t{i}" for i in ids)

@@ -19,7 +19,7 @@ PASSAGE = (
 
 
 class Tokenizes(Protocol):
-    def to_tokens(self, text: str, *, prepend_bos: bool = True) -> list[int]: ...
+    def to_tokens(self, text: str, *, prepend_bos: bool | None = None) -> list[int]: ...
 
 
 def normalized_prompts(model: Tokenizes, length: int, count: int = 1) -> list[list[int]]:
@@ -30,7 +30,7 @@ def normalized_prompts(model: Tokenizes, length: int, count: int = 1) -> list[li
     """
     if length < 2:
         raise ValueError(f"prompt length must be >= 2 tokens, got {length}")
-    bos = list(model.to_tokens("", prepend_bos=True))
+    bos = list(model.to_tokens("", prepend_bos=None))  # the tokenizer's own
     need = length - len(bos) + 13 * count
     body: list[int] = []
     text = PASSAGE

@@ -78,3 +78,43 @@ def test_lengths_are_checked_against_the_positions() -> None:
     check_generation_length(3, 1, 3)  # the last new token is never fed back
     with pytest.raises(PromptTooLongError, match="at most 1 new tokens"):
         check_generation_length(3, 2, 3)
+
+
+def _encoder(adds_bos: bool, bos: int = 1):
+    """A tokenizer's encode: the text's ids, with `bos` first when it adds one of its own."""
+
+    def encode(text: str, special: bool) -> list[int]:
+        ids = _to_tokens(text)
+        return [bos, *ids] if special and adds_bos else ids
+
+    return encode
+
+
+def test_prepend_bos_true_puts_the_bos_first_whether_or_not_the_tokenizer_adds_one() -> None:
+    """SmolLM2's tokenizer has a BOS (id 1) and adds none: `prepend_bos=True` added nothing."""
+    from ie_core.prompts import text_ids
+
+    body = _to_tokens("hello")
+    for adds in (True, False):
+        assert text_ids("hello", True, _encoder(adds), 1) == [1, *body]  # never two BOS
+        assert text_ids("hello", False, _encoder(adds), 1) == body
+    assert text_ids("hello", None, _encoder(True), 1) == [1, *body]  # the tokenizer's own
+    assert text_ids("hello", None, _encoder(False), 1) == body
+
+
+def test_prepend_bos_true_on_a_tokenizer_without_a_bos_is_refused() -> None:
+    from ie_core.prompts import text_ids
+
+    with pytest.raises(BadPromptError, match=r"has none \(no bos_token\).*prepend_bos=None"):
+        text_ids("hello", True, _encoder(False), None)
+    assert text_ids("hello", None, _encoder(False), None) == _to_tokens("hello")
+    with pytest.raises(BadPromptError, match="True, False or None"):
+        text_ids("hello", 1, _encoder(False), 1)  # type: ignore[arg-type]
+
+
+def test_the_model_description_carries_the_bos_across_the_wire() -> None:
+    from ie_core.model_info import ModelInfo
+
+    info = ModelInfo(n_layers=2, d_model=8, bos_token_id=7)
+    assert ModelInfo.from_wire(info.to_wire()) == info
+    assert ModelInfo.from_wire({"n_layers": 2, "d_model": 8}).bos_token_id is None

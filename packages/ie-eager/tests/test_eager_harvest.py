@@ -73,7 +73,7 @@ def test_token_ids_equal_the_tokenizer(model: Any, corpus: Any, harvested: Path)
     ids = torch.cat([s["token_ids"] for s in shards])
     docs = torch.cat([s["document"] for s in shards])
     position = torch.cat([s["position"] for s in shards])
-    bos = model.to_tokens("", prepend_bos=True)
+    bos = model.to_tokens("")  # the tokenizer's own BOS
     assert bos and (ids[position == 0] == bos[0]).all() and (docs[position == 0] == -1).all()
     body, owners = ids[docs >= 0], docs[docs >= 0]
     want = [t for d, text in enumerate(corpus[1]) for t in model.to_tokens(text, prepend_bos=False)]

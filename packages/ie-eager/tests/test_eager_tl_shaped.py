@@ -155,3 +155,38 @@ def test_point_arguments_take_transformer_lens_names(gemma2: SyncModel) -> None:
     # A name that maps to no point is still refused, with the nearest point.
     with pytest.raises(UnknownPointError, match="did you mean 'resid_post'"):
         patch_sweep(model, clean, corrupt, metric=metric, point="hook_resid_pst")
+
+
+class _AddsNoBos:
+    """A real tokenizer that adds no BOS of its own (as SmolLM2's), with `bos_token_id` given."""
+
+    def __init__(self, tokenizer: object, bos_token_id: int | None) -> None:
+        self._tokenizer, self.bos_token_id = tokenizer, bos_token_id
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> object:
+        return self._tokenizer(text, add_special_tokens=False)  # type: ignore[operator]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._tokenizer, name)
+
+
+def test_prepend_bos_true_prepends_the_bos_on_every_tokenizer() -> None:
+    """`to_tokens(text, prepend_bos=True)` added nothing where the tokenizer adds no BOS itself;
+    now the BOS goes first (once), and a tokenizer without one refuses, saying what to do."""
+    from ie_eager.backend import load
+    from ie_eager.synthetic import build
+
+    model = SyncModel(load(str(build("llama")), device="cpu", dtype="float32"))
+    real = model.model.tokenizer
+    body = model.to_tokens(PROMPT, prepend_bos=False)
+    bos = real.bos_token_id
+    assert model.to_tokens(PROMPT, prepend_bos=True) == [bos, *body] == model.to_tokens(PROMPT)
+    model.model.tokenizer = _AddsNoBos(real, bos)
+    assert model.to_tokens(PROMPT) == body  # the default: the tokenizer's own special tokens
+    assert model.to_tokens(PROMPT, prepend_bos=True) == [bos, *body]
+    assert model.to_tokens([PROMPT], prepend_bos=True) == [[bos, *body]]
+    assert model.to_str_tokens(PROMPT, prepend_bos=True)[0] == real.decode([bos])
+    model.model.tokenizer = _AddsNoBos(real, None)
+    with pytest.raises(BadPromptError, match="this tokenizer has none"):
+        model.to_tokens(PROMPT, prepend_bos=True)
+    assert model.to_tokens(PROMPT) == body

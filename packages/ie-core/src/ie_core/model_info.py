@@ -48,6 +48,7 @@ class ModelInfo:
     points: tuple[str, ...] = ()  # served point names in forward order (set by the server)
     stages: tuple[StageInfo, ...] = ()  # pipeline stages in rank order (empty without PP)
     model_runner: str = ""  # the vLLM model runner class the workers run on (empty on eager)
+    bos_token_id: int | None = None  # the tokenizer's BOS (set by the server; None: it has none)
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> ModelInfo:
@@ -70,6 +71,9 @@ class ModelInfo:
             points=tuple(str(p) for p in _list(data, "points")),
             stages=tuple(_stage(s) for s in _list(data, "stages") if s),
             model_runner=str(data.get("model_runner") or ""),
+            bos_token_id=_int(data, "bos_token_id")
+            if data.get("bos_token_id") is not None
+            else None,
         )
 
     def to_wire(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from ie_core.errors import BadPromptError, PromptTooLongError
 
 Prompt = str | Sequence[int]
 ToTokens = Callable[[str], list[int]]
+Encode = Callable[[str, bool], Sequence[int]]  # (text, add_special_tokens) -> ids
 
 _INT_DTYPES = frozenset(f"{sign}int{bits}" for sign in ("", "u") for bits in (8, 16, 32, 64))
 
@@ -69,6 +70,31 @@ def _ids(tokens: Any) -> tuple[int, ...]:
             )
         ids.append(t)
     return tuple(ids)
+
+
+def text_ids(
+    text: Any, prepend_bos: bool | None, encode: Encode, bos_token_id: int | None
+) -> list[int]:
+    """A text's ids, every backend's `to_tokens`: `prepend_bos=None` (the default) gives the
+    tokenizer's own special tokens, as the model is served; `True` the tokenizer's BOS and then
+    the text without special tokens, as TransformerLens does (SmolLM2's tokenizer adds no BOS of
+    its own); `False` no special tokens. A tokenizer without a BOS token refuses `True`."""
+    if not isinstance(text, str):
+        raise BadPromptError(f"to_tokens takes a string, got {type(text).__name__}")
+    if prepend_bos is not None and not isinstance(prepend_bos, bool):
+        raise BadPromptError(f"prepend_bos is True, False or None, got {prepend_bos!r}")
+    if prepend_bos is None:
+        return [int(t) for t in encode(text, True)]
+    ids = [int(t) for t in encode(text, False)]
+    if not prepend_bos:
+        return ids
+    if bos_token_id is None:
+        raise BadPromptError(
+            "prepend_bos=True asks for the tokenizer's BOS token, but this tokenizer has none "
+            "(no bos_token), so there is nothing to prepend; use prepend_bos=None for the "
+            "tokenizer's own special tokens, or prepend the id you want to the ids yourself"
+        )
+    return [int(bos_token_id), *ids]
 
 
 def prompt_ids(

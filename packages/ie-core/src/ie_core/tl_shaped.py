@@ -67,9 +67,11 @@ class TLShaped:
         return logits, kept.with_heads(*head_counts(self.model))
 
     def to_tokens(
-        self, text: str | Sequence[str], *, prepend_bos: bool = True, batch: bool = False
+        self, text: str | Sequence[str], *, prepend_bos: bool | None = None, batch: bool = False
     ) -> Any:
-        """Ids of one text (`batch=True`: as a batch of one, `[[...]]`) or of a list of texts."""
+        """Ids of one text (`batch=True`: as a batch of one, `[[...]]`) or of a list of texts.
+        `prepend_bos=True` puts the tokenizer's BOS first, as TransformerLens does; the default
+        (None) keeps the tokenizer's own special tokens; False adds none."""
         if isinstance(text, str):
             ids = self.model.to_tokens(text, prepend_bos=prepend_bos)
             return [ids] if batch else ids
@@ -79,7 +81,7 @@ class TLShaped:
             )
         return [self.model.to_tokens(t, prepend_bos=prepend_bos) for t in text]
 
-    def to_str_tokens(self, text: Any, *, prepend_bos: bool = True) -> list[str]:
+    def to_str_tokens(self, text: Any, *, prepend_bos: bool | None = None) -> list[str]:
         """Each token of a text (or of a row of ids) as its own string."""
         ids = self.to_tokens(text, prepend_bos=prepend_bos) if isinstance(text, str) else text
         return [self.model.to_string([i]) for i in _row(ids)]

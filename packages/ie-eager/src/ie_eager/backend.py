@@ -12,14 +12,13 @@ from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import Capabilities
 from ie_core.errors import (
-    BadPromptError,
     ModelClosedError,
     PointUnavailableError,
     UnsupportedOperationError,
 )
 from ie_core.families import Family, family_for_architecture
 from ie_core.models import resolve_model_path
-from ie_core.prompts import position_limit
+from ie_core.prompts import position_limit, text_ids
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -185,12 +184,17 @@ class EagerModel:
 
     # -- tokens --
 
-    def to_tokens(self, text: str, *, prepend_bos: bool = True) -> list[int]:
-        """Token ids with the tokenizer's own special tokens (its BOS) when `prepend_bos`."""
+    def to_tokens(self, text: str, *, prepend_bos: bool | None = None) -> list[int]:
+        """Token ids: the tokenizer's own special tokens (None), its BOS first (True) or no
+        special tokens (False); see `ie_core.prompts.text_ids`."""
         self._check_open()
-        if not isinstance(text, str):
-            raise BadPromptError(f"to_tokens takes a string, got {type(text).__name__}")
-        return list(self.tokenizer(text, add_special_tokens=prepend_bos)["input_ids"])
+        tok = self.tokenizer
+        return text_ids(
+            text,
+            prepend_bos,
+            lambda t, s: tok(t, add_special_tokens=s)["input_ids"],
+            tok.bos_token_id,
+        )
 
     def to_string(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids))

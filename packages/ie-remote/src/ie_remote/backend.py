@@ -24,6 +24,7 @@ from ie_core.errors import (
     UnsupportedOperationError,
 )
 from ie_core.model_info import DescribedModel, ModelInfo
+from ie_core.prompts import text_ids
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -138,11 +139,17 @@ class RemoteModel(DescribedModel):
         _raise_for(response)
         return response.json()
 
-    def to_tokens(self, text: str, *, prepend_bos: bool = True) -> list[int]:
+    def to_tokens(self, text: str, *, prepend_bos: bool | None = None) -> list[int]:
+        """Token ids from the server's tokenizer: its own special tokens (None), its BOS first
+        (True; the server states it in `info.bos_token_id`) or none (False)."""
         if not isinstance(text, str):
             raise TypeError(f"to_tokens takes a string, got {type(text).__name__}")
-        out = self._post_sync("/tokenize", {"prompt": text, "add_special_tokens": prepend_bos})
-        return list(out["tokens"])
+
+        def encode(t: str, special: bool) -> list[int]:
+            out = self._post_sync("/tokenize", {"prompt": t, "add_special_tokens": special})
+            return list(out["tokens"])
+
+        return text_ids(text, prepend_bos, encode, self.info.bos_token_id)
 
     def to_string(self, ids: Sequence[int]) -> str:
         return str(self._post_sync("/detokenize", {"tokens": [int(t) for t in ids]})["prompt"])

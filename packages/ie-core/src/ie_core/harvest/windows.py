@@ -1,7 +1,7 @@
 """Documents to fixed context windows: the BOS policy and packing, stated in the manifest.
 
 `bos="window"` starts every window with the tokenizer's own BOS (what `to_tokens("",
-prepend_bos=True)` returns: nothing for a tokenizer that adds none), `bos="none"` never adds one.
+prepend_bos=None)` returns: nothing for a tokenizer that adds none), `bos="none"` never adds one.
 `packing="packed"` concatenates documents' tokens (no separator) and cuts windows of `context`
 rows; `packing="document"` starts a new window at each document (the last one of a document may
 be shorter). Documents are tokenized without special tokens.
@@ -34,7 +34,7 @@ class Window:
 def bos_tokens(to_tokens: Tokenize, bos: str) -> tuple[int, ...]:
     if bos not in BOS_POLICIES:
         raise HarvestError(f"bos policy {bos!r} unknown; choose one of {BOS_POLICIES}")
-    return tuple(to_tokens("", prepend_bos=True)) if bos == "window" else ()
+    return tuple(to_tokens("", prepend_bos=None)) if bos == "window" else ()
 
 
 def _document_tokens(

@@ -23,6 +23,7 @@ from ie_core.errors import (
 from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.models import resolve_model_path
 from ie_core.points import POINTS
+from ie_core.prompts import text_ids
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -123,11 +124,18 @@ class VLLMModel(DescribedModel):
 
     # --- tokens ------------------------------------------------------------------------------
 
-    def to_tokens(self, text: str, *, prepend_bos: bool = True) -> list[int]:
-        """Token ids with the tokenizer's own special tokens (its BOS) when `prepend_bos`."""
+    def to_tokens(self, text: str, *, prepend_bos: bool | None = None) -> list[int]:
+        """Token ids: the tokenizer's own special tokens (None), its BOS first (True) or no
+        special tokens (False); see `ie_core.prompts.text_ids`."""
         if not isinstance(text, str):
             raise TypeError(f"to_tokens takes a string, got {type(text).__name__}")
-        return list(self.tokenizer(text, add_special_tokens=prepend_bos)["input_ids"])
+        tok = self.tokenizer
+        return text_ids(
+            text,
+            prepend_bos,
+            lambda t, s: tok(t, add_special_tokens=s)["input_ids"],
+            tok.bos_token_id,
+        )
 
     def to_string(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids)))

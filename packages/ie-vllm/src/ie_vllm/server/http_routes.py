@@ -217,6 +217,7 @@ async def info(request: Request) -> JSONResponse:
         backend=m.backend,
         points=tuple(points),
         widths=m.info.widths_of(set(points)),
+        bos_token_id=m.tokenizer.bos_token_id,  # the remote client's to_tokens(prepend_bos=True)
     )
     return JSONResponse(served.to_wire())
 

@@ -19,6 +19,7 @@ from ie_core.errors import EngineDeadError, EngineShutdownError, EngineStoppedEr
 from ie_core.progress import progress_enabled
 
 from ie_vllm import payload
+from ie_vllm.host.engine_log import record_start
 from ie_vllm.worker.layout import KEY_ARG
 from ie_vllm.worker.runner_adapter import pin_model_runner, refuse_v2_only_features
 from ie_vllm.worker.watchdog import mark_client
@@ -111,7 +112,13 @@ class Engine:
 
         args = AsyncEngineArgs(**engine_kwargs(model, hooked=hooked, extension=extension, **kw))
         before = {p.pid for p in psutil.Process().children(recursive=True)}
-        llm = AsyncLLM.from_engine_args(args)
+        started, ok = time.monotonic(), False
+        try:
+            llm = AsyncLLM.from_engine_args(args)
+            ok = True
+        finally:  # IE_ENGINE_LOG: the suite's count of engine starts (engine_log)
+            seconds = time.monotonic() - started
+            record_start(model, kind="engine", hooked=hooked, args=kw, seconds=seconds, ok=ok)
         after = [p.pid for p in psutil.Process().children(recursive=True)]
         return cls(llm, [pid for pid in after if pid not in before])
 

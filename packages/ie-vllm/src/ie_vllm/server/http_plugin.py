@@ -80,6 +80,29 @@ class IEEndpointPlugin:
         from ie_vllm.server.served_saes import SAES_ENV, load_served
 
         state.ie_saes = load_served(state.ie_model, os.environ.get(SAES_ENV))
+        record_server_start(args)
+
+
+def record_server_start(args: Namespace) -> None:
+    """IE_ENGINE_LOG (`engine_log`): this server's engine, vLLM's own, is up; its start is
+    timed from the `ie serve` process's start (`execv` keeps the pid)."""
+    import sys
+    import time
+
+    import psutil
+
+    from ie_vllm.host.engine_log import record_start
+    from ie_vllm.server.serve_command import BACKEND_ENV
+
+    name = (getattr(args, "served_model_name", None) or [args.model])[0]
+    record_start(
+        name,
+        kind=f"server:{os.environ.get(BACKEND_ENV) or 'vllm'}",
+        hooked=bool(getattr(args, "enforce_eager", False)),
+        args={"argv": " ".join(sys.argv[3:])},  # `serve_main serve MODEL ...`: what follows
+        seconds=time.time() - psutil.Process().create_time(),
+        ok=True,
+    )
 
 
 def _max_model_len(engine_client: Any, args: Namespace) -> int:

@@ -48,8 +48,6 @@ def test_run_with_cache_takes_tl_names_and_files_them_under_ours(gemma2: SyncMod
     # hidden_states[L + 1] is block L's output for every block but the last (normed there).
     assert torch.allclose(cache["blocks.1.hook_resid_post"], out.hidden_states[2], atol=TOL, rtol=0)
     assert torch.allclose(logits, out.logits, atol=TOL, rtol=0)
-    with pytest.raises(BadPromptError, match="needs the points"):
-        gemma2.run_with_cache(ids)
 
 
 def test_heads_view_of_z_and_value(gemma2: SyncModel) -> None:
@@ -190,3 +188,58 @@ def test_prepend_bos_true_prepends_the_bos_on_every_tokenizer() -> None:
     with pytest.raises(BadPromptError, match="this tokenizer has none"):
         model.to_tokens(PROMPT, prepend_bos=True)
     assert model.to_tokens(PROMPT) == body
+
+
+def test_run_with_cache_without_names_caches_every_point(gemma2: SyncModel) -> None:
+    """`run_with_cache(ids)` (was "needs the points to keep") holds every point the model serves
+    at every layer it serves it, each equal to its own capture; the free function alike."""
+    from ie_core import run_with_cache
+
+    ids = gemma2.to_tokens(PROMPT, batch=True)
+    logits, cache = gemma2.run_with_cache(ids)
+    served = {
+        (name, layer)
+        for name, cap in gemma2.capabilities().items()
+        if cap.served
+        for layer in (cap.layers or (None,))
+    }
+    assert {(a.name, a.layer) for a in cache} == served
+    assert {"embeddings", "resid_post.1", "attn_probs.0", "z.1", "lm_head"} <= set(map(str, cache))
+    assert torch.allclose(logits, hf_logits(gemma2, ids), atol=TOL, rtol=0)
+    for address in cache:
+        alone = gemma2.capture(ids, [address])[address]
+        assert torch.allclose(cache[address], alone, atol=TOL, rtol=0), address
+    free = run_with_cache(gemma2.model, ids)
+    assert list(free) == list(cache) and free.heads("z.0").shape == cache.heads("z.0").shape
+
+
+def test_names_filter_keeps_by_either_name_or_by_list(gemma2: SyncModel) -> None:
+    ids = gemma2.to_tokens(PROMPT, batch=True)
+    _, tl = gemma2.run_with_cache(ids, names_filter=lambda n: n.endswith("hook_resid_post"))
+    _, ours = gemma2.run_with_cache(ids, names_filter=lambda n: n.startswith("resid_post."))
+    every_layer = [f"resid_post.{i}" for i in range(gemma2.n_layers)]
+    assert list(map(str, tl)) == list(map(str, ours)) == every_layer
+    _, listed = gemma2.run_with_cache(ids, names_filter=["hook_z", "blocks.0.hook_resid_pre"])
+    z = [f"z.{i}" for i in range(gemma2.n_layers)]
+    assert list(map(str, listed)) == ["resid_pre.0", *z]
+    with pytest.raises(BadPromptError, match="keeps none"):
+        gemma2.run_with_cache(ids, names_filter=lambda n: False)
+    with pytest.raises(BadPromptError, match="not both"):
+        gemma2.run_with_cache(ids, ["z.0"], names_filter=["z"])
+
+
+def test_the_everything_cache_is_refused_above_its_budget_with_the_bytes(
+    gemma2: SyncModel,
+) -> None:
+    from ie_core.tl_shaped import cache_bytes, every_address
+
+    ids = gemma2.to_tokens(PROMPT, batch=True)
+    estimate = cache_bytes(gemma2.model, ids, every_address(gemma2.model))
+    _, cache = gemma2.run_with_cache(ids, max_cache_bytes=estimate)  # at the budget: served
+    # The estimate is what the cache holds (fp32, one prompt: nothing padded).
+    assert estimate == sum(t.numel() * t.element_size() for t in cache.values())
+    with pytest.raises(BadPromptError, match=rf"about {estimate} bytes .*max_cache_bytes=1000\b"):
+        gemma2.run_with_cache(ids, max_cache_bytes=1000)
+    small = cache_bytes(gemma2.model, ids, every_address(gemma2.model, ["resid_post"]))
+    _, kept = gemma2.run_with_cache(ids, names_filter=["resid_post"], max_cache_bytes=small)
+    assert len(kept) == gemma2.n_layers

@@ -8,6 +8,7 @@ from typing import Any
 from ie_core.active_steering import steer, with_active
 from ie_core.address import AddressLike
 from ie_core.cache import ActivationCache
+from ie_core.errors import BadPromptError
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -19,21 +20,31 @@ from ie_core.protocol import (
     unwrap,
 )
 from ie_core.runner import run
-from ie_core.tl_shaped import head_counts
+from ie_core.tl_shaped import MAX_CACHE_BYTES, NamesFilter, checked_everything, head_counts
 
 
 def run_with_cache(
     model: ModelLike,
     tokens: Prompt | Sequence[Sequence[int]],
-    addresses: Sequence[AddressLike],
+    addresses: Sequence[AddressLike] | None = None,
     *,
     steering: SteeringArg = None,
     grad: bool = False,
+    names_filter: NamesFilter = None,
+    max_cache_bytes: int = MAX_CACHE_BYTES,
 ) -> ActivationCache:
     """One forward over `tokens`, returning the requested points as `[batch, seq, ...]`.
 
+    Without `addresses`, every point the model serves for reading, at every layer it serves it
+    (its `capabilities()`), kept by `names_filter` (a callable asked with our name and the
+    TransformerLens name, or a list of addresses or points); the size is estimated before the
+    forward and refused above `max_cache_bytes` (2 GiB) with the number.
     `grad=True` keeps the autograd graph (eager); the vLLM backends refuse it up front."""
     model = unwrap(model)
+    if addresses is None:
+        addresses = checked_everything(model, tokens, names_filter, max_cache_bytes)
+    elif names_filter is not None:
+        raise BadPromptError("give addresses or names_filter, not both")
     extra = {"grad": True} if grad else {}
     cache = run(model.capture(tokens, addresses, steering=with_active(model, steering), **extra))
     return cache.with_heads(*head_counts(model))  # so `cache.heads("z.5")` needs no n_heads

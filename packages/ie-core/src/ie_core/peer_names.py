@@ -119,6 +119,26 @@ def point_name(text: str) -> str:
     return get_point(text).name  # raises, naming the nearest point
 
 
+@functools.cache
+def _tl_patterns() -> dict[str, str]:
+    """Our point -> its TransformerLens pattern, where TL names it (a shared name goes to the point
+    it maps back to, as in `peer_names`)."""
+    out: dict[str, str] = {}
+    for peer in peer_names():
+        if peer.engine == "transformer_lens":
+            out.setdefault(peer.point, peer.pattern)
+    return out
+
+
+def tl_name(address: Address) -> str | None:
+    """The TransformerLens hook name of one of our addresses (`resid_post.3` ->
+    `blocks.3.hook_resid_post`), or None where TL has no name for it."""
+    pattern = _tl_patterns().get(address.name)
+    if pattern is None or address.stream is not None:
+        return None
+    return pattern.replace(_LAYER, str(address.layer)) if address.layer is not None else pattern
+
+
 def looks_foreign(text: str) -> bool:
     """True for text shaped like a peer engine's name (so a miss deserves a suggestion)."""
     return "hook_" in text or text.startswith(("blocks.", "ln_final")) or "[" in text

@@ -9,12 +9,19 @@ multiplier, softcap), so they are the model's real logits on every backend, stee
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ie_core.address import AddressLike, to_address
+from ie_core.address import Address, AddressLike, to_address
 from ie_core.cache import ActivationCache
-from ie_core.errors import BadPromptError
+from ie_core.errors import BadPromptError, PointUnavailableError
+from ie_core.peer_names import point_name, tl_name
+from ie_core.points import POINTS, POINTS_BY_NAME, Width
+from ie_core.prompts import prompt_batch
+
+# What an everything-cache (`run_with_cache` without names) may hold before it is refused.
+MAX_CACHE_BYTES = 2 * 1024**3
+NamesFilter = Callable[[str], bool] | Sequence[AddressLike] | None
 
 
 def head_counts(model: Any) -> tuple[int | None, int | None]:
@@ -33,6 +40,94 @@ def last_residual(model: Any) -> str:
     return f"resid_streams.{last}" if "resid_streams" in model.points() else f"resid_post.{last}"
 
 
+def _keeps(names_filter: NamesFilter) -> Callable[[Address], bool]:
+    """The filter as a test of one address: a callable is asked with our name and, where there is
+    one, the TransformerLens name (either True keeps it); a list names addresses in any spelling,
+    or whole points (`"resid_post"`, `"hook_z"`: every layer)."""
+    if names_filter is None:
+        return lambda _: True
+    if callable(names_filter):
+        fn = names_filter
+
+        def ask(address: Address) -> bool:
+            tl = tl_name(address)
+            return bool(fn(str(address))) or (tl is not None and bool(fn(tl)))
+
+        return ask
+    if isinstance(names_filter, str):
+        names_filter = [names_filter]
+    points: set[str] = set()
+    addresses: set[Address] = set()
+    for name in names_filter:
+        if isinstance(name, str) and "{" not in name and (point := _point_or_none(name)):
+            points.add(point)
+        else:
+            addresses.add(to_address(name, check=True))
+    return lambda address: address.name in points or address in addresses
+
+
+def _point_or_none(name: str) -> str | None:
+    try:
+        return point_name(name)
+    except ValueError:
+        return None
+
+
+def every_address(model: Any, names_filter: NamesFilter = None) -> list[Address]:
+    """Every address the model serves for reading, in forward order (its own `capabilities()`:
+    each served point at each layer it serves), kept by `names_filter`."""
+    capabilities = model.capabilities()
+    keep = _keeps(names_filter)
+    out: list[Address] = []
+    for point in POINTS:
+        cap = capabilities.get(point.name)
+        if cap is None or not cap.served:
+            continue
+        layers: tuple[int | None, ...] = cap.layers if point.per_layer else (None,)
+        out.extend(a for a in (Address(point.name, layer) for layer in layers) if keep(a))
+    return out
+
+
+def cache_bytes(model: Any, tokens: Any, addresses: Sequence[Address]) -> int:
+    """An estimate, before any forward, of what capturing `addresses` over `tokens` holds: rows x
+    width per address (heads x seq x seq for the attention maps), at the model's dtype (4 bytes
+    where it states none)."""
+    batch = prompt_batch(tokens, model.to_tokens, 1 << 62)
+    rows, seq = len(batch) * max(map(len, batch)), max(map(len, batch))
+    itemsize = int(getattr(getattr(model, "dtype", None), "itemsize", 4) or 4)
+    n_heads = head_counts(model)[0] or 1
+    total = 0
+    for address in addresses:
+        if POINTS_BY_NAME[address.name].width is Width.HQK:
+            heads = getattr(getattr(model, "info", None), "attn_heads", {}).get(address.layer)
+            total += rows * (heads or n_heads) * seq
+            continue
+        try:
+            width = model.point_width(address)
+        except PointUnavailableError:
+            width = model.d_model
+        # Expert indices are int64 whatever the model's dtype.
+        total += rows * width * (8 // itemsize if address.name == "expert_indices" else 1)
+    return total * itemsize
+
+
+def checked_everything(
+    model: Any, tokens: Any, names_filter: NamesFilter, max_cache_bytes: int
+) -> list[Address]:
+    """`every_address`, refused (before the run) when the estimate exceeds `max_cache_bytes`."""
+    addresses = every_address(model, names_filter)
+    if not addresses:
+        raise BadPromptError("names_filter keeps none of the points this model serves")
+    size = cache_bytes(model, tokens, addresses)
+    if size > max_cache_bytes:
+        raise BadPromptError(
+            f"caching every point ({len(addresses)} addresses) over these tokens would hold about "
+            f"{size} bytes ({size / 1024**3:.2f} GiB), over max_cache_bytes={max_cache_bytes}; "
+            "keep fewer with names_filter=, pass fewer tokens, or raise max_cache_bytes"
+        )
+    return addresses
+
+
 class TLShaped:
     """Mixed into `SyncModel`; builds on its `capture`, `decode_residuals` and tokenizer calls."""
 
@@ -44,19 +139,26 @@ class TLShaped:
         return logits
 
     def run_with_cache(
-        self, tokens: Any, names: Sequence[AddressLike] | None = None, **kw: Any
+        self,
+        tokens: Any,
+        names: Sequence[AddressLike] | None = None,
+        *,
+        names_filter: NamesFilter = None,
+        max_cache_bytes: int = MAX_CACHE_BYTES,
+        **kw: Any,
     ) -> tuple[Any, ActivationCache]:
         """`(logits, cache)` from one forward. `names` are our addresses or TL / nnterp names; the
-        cache holds them under our names (`cache["resid_post.3"]`), and any spelling indexes it."""
+        cache holds them under our names (`cache["resid_post.3"]`), and any spelling indexes it.
+        Without `names`, every point the model serves (`names_filter` keeps some, as TL's), refused
+        before the run when its estimated size passes `max_cache_bytes` (2 GiB)."""
         if names is None:
-            raise BadPromptError(
-                "run_with_cache needs the points to keep, e.g. ['resid_post.3', "
-                "'blocks.3.hook_resid_post']: this engine does not cache every hook by default "
-                "(model.points() lists them)"
-            )
-        if isinstance(names, str):
-            names = [names]
-        wanted = [to_address(n) for n in names]
+            wanted = checked_everything(self.model, tokens, names_filter, max_cache_bytes)
+        else:
+            if names_filter is not None:
+                raise BadPromptError("give names or names_filter, not both")
+            if isinstance(names, str):
+                names = [names]
+            wanted = [to_address(n) for n in names]
         residual = to_address(last_residual(self.model))
         sync: Any = self  # a SyncModel: its blocking capture and decode
         cache = sync.capture(tokens, [*wanted, residual], **kw)

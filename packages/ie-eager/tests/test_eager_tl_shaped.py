@@ -243,3 +243,45 @@ def test_the_everything_cache_is_refused_above_its_budget_with_the_bytes(
     small = cache_bytes(gemma2.model, ids, every_address(gemma2.model, ["resid_post"]))
     _, kept = gemma2.run_with_cache(ids, names_filter=["resid_post"], max_cache_bytes=small)
     assert len(kept) == gemma2.n_layers
+
+
+def test_attribution_per_head_sums_to_the_position_result_and_matches_hf_gradients(
+    gemma2: SyncModel,
+) -> None:
+    """`attribution_patch(..., point="z", heads=True)` (was a TypeError): [layers, positions,
+    heads], summing over heads to `heads=False`, and each head equal to (clean - corrupt) . grad
+    computed here on the HF model with a hook on o_proj's input."""
+    from ie_core.errors import SteeringSpecError
+    from ie_core.patching import logit_diff
+    from ie_core.user_hooks import attribution_patch
+
+    clean, corrupt = [5, 17, 99, 42, 7], [5, 23, 99, 42, 7]
+    metric = logit_diff(11, 12)
+    kw = {"metric": metric, "point": "z", "layers": (0, 2)}
+    per_head = attribution_patch(gemma2, clean, corrupt, heads=True, **kw)
+    whole = attribution_patch(gemma2, clean, corrupt, **kw)
+    assert per_head.values.shape == (2, len(clean), 4)
+    delta = per_head.values - per_head.corrupt
+    assert torch.allclose(delta.sum(-1), whole.values - whole.corrupt, atol=TOL, rtol=0)
+    # The reference: d metric / d (o_proj input) on the HF forward, split by head by hand.
+    layer = 2
+    o_proj = gemma2.hf_model.model.layers[layer].self_attn.o_proj
+    seen: dict[str, torch.Tensor] = {}
+
+    def pre(_m: object, args: tuple) -> tuple:
+        x = args[0].detach().requires_grad_(True)
+        seen["z"] = x
+        return (x, *args[1:])
+
+    handle = o_proj.register_forward_pre_hook(pre)
+    try:
+        logits = gemma2.hf_model(input_ids=torch.tensor([corrupt])).logits[0, -1]
+        (grad,) = torch.autograd.grad(logits[11] - logits[12], [seen["z"]])
+    finally:
+        handle.remove()
+    z_clean = gemma2.capture([clean], ["z.2"])["z.2"]
+    z_corrupt = gemma2.capture([corrupt], ["z.2"])["z.2"]
+    want = ((z_clean - z_corrupt) * grad)[0].reshape(len(clean), 4, -1).sum(-1)
+    assert torch.allclose(delta[1], want, atol=1e-4, rtol=0)
+    with pytest.raises(SteeringSpecError, match="not a per-head point"):
+        attribution_patch(gemma2, clean, corrupt, metric=metric, point="resid_pre", heads=True)

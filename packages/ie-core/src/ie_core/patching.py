@@ -166,7 +166,7 @@ def _cells(
     return [(layer, c) for layer in layers for c in cols]
 
 
-async def _head_count(model: InterpModel, point: str, layer: int, prompt: list[int]) -> int:
+async def head_count(model: InterpModel, point: str, layer: int, prompt: list[int]) -> int:
     """Heads of a per-head point: the query heads (from attn_probs), scaled for KV-wide points."""
     probs = (await model.capture([prompt], [f"attn_probs.{layer}"]))[f"attn_probs.{layer}"]
     heads = int(probs.shape[1])
@@ -202,7 +202,7 @@ async def patch_sweep_async(
     seq = len(clean_ids)
     ids = metric.token_ids(model)
     if heads:
-        n_heads = await _head_count(model, point, layers[0], corrupt_ids)
+        n_heads = await head_count(model, point, layers[0], corrupt_ids)
         cols = tuple(range(n_heads))
     else:
         cols = tuple(range(seq) if positions is None else positions)

@@ -16,9 +16,11 @@ import torch
 
 from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
+from ie_core.errors import SteeringSpecError
 from ie_core.interventions import Hook
-from ie_core.patching import Metric, SweepResult, prompt_token_ids
+from ie_core.patching import Metric, SweepResult, head_count, prompt_token_ids
 from ie_core.peer_names import point_name
+from ie_core.points import Width, get_point
 from ie_core.protocol import Generation, ModelLike, Prompt, SamplingParams, unwrap
 from ie_core.runner import run
 from ie_core.steering import Steering, steer_at
@@ -68,15 +70,20 @@ async def attribution_patch_async(
     metric: Metric,
     point: str = "resid_pre",
     layers: Sequence[int] | None = None,
+    heads: bool = False,
 ) -> SweepResult:
     """The linear estimate of every (layer, position) patch from one forward and one backward:
     `(clean - corrupt) . d metric / d activation` on the corrupt run (needs autograd: eager).
 
     The gradient is taken through a zero offset added at each address by a `Hook`, so it is the
     gradient at the activation the model uses, after every other write. `point` is our name or
-    a TransformerLens / nnterp one (`hook_resid_pre`)."""
+    a TransformerLens / nnterp one (`hook_resid_pre`). `heads=True` (a per-head point: `z`,
+    `value`, the q/k norm points) gives `values` as [layers, positions, heads], each head's share
+    of the dot product; summed over heads it is the `heads=False` result."""
     model = unwrap(model)
     point = point_name(point)
+    if heads and get_point(point).width not in (Width.H, Width.KV):
+        raise SteeringSpecError(f"{point} is not a per-head point; heads=True needs z, value, ...")
     clean_ids, corrupt_ids = prompt_token_ids(model, clean), prompt_token_ids(model, corrupt)
     if len(clean_ids) != len(corrupt_ids):
         raise ValueError(
@@ -109,8 +116,12 @@ async def attribution_patch_async(
     for a, grad in zip(addresses, grads, strict=True):
         if grad is None:
             raise RuntimeError(f"no gradient reached {a}; the metric does not depend on it")
-        diff = (clean_cache[a] - corrupt_cache[a]).float()
-        rows.append((diff * grad).sum(-1)[0])
+        product = ((clean_cache[a] - corrupt_cache[a]).float() * grad)[0]  # [seq, width]
+        if heads:
+            count = await head_count(model, point, to_address(a).layer or 0, corrupt_ids)
+            rows.append(product.reshape(product.shape[0], count, -1).sum(-1))  # [seq, heads]
+        else:
+            rows.append(product.sum(-1))
     corrupt_score = float(score.detach()[0])
     return SweepResult(
         point=point,

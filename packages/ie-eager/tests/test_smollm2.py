@@ -57,8 +57,42 @@ def test_folder_is_plain_bf16_llama_with_tied_embeddings(folder: Path) -> None:
 
 
 @needs_package
-def test_resolves_through_the_entry_point(folder: Path) -> None:
+def test_resolves_through_the_entry_point(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(smollm2, "hub_has_model", lambda: False)
     assert resolve_model_path(smollm2.MODEL_ID) == folder
+    # Where the Hub has the original weights, the id is left to it (no GGUF).
+    monkeypatch.setattr(smollm2, "hub_has_model", lambda: True)
+    assert resolve_model_path(smollm2.MODEL_ID) is None
+
+
+def test_the_hub_is_asked_unless_cached_or_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub
+
+    asked: list[float] = []
+
+    def answer(self: object, repo_id: str, *, timeout: float) -> object:
+        asked.append(timeout)
+        if reachable:
+            return object()
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", answer)
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: None)
+    for variable in smollm2_wheel.OFFLINE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    reachable = True
+    smollm2._hub_answers.cache_clear()
+    assert smollm2.hub_has_model() and asked == [smollm2.HUB_TIMEOUT_S]
+    reachable = False
+    smollm2._hub_answers.cache_clear()
+    assert not smollm2.hub_has_model()  # unreachable: the GGUF
+    assert not smollm2.hub_has_model() and len(asked) == 2  # asked once per process
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    reachable = True
+    smollm2._hub_answers.cache_clear()
+    assert not smollm2.hub_has_model() and len(asked) == 2  # offline: not even asked
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: "/hf/x")
+    assert smollm2.hub_has_model()  # in the HF cache: the original weights, offline too
 
 
 def test_missing_package_offline_names_the_no_deps_install(

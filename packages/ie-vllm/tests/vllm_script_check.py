@@ -1,7 +1,9 @@
 """A plain script (no event loop of its own) using the sync API on the vLLM backend.
 
-Run by test_vllm_script.py in a subprocess: `python vllm_script_check.py MODEL TP`; prints one
-JSON line with what it saw, including the engine processes left after shutdown.
+Run by test_vllm_script.py in a subprocess: `python vllm_script_check.py MODEL TP [exit]`; prints
+one JSON line with what it saw, including the engine processes left after shutdown. With `exit`
+it never calls shutdown(), as many scripts do: the caller checks that the interpreter's exit
+stopped the engine without an error in the output.
 """
 
 from __future__ import annotations
@@ -16,8 +18,17 @@ from ie_core.lens_stream import stream_lens
 from ie_core.protocol import SyncModel
 
 
+def still_running(pids: list[int]) -> list[int]:
+    return [
+        pid
+        for pid in pids
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ]
+
+
 def main() -> None:
     model_id, tp = sys.argv[1], int(sys.argv[2])
+    at_exit = sys.argv[3:] == ["exit"]
     kw = {"max_model_len": 128}
     if tp > 1:
         kw["tensor_parallel_size"] = tp
@@ -45,12 +56,9 @@ def main() -> None:
         for p in psutil.Process().children(recursive=True)
         if not any("resource_tracker" in part for part in p.cmdline())
     ]
-    sync.shutdown()
-    left = [
-        pid
-        for pid in engine_pids
-        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    ]
+    if not at_exit:
+        sync.shutdown()
+    left = [] if at_exit else still_running(engine_pids)
     out = {
         "tokens": list(gen.token_ids),
         "rows": {k: cache[k].tolist() for k in (last, "resid_post.0", "mlp_out.1")},

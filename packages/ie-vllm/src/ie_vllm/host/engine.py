@@ -20,6 +20,7 @@ from ie_core.progress import progress_enabled
 
 from ie_vllm import payload
 from ie_vllm.host.engine_log import record_start
+from ie_vllm.host.exit_cleanup import track
 from ie_vllm.worker.layout import KEY_ARG
 from ie_vllm.worker.runner_adapter import pin_model_runner, refuse_v2_only_features
 from ie_vllm.worker.watchdog import mark_client
@@ -120,7 +121,9 @@ class Engine:
             seconds = time.monotonic() - started
             record_start(model, kind="engine", hooked=hooked, args=kw, seconds=seconds, ok=ok)
         after = [p.pid for p in psutil.Process().children(recursive=True)]
-        return cls(llm, [pid for pid in after if pid not in before])
+        engine = cls(llm, [pid for pid in after if pid not in before])
+        track(engine)  # a script that never calls shutdown() still exits cleanly
+        return engine
 
     @property
     def pids(self) -> list[int]:

@@ -157,3 +157,31 @@ def test_metrics_of_the_final_logits() -> None:
 def test_normalized_sweep_is_one_at_clean_and_zero_at_corrupt() -> None:
     r = SweepResult("resid_pre", (0,), (0, 1), "position", torch.tensor([[4.0, -2.0]]), 4.0, -2.0)
     assert torch.equal(r.normalized(), torch.tensor([[1.0, 0.0]]))
+
+
+def test_align_positions_pairs_from_the_end_the_start_or_given_pairs() -> None:
+    from ie_core.errors import BadPromptError
+    from ie_core.patching import align_positions
+
+    assert align_positions(3, 3, None) == {0: 0, 1: 1, 2: 2}
+    with pytest.raises(BadPromptError, match=r'5 and 3 tokens.*align="end"'):
+        align_positions(5, 3, None)
+    assert align_positions(5, 3, "end") == {0: 2, 1: 3, 2: 4}
+    assert align_positions(3, 5, "end") == {2: 0, 3: 1, 4: 2}
+    assert align_positions(5, 3, "start") == {0: 0, 1: 1, 2: 2}
+    assert align_positions(5, 3, [(4, 2), (0, 0)]) == {0: 0, 2: 4}
+    with pytest.raises(SteeringSpecError, match="twice"):
+        align_positions(5, 3, [(4, 2), (3, 2)])
+    with pytest.raises(SteeringSpecError, match="outside the prompts"):
+        align_positions(5, 3, [(5, 0)])
+
+
+def test_multi_token_metrics_score_summed_logprobs() -> None:
+    from ie_core.patching import answer_tokens
+
+    assert answer_tokens(None, 7) == (7,) and answer_tokens(None, [3, 4]) == (3, 4)
+    with pytest.raises(SteeringSpecError, match="sequence of int ids"):
+        answer_tokens(None, [3, "a"])
+    lp = torch.tensor([[-1.0, -3.5], [-2.0, -2.0]])
+    assert torch.equal(logit_diff(0, 1).seq_fn(lp), torch.tensor([2.5, 0.0]))  # type: ignore[misc]
+    assert torch.allclose(answer_prob(0).seq_fn(lp), torch.exp(lp[:, 0]))  # type: ignore[misc]

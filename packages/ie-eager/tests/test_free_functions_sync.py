@@ -36,6 +36,8 @@ from ie_core.harvest.spec import HarvestOptions, build_spec
 from ie_core.jacobian_lens import JacobianLens, ajacobian_lens_topk, jacobian_lens_topk
 from ie_core.lens_stream import lens_transports, stream_lens
 from ie_core.patching import (
+    answer_logprobs,
+    answer_tokens,
     decode_rows,
     final_logits,
     logit_diff,
@@ -140,6 +142,10 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
         "lens_stream.stream_lens": lambda m: list(
             stream_lens(m, CLEAN, ["resid_post.1"], max_new_tokens=2)
         ),
+        "patching.answer_logprobs": lambda m: run(
+            answer_logprobs(m, [IDS[0]], [None], [[7], [3, 4, 5]])
+        ),
+        "patching.answer_tokens": lambda m: answer_tokens(m, " Paris"),
         "patching.decode_rows": lambda m: run(decode_rows(m, rows)),
         "patching.final_logits": lambda m: run(final_logits(m, [CLEAN], [None])),
         "patching.mean_activation": lambda m: mean_activation(m, [CLEAN], "resid_post.1"),

@@ -1,0 +1,48 @@
+"""Circuit tracing: attribution graphs through per-layer transcoders (Ameisen et al. 2025).
+
+`attribute(model, prompt, transcoders)` captures one forward on the model's backend, then runs
+batched backward passes through the frozen linear replacement (attention patterns and norm
+scales fixed at the prompt's values, MLPs replaced by transcoder features plus error nodes).
+`prune` keeps the influential part, `graph_json` writes what circuit-tracer's and Neuronpedia's
+viewers read. This package imports torch; `import ie_core` does not import it.
+"""
+
+from ie_core.circuits.attribution import attribute, attribute_state, prepare
+from ie_core.circuits.errors import (
+    AttributionInputError,
+    ReplacementUnsupportedError,
+    TranscoderFormatError,
+    TranscoderLayerError,
+    TranscoderWidthError,
+)
+from ie_core.circuits.graph import Graph, LogitTarget, Node
+from ie_core.circuits.graph_json import graph_json, write_graph_json
+from ie_core.circuits.pruning import Pruned, prune
+from ie_core.circuits.transcoders import (
+    TranscoderSet,
+    load_transcoders,
+    random_transcoder,
+    write_layer_file,
+)
+
+__all__ = [
+    "AttributionInputError",
+    "Graph",
+    "LogitTarget",
+    "Node",
+    "Pruned",
+    "ReplacementUnsupportedError",
+    "TranscoderFormatError",
+    "TranscoderLayerError",
+    "TranscoderSet",
+    "TranscoderWidthError",
+    "attribute",
+    "attribute_state",
+    "graph_json",
+    "load_transcoders",
+    "prepare",
+    "prune",
+    "random_transcoder",
+    "write_graph_json",
+    "write_layer_file",
+]

@@ -1,0 +1,51 @@
+"""Influence on the logits through a graph's edges (Ameisen et al. 2025, "Circuit Tracing",
+pruning section): edge weights are made non-negative and each target's incoming weights sum to
+1, and a node's influence is the logit-probability-weighted sum over all paths from it to the
+logits, `w @ (A + A^2 + ...)`. The graph is acyclic, so the series ends after at most
+n_layers + 2 terms."""
+
+from __future__ import annotations
+
+import torch
+
+
+def normalized(adjacency: torch.Tensor) -> torch.Tensor:
+    """|A| with each row scaled to sum to 1 (rows of zeros stay zero)."""
+    a = adjacency.abs()
+    return a / a.sum(1, keepdim=True).clamp_min(1e-10)
+
+
+def path_influence(
+    a_norm: torch.Tensor, weights: torch.Tensor, max_terms: int = 1000
+) -> torch.Tensor:
+    """`weights @ (A + A^2 + ...)` for a square, acyclic, row-normalised `a_norm`."""
+    term = weights @ a_norm
+    total = term.clone()
+    for _ in range(max_terms):
+        if not bool(term.any()):
+            return total
+        term = term @ a_norm
+        total += term
+    raise RuntimeError(f"influence did not vanish after {max_terms} terms: the graph has a cycle")
+
+
+def partial_influence(
+    rows: torch.Tensor, row_nodes: torch.Tensor, row_weights: torch.Tensor
+) -> torch.Tensor:
+    """Influence on the column nodes of a graph of which only some rows are known: `rows`
+    `[r, n_cols]`, `row_nodes[i]` the column of row i's node (-1: none, e.g. a logit),
+    `row_weights` the starting weight of each row (logit probabilities, 0 elsewhere)."""
+    a = normalized(rows)
+    has_col = row_nodes >= 0
+    total = torch.zeros(rows.shape[1], dtype=rows.dtype)
+    current = row_weights.to(rows.dtype)
+    for _ in range(1000):
+        contrib = current @ a
+        total += contrib
+        current = torch.where(has_col, contrib[row_nodes.clamp_min(0)], torch.zeros_like(current))
+        if not bool(current.any()):
+            return total
+    raise RuntimeError("influence did not vanish after 1000 terms: the graph has a cycle")
+
+
+__all__ = ["normalized", "partial_influence", "path_influence"]

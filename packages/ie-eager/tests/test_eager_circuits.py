@@ -181,3 +181,25 @@ def test_attribute_end_to_end_and_refusals(tmp_path) -> None:
         prune(g, node_threshold=1.5)
     with pytest.raises(AttributionInputError, match="edge_threshold"):
         prune(g, edge_threshold=-0.1)
+
+
+def test_ie_trace_writes_the_graph(tmp_path) -> None:
+    """`ie trace` (its command function; the entry point is pyproject's `ie.commands`)."""
+    from ie_core.circuits.command import trace_command
+
+    m = synthetic_model("llama")
+    folder = tmp_path / "tc"
+    folder.mkdir()
+    for layer in range(m.n_layers):
+        tc = random_transcoder(m.d_model, 16, layer, seed=layer)
+        write_layer_file(tc, folder / f"layer_{layer}.safetensors")
+    out, raw = tmp_path / "g.json", tmp_path / "g.pt"
+    argv = ["ie-synthetic/llama", "--backend", "eager", "--transcoders", str(folder)]
+    argv += ["--prompt", "Paris is", "--out", str(out), "--raw", str(raw)]
+    assert trace_command(argv) == 0
+    data = json.loads(out.read_text())
+    assert data["metadata"]["slug"] == "g" and data["metadata"]["prompt"] == "Paris is"
+    saved = torch.load(raw, weights_only=False)
+    assert saved["adjacency"].shape[0] == saved["node_inputs"].shape[0]
+    with pytest.raises(AttributionInputError, match="node_threshold"):  # before the load
+        trace_command([*argv, "--node-threshold", "2"])

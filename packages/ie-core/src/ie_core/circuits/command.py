@@ -43,10 +43,11 @@ def trace_command(argv: list[str]) -> int:
     from ie_core import load_model
     from ie_core.circuits.attribution import attribute
     from ie_core.circuits.graph_json import write_graph_json
-    from ie_core.circuits.pruning import prune
+    from ie_core.circuits.pruning import check_thresholds, prune
     from ie_core.circuits.transcoders import load_transcoders
     from ie_core.runner import run
 
+    check_thresholds(args.node_threshold, args.edge_threshold)
     transcoders = load_transcoders(args.transcoders)  # a bad folder fails before the load
     prune_options = {"node_threshold": args.node_threshold, "edge_threshold": args.edge_threshold}
     model = load_model(args.model, backend=args.backend)

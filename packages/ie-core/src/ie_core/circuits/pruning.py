@@ -44,10 +44,15 @@ def _check(name: str, value: float) -> None:
         )
 
 
-def prune(graph: Graph, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Pruned:
-    """The kept nodes and edges of `graph` at these influence shares."""
+def check_thresholds(node_threshold: float, edge_threshold: float) -> None:
+    """Refuse shares outside [0, 1] (before any work, so a command fails before its load)."""
     _check("node_threshold", node_threshold)
     _check("edge_threshold", edge_threshold)
+
+
+def prune(graph: Graph, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Pruned:
+    """The kept nodes and edges of `graph` at these influence shares."""
+    check_thresholds(node_threshold, edge_threshold)
     adj = graph.adjacency.float()
     n, n_feat, fixed = graph.n_nodes, graph.n_features, graph.token_offset
     logit_w = torch.zeros(n)
@@ -72,4 +77,4 @@ def prune(graph: Graph, node_threshold: float = 0.8, edge_threshold: float = 0.9
     return Pruned(nodes, edges, cumulative)
 
 
-__all__ = ["Pruned", "prune"]
+__all__ = ["Pruned", "check_thresholds", "prune"]

@@ -1,0 +1,44 @@
+"""Run circuit-tracer's attribute() on one model folder and transcoder folder, in circuit-tracer's
+own environment (not the workspace's): `python circuit_tracer_child.py MODEL TC TOKENS OUT`.
+Called by circuit_tracer_parity.py; TOKENS is a JSON list of ids, OUT a torch file."""
+
+import json
+import sys
+from pathlib import Path
+
+import circuit_tracer
+import torch
+from circuit_tracer import ReplacementModel, attribute
+from circuit_tracer.transcoder.single_layer_transcoder import load_transcoder_set
+
+
+def main() -> None:
+    model_dir, tc_dir, tokens, out = sys.argv[1:5]
+    n = len(list(Path(tc_dir).glob("layer_*.safetensors")))
+    cpu = torch.device("cpu")
+    paths = {i: str(Path(tc_dir) / f"layer_{i}.safetensors") for i in range(n)}
+    ts = load_transcoder_set(
+        paths, scan="parity", feature_input_hook="mlp.hook_in", feature_output_hook="mlp.hook_out",
+        device=cpu, dtype=torch.float32, lazy_encoder=False, lazy_decoder=False,
+    )  # fmt: skip
+    model = ReplacementModel.from_pretrained_and_transcoders(
+        model_dir, ts, backend="nnsight", device=cpu, dtype=torch.float32
+    )
+    ids = torch.tensor(json.loads(tokens))
+    g = attribute(ids, model, max_n_logits=10, desired_logit_prob=0.95, batch_size=256)
+    torch.save(
+        {
+            "adjacency": g.adjacency_matrix.float(),
+            "active_features": g.active_features,
+            "selected_features": g.selected_features,
+            "activation_values": g.activation_values.float(),
+            "logit_ids": [t.vocab_idx for t in g.logit_targets],
+            "logit_probabilities": g.logit_probabilities.float(),
+            "version": circuit_tracer.__version__ if hasattr(circuit_tracer, "__version__") else "",
+        },
+        out,
+    )
+
+
+if __name__ == "__main__":
+    main()

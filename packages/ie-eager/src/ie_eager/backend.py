@@ -34,7 +34,7 @@ from ie_core.steer_scope import pin_prompt
 from ie_core.text_stream import TextStream
 from torch import nn
 
-from ie_eager import capability, checkpoint, lens
+from ie_eager import capability, checkpoint, lens, lens_stream
 from ie_eager.admission import EagerAdmission
 from ie_eager.decode import DecodeStep, decode_steps
 from ie_eager.devices import DeviceUnavailableError as DeviceUnavailableError
@@ -321,10 +321,8 @@ class EagerModel:
 
     def lens_generation_stream(self, tokens: Prompt, addresses: Any, params: Any, **kw: Any) -> Any:
         """Streaming lens read-out (ie_core.lens_stream.stream_lens); see ie_eager.lens_stream."""
-        from ie_eager.lens_stream import lens_generation_stream
-
         self._check_open()
-        return lens_generation_stream(self, tokens, addresses, params, **kw)
+        return lens_stream.lens_generation_stream(self, tokens, addresses, params, **kw)
 
     async def decode_residuals(self, rows: Any, *, grad: bool = False) -> torch.Tensor:
         """Logit lens; `grad=True` keeps autograd on (gradients flow to `rows` and weights)."""

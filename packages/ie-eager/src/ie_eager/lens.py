@@ -4,17 +4,41 @@ softcap `c * tanh(x / c)`, in that order."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from ie_core.errors import PointUnavailableError
 from ie_core.protocol import TopK
 
-if TYPE_CHECKING:
-    from ie_eager.backend import EagerModel
+from ie_eager.structure import Structure
+
+__all__ = ["LensModel", "decode", "logit_transform", "topk"]
 
 
-def _rows(model: EagerModel, rows: Any) -> torch.Tensor:
+class LensModel(Protocol):
+    """The parts of a loaded model the lens reads (an `EagerModel` has them): its found modules
+    and shapes, where its weights live, and the config facts of the post-unembed transform."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def structure(self) -> Structure: ...
+
+    @property
+    def d_model(self) -> int: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    @property
+    def text_config(self) -> Any: ...
+
+
+def _rows(model: LensModel, rows: Any) -> torch.Tensor:
     t = rows if isinstance(rows, torch.Tensor) else torch.as_tensor(rows)
     streams = model.structure.n_streams * model.d_model
     if t.shape[-1] != model.d_model and not (
@@ -40,7 +64,7 @@ def logit_transform(config: Any, logits: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-def _collapse_streams(model: EagerModel, h: torch.Tensor) -> torch.Tensor:
+def _collapse_streams(model: LensModel, h: torch.Tensor) -> torch.Tensor:
     """Multi-stream trunks (DeepSeek-V4): `[..., n_streams * d_model]` rows (resid_streams) are
     collapsed to one d_model row by the model's own head (hc_head: sigmoid weights computed from
     the normed streams, then a weighted sum over streams), exactly as before its final norm.
@@ -55,7 +79,7 @@ def _collapse_streams(model: EagerModel, h: torch.Tensor) -> torch.Tensor:
     return s.stream_head[1](stack).reshape(*lead, model.d_model)
 
 
-def decode(model: EagerModel, rows: Any, *, grad: bool = False) -> torch.Tensor:
+def decode(model: LensModel, rows: Any, *, grad: bool = False) -> torch.Tensor:
     """`[..., d_model]` residual rows -> `[..., vocab]` logits as the model would compute them."""
     h = _rows(model, rows)
     if model.structure.final_norm is None:
@@ -69,7 +93,7 @@ def decode(model: EagerModel, rows: Any, *, grad: bool = False) -> torch.Tensor:
         return logit_transform(model.text_config, logits)
 
 
-def topk(model: EagerModel, rows: Any, k: int = 10) -> TopK:
+def topk(model: LensModel, rows: Any, k: int = 10) -> TopK:
     """Top-k ids and probabilities, the probabilities from an fp32 logsumexp over the full vocab."""
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")

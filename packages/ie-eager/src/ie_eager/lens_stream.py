@@ -4,31 +4,50 @@ top-k taken from each forward's rows as its token is yielded."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from ie_core.address import AddressLike
 from ie_core.lens_stream import LensStep
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK
 from ie_core.text_stream import TextStream
+from torch import nn
 
 from ie_eager import lens
+from ie_eager.admission import EagerAdmission
 from ie_eager.decode import decode_steps
+from ie_eager.resolve import Resolver
 
-if TYPE_CHECKING:
-    from ie_eager.backend import EagerModel
-
-__all__ = ["lens_generation_stream"]
+__all__ = ["LensStreamModel", "lens_generation_stream"]
 
 
-def read_out(model: EagerModel, rows: torch.Tensor, k: int, transport: torch.Tensor | None) -> TopK:
+class LensStreamModel(lens.LensModel, Protocol):
+    """The lens's parts plus what one decode loop needs: the request checks, the address
+    resolver, the tokenizer (for the streamed text) and the HF model."""
+
+    @property
+    def admission(self) -> EagerAdmission: ...
+
+    @property
+    def resolver(self) -> Resolver: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    @property
+    def hf_model(self) -> nn.Module: ...
+
+
+def read_out(
+    model: LensStreamModel, rows: torch.Tensor, k: int, transport: torch.Tensor | None
+) -> TopK:
     if transport is not None:
         rows = rows.float() @ transport.to(rows.device).T
     return lens.topk(model, rows, k)
 
 
 async def lens_generation_stream(
-    model: EagerModel,
+    model: LensStreamModel,
     tokens: Any,
     addresses: Sequence[AddressLike],
     params: SamplingParams,

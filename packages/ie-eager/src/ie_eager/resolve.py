@@ -12,7 +12,7 @@ import torch
 from ie_core.address import Address, AddressLike, check_layer, to_address
 from ie_core.errors import PointUnavailableError
 from ie_core.families import Family
-from ie_core.points import POINTS, Point
+from ie_core.points import POINTS, Point, get_point
 from torch import nn
 
 from ie_eager import structure as st
@@ -117,8 +117,6 @@ class Resolver:
     def _resolve(self, address: Address) -> Resolved:
         if address.is_path:
             return self._path(address)
-        from ie_core.points import get_point
-
         point = get_point(address.name)
         if (address.stream is not None or point.requires == "multi_stream") and not (
             self.s.multi_stream

@@ -387,3 +387,35 @@ def test_the_leak_check_catches_a_request_left_registered(
     finally:
         run(flow.on_engine(flow.release("leak-probe")))
     check_released(request.node.nodeid, before, registered_keys(smollm2))  # released: passes
+
+
+def test_circuit_graph_on_vllm_equals_eager(smollm2: Any, smollm2_eager: Any) -> None:
+    """ie_core.circuits.attribute with the forward on vLLM (the backward on the CPU through the
+    frozen replacement, with the weights eager loaded) gives eager's graph: the same nodes, the
+    adjacency and inputs within CROSS relative; completeness holds on vLLM's own capture."""
+    from ie_core.circuits import (
+        ReplacementUnsupportedError,
+        TranscoderSet,
+        attribute,
+        random_transcoder,
+    )
+    from ie_core.circuits.weights import weights_for
+    from ie_core.protocol import unwrap
+
+    ts = TranscoderSet.of([random_transcoder(576, 16, i, seed=300 + i) for i in range(30)])
+    with pytest.raises(ReplacementUnsupportedError, match="weights="):
+        attribute(smollm2, "Paris is", ts)  # the weights live in the workers: refused up front
+    weights = weights_for(unwrap(smollm2_eager))
+    got = attribute(smollm2, "The capital of France is", ts, weights=weights)
+    want = attribute(smollm2_eager, "The capital of France is", ts)
+    assert torch.equal(got.active_features, want.active_features)
+    assert [t.token_id for t in got.logit_targets] == [t.token_id for t in want.logit_targets]
+    scale = float(want.adjacency.abs().max())
+    assert float((got.adjacency - want.adjacency).abs().max()) <= CROSS * scale
+    assert float((got.node_inputs - want.node_inputs).abs().max()) <= CROSS * float(
+        want.node_inputs.abs().max()
+    )
+    rows = torch.cat([torch.arange(got.n_features), torch.arange(got.logit_offset, got.n_nodes)])
+    a, bias, inputs = got.adjacency[rows], got.node_bias[rows], got.node_inputs[rows]
+    gap = (a.sum(1) + bias - inputs).abs() / (a.abs().sum(1) + bias.abs() + inputs.abs())
+    assert float(gap.max()) <= WITHIN

@@ -24,6 +24,7 @@ from ie_core.circuits.prompt_state import (
     build_state,
     check_prompt,
     logit_targets,
+    unembed,
 )
 from ie_core.circuits.replacement import mlp_writes, run_at, run_replacement
 from ie_core.circuits.transcoders import TranscoderSet, load_transcoders
@@ -62,7 +63,7 @@ def prepare(
     tokens = inner.to_tokens(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
     check_prompt(tokens, getattr(inner, "max_positions", None))
     cache = run_with_cache(model, [tokens], addresses(inner.n_layers))
-    logits = cache["lm_head"][0, -1].detach().float().cpu()
+    logits = unembed(w, cache["final_norm"][0, -1].detach().float().cpu())
     targets = logit_targets(logits, max_n_logits, desired_logit_prob, inner.to_string)
     return build_state(tokens, cache, ts, w, targets, zero_first=zero_first_position)
 

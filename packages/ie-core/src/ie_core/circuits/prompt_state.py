@@ -36,7 +36,7 @@ class PromptState:
     unembed_dirs: torch.Tensor  # [n_logits, d] W_U rows less the mean row
     unembed_bias: torch.Tensor  # [n_logits] b_U less its mean (0 without one)
     demeaned_logits: torch.Tensor  # [n_logits] from the model's own logits
-    logits: torch.Tensor  # [pos, vocab] the model's logits (lm_head)
+    logits: torch.Tensor  # [pos, vocab] the model's logits (its final norm's output unembedded)
     freeze_norms: bool = True
 
     @property
@@ -50,10 +50,17 @@ class PromptState:
 
 def addresses(n_layers: int) -> list[str]:
     """What the forward captures: norm inputs (their scales), patterns, transcoder inputs and
-    outputs, the token embeddings and the logits."""
+    outputs, the token embeddings and the final norm's output (the logits are its unembed: vLLM
+    serves no lm_head point, and the families traced here have no logit softcap)."""
     per_layer = ("resid_pre", "attn_probs", "resid_mid", "mlp_in", "mlp_out")
     out = [f"{p}.{layer}" for layer in range(n_layers) for p in per_layer]
-    return ["embeddings", *out, f"resid_post.{n_layers - 1}", "lm_head"]
+    return ["embeddings", *out, f"resid_post.{n_layers - 1}", "final_norm"]
+
+
+def unembed(w: ReplacementWeights, final: torch.Tensor) -> torch.Tensor:
+    """Logits `[..., vocab]` of final-norm rows."""
+    logits = final.float() @ w.W_U.T
+    return logits if w.b_U is None else logits + w.b_U
 
 
 def check_prompt(tokens: Sequence[int], limit: int | None) -> None:
@@ -150,7 +157,7 @@ def build_state(
         errors=errors,
         mlp_const=mlp_out - errors - recon,
     )
-    logits = get("lm_head")
+    logits = unembed(w, get("final_norm"))
     ids = torch.tensor([t.token_id for t in targets], dtype=torch.long)
     dirs = w.W_U[ids] - w.W_U.mean(0)
     bias = torch.zeros(len(ids)) if w.b_U is None else w.b_U[ids] - w.b_U.mean()
@@ -172,4 +179,11 @@ def build_state(
     )
 
 
-__all__ = ["PromptState", "addresses", "build_state", "check_prompt", "logit_targets"]
+__all__ = [
+    "PromptState",
+    "addresses",
+    "build_state",
+    "check_prompt",
+    "logit_targets",
+    "unembed",
+]

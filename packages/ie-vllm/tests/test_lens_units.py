@@ -12,6 +12,7 @@ from ie_core.model_info import ModelInfo
 from ie_core.steer_scope import ScopedPositions, scoped
 from ie_core.steering import Additive
 from ie_vllm.host.lens_stream import check_served
+from ie_vllm.host.variant import variant_for
 from ie_vllm.specs import RequestSpec, SteerSpec
 
 
@@ -46,5 +47,7 @@ SHAPE = {"n_layers": 2, "d_model": 4}
 )
 def test_streaming_read_out_refusals(backend: str, info: dict, match: str) -> None:
     with pytest.raises(UnsupportedOperationError, match=match):
-        model = SimpleNamespace(backend=backend, info=ModelInfo.from_wire({**SHAPE, **info}))
+        model = SimpleNamespace(
+            variant=variant_for(backend), info=ModelInfo.from_wire({**SHAPE, **info})
+        )
         check_served(model)  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ _EXPORTS = {
     "VLLM_STACK": "entry",
     # host: the seam a backend composes
     "Engine": "host.engine",
-    "on_cpu": "host.engine",
+    "on_cpu": "host.cpu_support",
     "check_cpu_support": "host.cpu_support",
     "exact_int8_dot": "host.cpu_support",
     "check_data_parallel": "host.parallel_support",
@@ -79,8 +79,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.host.channel import HookedChannel as HookedChannel
     from ie_vllm.host.cpu_support import check_cpu_support as check_cpu_support
     from ie_vllm.host.cpu_support import exact_int8_dot as exact_int8_dot
+    from ie_vllm.host.cpu_support import on_cpu as on_cpu
     from ie_vllm.host.engine import Engine as Engine
-    from ie_vllm.host.engine import on_cpu as on_cpu
     from ie_vllm.host.parallel_support import check_data_parallel as check_data_parallel
     from ie_vllm.host.parallel_support import check_pipeline_parallel as check_pipeline_parallel
     from ie_vllm.host.policy import SitePolicy as SitePolicy

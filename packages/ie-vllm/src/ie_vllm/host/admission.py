@@ -26,11 +26,10 @@ from ie_core.steer_math import check_ops_fit
 from ie_core.steer_scope import mask_positions
 
 from ie_vllm.host.policy import SitePolicy
+from ie_vllm.host.variant import Variant
 from ie_vllm.specs import SteerSpec
 
-__all__ = ["GENERATE", "Admission", "Admitted"]
-
-GENERATE = "vllm-generate"
+__all__ = ["Admission", "Admitted"]
 
 
 class _Limits(Protocol):
@@ -51,12 +50,19 @@ class Admitted:
 
 
 class Admission:
-    """One model's request checks, from its `ModelInfo`, tokenizer, write policy and engine."""
+    """One model's request checks, from its executor variant (what it serves at all), its
+    `ModelInfo`, tokenizer, write policy and engine."""
 
     def __init__(
-        self, backend: str, info: ModelInfo, tokenizer: Any, policy: SitePolicy, engine: _Limits
+        self,
+        variant: Variant,
+        info: ModelInfo,
+        tokenizer: Any,
+        policy: SitePolicy,
+        engine: _Limits,
     ) -> None:
-        self.backend = backend
+        self.variant = variant
+        self.backend = variant.backend
         self.info = info
         self.tokenizer = tokenizer
         self.policy = policy
@@ -74,13 +80,9 @@ class Admission:
         self.check_length(ids, new_tokens)
         return Admitted(ids, self.captures(addresses), self.steer_specs(steering, ids))
 
-    def refuse_on_generate(self, what: str) -> None:
-        if self.backend == GENERATE:
-            raise UnsupportedOperationError(
-                f"{what} is not available on backend 'vllm-generate', which runs vLLM untouched "
-                "for speed; load the model with backend='vllm' (any point, chosen per request) "
-                "or backend='vllm-static' (declared points, compiled) to capture or steer"
-            )
+    def require_hooks(self, what: str) -> None:
+        """Refuse `what` where the variant runs no hooks (`Variant.require_hooks`)."""
+        self.variant.require_hooks(what)
 
     def check(self, address: AddressLike) -> str:
         """Validate an address for this model; returns its string form or raises with the reason."""

@@ -1,7 +1,8 @@
 """`VLLMModel`: the InterpModel protocol over vLLM's AsyncLLM, and the two backend loaders.
 
 `vllm` runs eagerly with the worker extension's hooks (every servable point, chosen per request);
-`vllm-generate` runs vLLM at its own defaults and refuses capture and steering.
+`vllm-generate` runs vLLM at its own defaults and serves no point. What a backend serves is its
+`Variant` (`ie_vllm.host.variant`), chosen once here; the methods ask it, never the name.
 """
 
 from __future__ import annotations
@@ -36,18 +37,20 @@ from ie_core.protocol import (
 )
 from ie_core.runner import run
 
-from ie_vllm.host import lens_decode
+from ie_vllm.host import capability, features, lens_decode, lens_stream
 from ie_vllm.host import logprobs as lp
-from ie_vllm.host.admission import GENERATE, Admission
+from ie_vllm.host.admission import Admission
 from ie_vllm.host.channel import Channel, HookedChannel
+from ie_vllm.host.cpu_support import check_cpu_support
 from ie_vllm.host.engine import Engine
+from ie_vllm.host.parallel_support import check_data_parallel, check_pipeline_parallel
 from ie_vllm.host.policy import SitePolicy
 from ie_vllm.host.request import Flow, gather
+from ie_vllm.host.variant import GENERATE, HOOKED, Variant, variant_for
 from ie_vllm.pipeline import merge_infos, merge_stats
 
 _log = logging.getLogger(__name__)
 
-HOOKED = "vllm"
 DEFAULT_SAMPLING = SamplingParams()
 
 
@@ -74,9 +77,10 @@ class VLLMModel(DescribedModel):
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.backend = backend
+        self.variant: Variant = variant_for(backend)
         self.channel: Channel = channel if channel is not None else HookedChannel(engine)
         self.policy = policy if policy is not None else SitePolicy(self.info.writable)
-        self.admission = Admission(backend, self.info, tokenizer, self.policy, engine)
+        self.admission = Admission(self.variant, self.info, tokenizer, self.policy, engine)
         self.flow = Flow(engine, self.channel, self._params, self._text)
 
     # --- construction --------------------------------------------------------------------------
@@ -85,10 +89,7 @@ class VLLMModel(DescribedModel):
     async def create(cls, model_id: str, backend: str = HOOKED, **kw: Any) -> VLLMModel:
         path = resolve_model_path(model_id)
         source = str(path) if path is not None else model_id
-        hooked = backend == HOOKED
-        from ie_vllm.host.cpu_support import check_cpu_support
-        from ie_vllm.host.parallel_support import check_data_parallel, check_pipeline_parallel
-
+        hooked = variant_for(backend).hooked
         check_pipeline_parallel(kw, backend)
         check_data_parallel(kw, backend)
         check_cpu_support(path, str(kw.get("dtype", "float32")))  # before minutes of engine start
@@ -108,7 +109,7 @@ class VLLMModel(DescribedModel):
 
     def points(self) -> tuple[str, ...]:
         """Names of the points this model serves on this backend, in forward order."""
-        if self.backend == GENERATE:
+        if not self.variant.hooked:
             return ()
         served = {to_address(a).name for a in self.info.widths}
         return tuple(p.name for p in POINTS if p.name in served)
@@ -118,9 +119,7 @@ class VLLMModel(DescribedModel):
 
     def capabilities(self) -> dict[str, PointCapability]:
         """What this engine serves, per point, from its own address check."""
-        from ie_vllm.host.capability import capabilities
-
-        return capabilities(self)
+        return capability.capabilities(self)
 
     # --- tokens ------------------------------------------------------------------------------
 
@@ -177,7 +176,7 @@ class VLLMModel(DescribedModel):
         grad: bool = False,
     ) -> ActivationCache:
         """One forward per prompt (all submitted together); tensors `[batch, seq, ...]`."""
-        self.admission.refuse_on_generate("capture")
+        self.admission.require_hooks("capture")
         self._refuse_grad(grad, "capture")
         prompts = self.admission.prompts(tokens)
         _refuse_ragged([len(p) for p in prompts])
@@ -233,7 +232,7 @@ class VLLMModel(DescribedModel):
         steering: SteeringArg = None,
     ) -> GenerationCapture:
         """Generate, capturing over prompt + generated[:-1] as vLLM runs it (prefill, then decode)."""
-        self.admission.refuse_on_generate("capture_generation")
+        self.admission.require_hooks("capture_generation")
         req = self.admission.request(tokens, sampling.max_new_tokens, addresses, steering)
         last: list[Any] = []
         token_ids, rows = await self.flow.on_engine(
@@ -254,7 +253,7 @@ class VLLMModel(DescribedModel):
 
         The first token comes with the prompt's rows; token i with the row of token i-1.
         """
-        self.admission.refuse_on_generate("capture_generation_stream")
+        self.admission.require_hooks("capture_generation_stream")
         req = self.admission.request(tokens, sampling.max_new_tokens, addresses, steering)
         async for item in self.flow.bridge(
             self.flow.stream_capture(req.ids, sampling, req.captures, req.steer)
@@ -265,7 +264,7 @@ class VLLMModel(DescribedModel):
         self, tokens: Prompt, layers: Sequence[int] | None = None
     ) -> ActivationCache:
         """Attention probabilities `[batch, heads, q, k]`, recomputed from post-RoPE q and k."""
-        self.admission.refuse_on_generate("capture_attention")
+        self.admission.require_hooks("capture_attention")
         if layers is None:
             parsed = [to_address(a) for a in self.info.widths]
             layers = [a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None]
@@ -280,7 +279,7 @@ class VLLMModel(DescribedModel):
         steering: SteeringArg = None,
     ) -> Generation:
         if steering_tuple(steering):
-            self.admission.refuse_on_generate("steering")
+            self.admission.require_hooks("steering")
         req = self.admission.request(tokens, sampling.max_new_tokens, (), steering)
         last: list[Any] = []
         token_ids, _ = await self.flow.on_engine(
@@ -296,7 +295,7 @@ class VLLMModel(DescribedModel):
         steering: SteeringArg = None,
     ) -> AsyncIterator[StreamChunk]:
         if steering_tuple(steering):
-            self.admission.refuse_on_generate("steering")
+            self.admission.require_hooks("steering")
         req = self.admission.request(tokens, sampling.max_new_tokens, (), steering)
         async for item in self.flow.bridge(self.flow.stream_tokens(req.ids, sampling, req.steer)):
             yield item
@@ -317,9 +316,7 @@ class VLLMModel(DescribedModel):
 
     def lens_generation_stream(self, tokens: Prompt, addresses: Any, params: Any, **kw: Any) -> Any:
         """Streaming lens read-out, top-k in the worker (ie_vllm.host.lens_stream)."""
-        from ie_vllm.host.lens_stream import lens_generation_stream
-
-        return lens_generation_stream(self, tokens, addresses, params, **kw)
+        return lens_stream.lens_generation_stream(self, tokens, addresses, params, **kw)
 
     async def decode_residuals(self, rows: Any, *, grad: bool = False) -> Any:
         """Full logits `[..., vocab]` (final norm, unembed, scale, softcap) for small inputs."""
@@ -334,15 +331,11 @@ class VLLMModel(DescribedModel):
 
     async def dictionary_features(self, tokens: Any, saes: Any, **kw: Any) -> Any:
         """Dictionary features reduced in the worker (see `ie_vllm.host.features`)."""
-        from ie_vllm.host.features import dictionary_features
-
-        return await dictionary_features(self, tokens, saes, **kw)
+        return await features.dictionary_features(self, tokens, saes, **kw)
 
     def dictionary_generation_stream(self, prompt: Any, saes: Any, params: Any, **kw: Any) -> Any:
         """Top-k dictionary features per generated token (see `ie_vllm.host.features`)."""
-        from ie_vllm.host.features import dictionary_generation_stream
-
-        return dictionary_generation_stream(self, prompt, saes, params, **kw)
+        return features.dictionary_generation_stream(self, prompt, saes, params, **kw)
 
     async def warmup(self) -> None:
         await self.generate([self.tokenizer.bos_token_id or 0], SamplingParams(max_new_tokens=2))

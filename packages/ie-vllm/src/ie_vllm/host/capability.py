@@ -12,15 +12,12 @@ from ie_core.points import POINTS
 
 __all__ = ["capabilities"]
 
-GENERATE_REASON = (
-    "vllm-generate runs vLLM untouched; load backend='vllm' or 'vllm-static' to capture"
-)
-
 
 def capabilities(model: Any) -> Capabilities:
     """Per point of a loaded `VLLMModel` (or subclass): every address tried on `model.admission.check`."""
-    if model.backend == "vllm-generate":
-        return {p.name: PointCapability(False, False, (), GENERATE_REASON) for p in POINTS}
+    why_not = model.variant.unhooked_card
+    if why_not is not None:  # a variant without hooks serves no point, for one reason
+        return {p.name: PointCapability(False, False, (), why_not) for p in POINTS}
 
     def writable(_address: Address, text: str) -> bool:
         return bool(model.policy.can_write(text))

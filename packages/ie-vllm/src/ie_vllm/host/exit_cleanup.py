@@ -11,18 +11,32 @@ import asyncio
 import atexit
 import contextlib
 import weakref
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from ie_vllm.host.engine import Engine
+__all__ = ["Closable", "shutdown_open_engines", "track"]
 
-__all__ = ["shutdown_open_engines", "track"]
 
-_OPEN: weakref.WeakSet[Engine] = weakref.WeakSet()
+class Closable(Protocol):
+    """What the exit handler needs of an engine (`ie_vllm.host.engine.Engine` has it): whether it
+    is closed, the loop it belongs to, and its two ways to close."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def close(self) -> Coroutine[Any, Any, Any]: ...
+
+    def shutdown(self) -> Any: ...
+
+
+_OPEN: weakref.WeakSet[Closable] = weakref.WeakSet()
 _registered = False
 
 
-def track(engine: Engine) -> None:
+def track(engine: Closable) -> None:
     """Shut `engine` down at exit unless it is closed by then."""
     global _registered
     if not _registered:

@@ -5,18 +5,16 @@ every request names it in an `sae` reducer, so the encode and the top-k run in t
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
 from ie_core.saes import SAE
 
 from ie_vllm import payload
+from ie_vllm.host.model_parts import ModelParts
 from ie_vllm.host.request import gather
 from ie_vllm.specs import ReducerSpec
-
-if TYPE_CHECKING:
-    from ie_vllm.host.backend import VLLMModel
 
 __all__ = [
     "dictionary_features",
@@ -27,7 +25,7 @@ __all__ = [
 ]
 
 
-async def send_dictionaries(model: VLLMModel, saes: Mapping[str, SAE]) -> None:
+async def send_dictionaries(model: ModelParts, saes: Mapping[str, SAE]) -> None:
     """Put each dictionary in every worker unless this model already did (idempotent there)."""
     sent: set[str] = model.__dict__.setdefault("_ie_sent_dictionaries", set())
     for sae in saes.values():
@@ -39,7 +37,7 @@ async def send_dictionaries(model: VLLMModel, saes: Mapping[str, SAE]) -> None:
 
 
 def dictionary_reducers(
-    model: VLLMModel, saes: Mapping[str, SAE], k: int | None, stats: bool
+    model: ModelParts, saes: Mapping[str, SAE], k: int | None, stats: bool
 ) -> tuple[ReducerSpec, ...]:
     """One `sae` reducer per dictionary, its address checked as a capture would be."""
     out = []
@@ -51,7 +49,7 @@ def dictionary_reducers(
 
 
 async def dictionary_features(
-    model: VLLMModel,
+    model: ModelParts,
     tokens: Any,
     saes: Mapping[str, SAE],
     *,
@@ -60,7 +58,7 @@ async def dictionary_features(
     steering: SteeringArg = None,
 ) -> dict[str, dict[str, torch.Tensor]]:
     """Per dictionary name, its outputs `[batch, seq, ...]` over one forward per prompt."""
-    model.admission.refuse_on_generate("feature_activations")
+    model.admission.require_hooks("feature_activations")
     prompts = model.admission.prompts(tokens)
     if len({len(p) for p in prompts}) > 1:
         raise ValueError(
@@ -94,7 +92,7 @@ def _stack(name: str, results: Sequence[dict[str, torch.Tensor]]) -> dict[str, t
 
 
 async def generate_with_features(
-    model: VLLMModel,
+    model: ModelParts,
     prompts: Sequence[Any],
     saes: Mapping[str, SAE],
     params: SamplingParams,
@@ -104,7 +102,7 @@ async def generate_with_features(
 ) -> list[tuple[tuple[int, ...], dict[str, torch.Tensor]]]:
     """Generate every prompt together; per prompt its token ids and, per `name|output`, the top-k
     features at every position of prompt + generated[:-1] (computed in the worker per step)."""
-    model.admission.refuse_on_generate("generate_with_features")
+    model.admission.require_hooks("generate_with_features")
     reducers = dictionary_reducers(model, saes, k, False)
     ids_list = [model.admission.prompt_ids(p) for p in prompts]
     for ids in ids_list:
@@ -122,7 +120,7 @@ async def generate_with_features(
 
 
 async def dictionary_generation_stream(
-    model: VLLMModel,
+    model: ModelParts,
     prompt: Any,
     saes: Mapping[str, SAE],
     params: SamplingParams,
@@ -132,7 +130,7 @@ async def dictionary_generation_stream(
 ) -> AsyncIterator[tuple[StreamChunk, dict[str, dict[str, torch.Tensor]]]]:
     """Each generated token with, per dictionary, the top-k features of the rows computed since
     the previous token (the first token carries the prompt's rows), reduced in the worker."""
-    model.admission.refuse_on_generate("stream_features")
+    model.admission.require_hooks("stream_features")
     req = model.admission.request(prompt, params.max_new_tokens, (), steering)
     ids, steer = req.ids, req.steer
     reducers = dictionary_reducers(model, saes, k, False)

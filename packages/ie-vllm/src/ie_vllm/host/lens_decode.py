@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from ie_core.errors import UnsupportedOperationError
 from ie_core.protocol import TopK
 
 from ie_vllm import payload
-
-if TYPE_CHECKING:
-    from ie_vllm.host.backend import VLLMModel
+from ie_vllm.host.model_parts import ModelParts
 
 FULL_LOGITS_LIMIT = 64 * 2**20  # bytes of [rows, vocab] fp32 decode_residuals may ship back
 
@@ -27,7 +25,7 @@ def residual_rows(rows: Any, d_model: int) -> tuple[torch.Tensor, tuple[int, ...
     return t.reshape(-1, d_model).contiguous(), tuple(t.shape[:-1])
 
 
-async def logits(model: VLLMModel, rows: Any) -> torch.Tensor:
+async def logits(model: ModelParts, rows: Any) -> torch.Tensor:
     """Full logits `[..., vocab]`; refused above FULL_LOGITS_LIMIT bytes."""
     flat, lead = residual_rows(rows, model.d_model)
     vocab = model.info.vocab_size or len(model.tokenizer)
@@ -42,7 +40,7 @@ async def logits(model: VLLMModel, rows: Any) -> torch.Tensor:
     return out["logits"].reshape(*lead, out["logits"].shape[-1])
 
 
-async def topk(model: VLLMModel, rows: Any, k: int) -> TopK:
+async def topk(model: ModelParts, rows: Any, k: int) -> TopK:
     """Top-k ids and full-vocab probabilities, `[..., k]`."""
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")

@@ -9,33 +9,26 @@ every rank of the model for the top-k (`ie_lens_topk`, which gathers the vocabul
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from ie_core.address import AddressLike
-from ie_core.errors import UnsupportedOperationError
 from ie_core.lens_stream import LensStep
 from ie_core.protocol import SamplingParams, SteeringArg, TopK
 
 from ie_vllm import payload
-
-if TYPE_CHECKING:
-    from ie_vllm.host.backend import VLLMModel
+from ie_vllm.host.model_parts import ModelParts
 
 __all__ = ["lens_generation_stream"]
 
 
-def check_served(model: VLLMModel) -> None:
-    if model.backend != "vllm":
-        raise UnsupportedOperationError(
-            f"the streaming lens read-out is not available on backend {model.backend!r}: it "
-            "reads the hooked worker's captured rows; load the model with backend='vllm' or "
-            "'eager'"
-        )
+def check_served(model: ModelParts) -> None:
+    """Refuse the stream where the model's variant does not serve it (`Variant.lens_stream`)."""
+    model.variant.require_lens_stream()
 
 
 async def lens_generation_stream(
-    model: VLLMModel,
+    model: ModelParts,
     tokens: Any,
     addresses: Sequence[AddressLike],
     params: SamplingParams,
@@ -61,7 +54,7 @@ async def lens_generation_stream(
 
 
 async def _staged_topk(
-    model: VLLMModel,
+    model: ModelParts,
     key: str,
     span: tuple[int, int],
     captures: Sequence[str],

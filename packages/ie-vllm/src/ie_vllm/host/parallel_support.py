@@ -21,6 +21,9 @@ from typing import Any
 
 from ie_core.errors import UnsupportedOperationError
 
+from ie_vllm.host.cpu_support import on_cpu
+from ie_vllm.host.variant import variant_for
+
 __all__ = [
     "bind_cpu_ranks",
     "check_data_parallel",
@@ -31,10 +34,6 @@ __all__ = [
 
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 SERVED = ("vllm", "vllm-static")
-WHY_NOT = {
-    "vllm-generate": "it runs vLLM's compiled forward, which was not tested across pipeline "
-    "stages on this build (only the hooked, eager one was)",
-}
 
 
 def check_pipeline_parallel(kw: Mapping[str, Any], backend: str) -> None:
@@ -43,7 +42,9 @@ def check_pipeline_parallel(kw: Mapping[str, Any], backend: str) -> None:
     size = kw.get("pipeline_parallel_size", 1)
     if backend in SERVED or size is None or int(size) <= 1:
         return
-    why = WHY_NOT.get(backend, "it was not built or tested across pipeline stages")
+    why = (
+        variant_for(backend).pipeline_refusal or "it was not built or tested across pipeline stages"
+    )
     raise UnsupportedOperationError(
         f"pipeline_parallel_size={size} is not served on backend {backend!r}: {why}. Load with "
         "backend='vllm' or 'vllm-static' (every point served from the stage holding its layer), "
@@ -86,8 +87,6 @@ RAY_REFUSAL = (
 
 def check_executor(kw: Mapping[str, Any]) -> None:
     """Refuse the Ray executor on the CPU build before vLLM starts (GPU builds pass through)."""
-    from ie_vllm.host.engine import on_cpu
-
     if kw.get("distributed_executor_backend") == "ray" and on_cpu():
         raise UnsupportedOperationError(RAY_REFUSAL)
 
@@ -113,8 +112,6 @@ def bind_cpu_ranks(kw: Mapping[str, Any]) -> None:
     """On CPU with several ranks (DP x TP x PP), bind each to its share of this process's CPUs
     unless the caller set `VLLM_CPU_OMP_THREADS_BIND`: vLLM's default refuses several ranks on
     one NUMA node, and binds every data-parallel replica to the same cores."""
-    from ie_vllm.host.engine import on_cpu
-
     ranks = 1
     for size in ("data_parallel_size", "tensor_parallel_size", "pipeline_parallel_size"):
         ranks *= int(kw.get(size) or 1)

@@ -114,7 +114,8 @@ async def served_model(engine_client: Any, args: Namespace) -> Any:
     """The server's engine behind the `VLLMModel` host API (no second engine is started)."""
     from transformers import AutoTokenizer
 
-    from ie_vllm.host.backend import GENERATE, HOOKED, VLLMModel
+    from ie_vllm.host.backend import VLLMModel
+    from ie_vllm.host.variant import GENERATE, HOOKED
     from ie_vllm.pipeline import merge_infos
     from ie_vllm.server.serve_command import BACKEND_ENV, served_backend
 
@@ -291,7 +292,7 @@ async def _register_steering(
             "template, so positions are not the client's); use POST /v1/ie/generate with prompt ids"
         )
     if specs:
-        model.admission.refuse_on_generate("steering")
+        model.admission.require_hooks("steering")
     steer = model.admission.steer_specs(specs, ())
     key = new_key()
     await model.channel.register([RequestSpec(key, (), steer, 0)])

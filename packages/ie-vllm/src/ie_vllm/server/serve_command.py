@@ -21,7 +21,8 @@ from types import ModuleType
 
 from ie_core.models import resolve_model_path
 
-from ie_vllm.host.engine import DEFAULT_CPU_KVCACHE_GIB, WORKER_EXTENSION, on_cpu
+from ie_vllm.host.cpu_support import on_cpu
+from ie_vllm.host.engine import DEFAULT_CPU_KVCACHE_GIB, WORKER_EXTENSION
 from ie_vllm.server.http_limits import DEFAULT_RESPONSE_MIB, RESPONSE_ENV
 from ie_vllm.server.served_saes import SAES_ENV, parse_sae_args, sae_env
 from ie_vllm.worker.runner_adapter import pin_model_runner

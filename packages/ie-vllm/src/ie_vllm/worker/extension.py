@@ -18,9 +18,10 @@ from ie_core.steer_math import apply_ops
 from ie_core.steer_scope import scoped
 from ie_core.steering import SteeringOp
 
-from ie_vllm import payload, reducers
+from ie_vllm import payload
 from ie_vllm.pipeline import layer_range, stage_of
 from ie_vllm.specs import ReducerSpec, RequestSpec
+from ie_vllm.worker import reducers
 from ie_vllm.worker.layout import BatchLayout, RequestRows
 from ie_vllm.worker.lens_worker import LensWorkerMixin
 from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef

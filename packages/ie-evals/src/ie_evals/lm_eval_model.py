@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ie_core import InterpModel, SamplingParams, Steering, load_model
-from ie_core.errors import BadPromptError, InterpError
+from ie_core.errors import BadPromptError
 from ie_core.protocol import unwrap
 from ie_core.runner import run
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 
+from ie_evals.arguments import LOAD_ARGS, EvalArgumentError, positive_int
 from ie_evals.interventions import check_interventions, load_interventions
 from ie_evals.scoring import generate_continuations, rolling_windows, score_continuations
 
@@ -31,21 +32,7 @@ DEFAULT_IN_FLIGHT = 256
 # flight) and places the model itself (eager: CUDA when torch sees it), so they are not used;
 # lm-eval's --device defaults to cuda:0 even on a CPU-only machine.
 HARNESS_ARGS = ("batch_size", "max_batch_size", "device")
-# Keyword arguments handed on to `load_model` (the backend's own loading options).
-LOAD_ARGS = ("dtype", "api_key", "max_model_len", "tensor_parallel_size", "quantization")
 GEN_KWARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_k", "top_p", "seed")
-
-
-class EvalArgumentError(InterpError, ValueError):
-    """An unknown or malformed model argument or generation option (refused before any forward)."""
-
-
-def _ints(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise EvalArgumentError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class InterpEngineLM(TemplateLM):
@@ -78,14 +65,14 @@ class InterpEngineLM(TemplateLM):
         # Read the file first: a malformed one is refused before a model is loaded.
         specs = load_interventions(interventions) if interventions is not None else ()
         self.steering: tuple[Steering, ...] = tuple(steering or specs)
-        self.max_in_flight = _ints(max_in_flight, "max_in_flight") or DEFAULT_IN_FLIGHT
+        self.max_in_flight = positive_int(max_in_flight, "max_in_flight") or DEFAULT_IN_FLIGHT
         load_kw = {k: v for k, v in kwargs.items() if k in LOAD_ARGS}
         self.model: InterpModel = (
             unwrap(model) if model is not None else load_model(str(pretrained), backend, **load_kw)
         )
         check_interventions(self.model, self.steering, interventions or "steering")
-        self._max_length = _ints(max_length, "max_length") or _model_limit(self.model)
-        self._prefix = _ints(prefix_token_id, "prefix_token_id")
+        self._max_length = positive_int(max_length, "max_length") or _model_limit(self.model)
+        self._prefix = positive_int(prefix_token_id, "prefix_token_id")
 
     # -- what TemplateLM asks --
 
@@ -211,7 +198,7 @@ class InterpEngineLM(TemplateLM):
         stops = [until] if isinstance(until, str) else list(until)
         if not all(isinstance(s, str) for s in stops):
             raise EvalArgumentError(f"until must be a string or a list of strings, got {until!r}")
-        max_new = _ints(options.get("max_gen_toks", 256), "max_gen_toks") or 256
+        max_new = positive_int(options.get("max_gen_toks", 256), "max_gen_toks") or 256
         temperature = float(options.get("temperature", 0.0) or 0.0)
         # As lm-eval's HF model: sampling when asked, or when a temperature above 0 is given.
         sample = bool(options.get("do_sample", temperature > 0.0))

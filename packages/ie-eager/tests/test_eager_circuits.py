@@ -203,3 +203,28 @@ def test_ie_trace_writes_the_graph(tmp_path) -> None:
     assert saved["adjacency"].shape[0] == saved["node_inputs"].shape[0]
     with pytest.raises(AttributionInputError, match="node_threshold"):  # before the load
         trace_command([*argv, "--node-threshold", "2"])
+
+
+def test_edge_cases_give_complete_graphs() -> None:
+    """No feature fires, a one-token prompt (position 0 is left out), a TopK set: each gives a
+    graph whose rows still sum to their inputs. A cap of 0 gives no feature node (a capped
+    graph's rows miss the left-out features' edges, as circuit-tracer's do)."""
+    from ie_core.saes import from_tensors
+
+    m = synthetic_model("llama")
+    base = [random_transcoder(m.d_model, 16, i, seed=i) for i in range(m.n_layers)]
+
+    def variant(tc: Any, **kw: Any) -> Any:
+        w = dict(tc.weights) | kw.pop("weights", {})
+        return from_tensors(w, address=tc.address, out_address=tc.out_address, **kw)
+
+    dead = [variant(t, weights={"b_enc": t.weights["b_enc"] - 100}) for t in base]
+    topk = [variant(t, activation="topk", k=3) for t in base]
+    for prompt, ts in (("Paris is", dead), ([5], base), ("Paris is", topk)):
+        g = attribute(m, prompt, ts)
+        assert g.n_nodes == g.n_features + (m.n_layers + 1) * g.n_pos + len(g.logit_targets)
+        assert float(_completeness_gap(g).max()) <= TOL
+        assert graph_json(g)["nodes"]
+    assert attribute(m, "Paris is", topk).n_features == 3 * m.n_layers * 3  # k per row, pos > 0
+    capped = attribute(m, "Paris is", base, max_feature_nodes=0)
+    assert capped.n_features == 0 and graph_json(capped)["nodes"]

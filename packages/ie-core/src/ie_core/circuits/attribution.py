@@ -136,7 +136,8 @@ def _select(
     """Feature rows up to `limit`, most influential first: (selected ids ascending, their rows)."""
     n_feat = st.active_features.shape[0]
     n_logit = len(st.logit_targets)
-    logit_rows = rows.rows(torch.arange(n_feat, n_feat + n_logit)) if n_logit else torch.zeros(0)
+    width = n_feat + (st.n_layers + 1) * st.n_pos  # features, errors, tokens
+    logit_rows = rows.rows(torch.arange(n_feat, n_feat + n_logit))
     done: dict[int, torch.Tensor] = {}
     probs = torch.tensor([t.probability for t in st.logit_targets], dtype=torch.float32)
     while len(done) < limit:
@@ -155,9 +156,9 @@ def _select(
             for i, row in zip(ids.tolist(), rows.rows(ids), strict=True):
                 done[i] = row
     selected = torch.tensor(sorted(done), dtype=torch.long)
-    feature_rows = torch.stack([done[i] for i in selected.tolist()]) if done else torch.zeros(0)
+    feature_rows = [done[i] for i in selected.tolist()]
     return selected, torch.cat(
-        [feature_rows.reshape(len(done), -1), logit_rows.reshape(n_logit, -1)]
+        [torch.zeros(0, width), *(r[None] for r in feature_rows), logit_rows]
     )
 
 

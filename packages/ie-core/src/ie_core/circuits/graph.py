@@ -41,7 +41,8 @@ class Graph:
     `adjacency[t, s]` is source s's direct effect on target t's input (a feature's
     pre-activation, a logit's value minus the mean logit); `node_inputs` holds those inputs from
     the model's own forward and `node_bias` the part no node carries (biases, position 0 when
-    it was left out), so a target's row sums to its input less its bias."""
+    it was left out), so a target's row sums to its input less its bias; under a
+    `max_feature_nodes` cap the left-out features' edges are missing from that sum."""
 
     prompt: str
     tokens: tuple[int, ...]

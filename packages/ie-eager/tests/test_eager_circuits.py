@@ -126,6 +126,15 @@ def test_negative_control_unfrozen_norms_fail_completeness(traced) -> None:
     assert float(_completeness_gap(g).max()) > 1e-2
 
 
+def test_device_argument_moves_the_backward(traced) -> None:
+    """device= runs the rows on a copy of the state moved there (here the CPU again: this box
+    has no GPU); the graph is the same and its tensors are on the CPU."""
+    _, _, state, g = traced
+    moved = attribute_state(state, device="cpu")
+    torch.testing.assert_close(moved.adjacency, g.adjacency, rtol=0, atol=0)
+    assert moved.adjacency.device.type == "cpu"
+
+
 def test_feature_cap_keeps_rows_of_the_full_graph(traced) -> None:
     _, _, state, g = traced
     capped = attribute_state(state, max_feature_nodes=25, batch_size=8)

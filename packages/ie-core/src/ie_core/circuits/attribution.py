@@ -24,6 +24,7 @@ from ie_core.circuits.prompt_state import (
     build_state,
     check_prompt,
     logit_targets,
+    moved,
     unembed,
 )
 from ie_core.circuits.replacement import mlp_writes, run_at, run_replacement
@@ -77,7 +78,8 @@ class _Rows:
     def __init__(self, st: PromptState) -> None:
         src = st.sources
         n_feat = st.active_features.shape[0]
-        ones = (torch.ones(n_feat), torch.ones(st.n_layers, st.n_pos))
+        dev = self.device = st.sources.token_vectors.device
+        ones = (torch.ones(n_feat, device=dev), torch.ones(st.n_layers, st.n_pos, device=dev))
         self.token_part = src.token_vectors.clone().requires_grad_(True)
         self.writes = mlp_writes(src, *ones).requires_grad_(True)
         out = run_replacement(
@@ -85,24 +87,27 @@ class _Rows:
         )
         self.out = (out.mlp_in, out.final)
         with torch.no_grad():
-            zeros = (torch.zeros(n_feat), torch.zeros(st.n_layers, st.n_pos), torch.zeros(st.n_pos))
+            zeros = tuple(torch.zeros_like(t) for t in (*ones, ones[1][0]))
             off = run_at(st.weights, st.frozen, src, *zeros, freeze_norms=st.freeze_norms)
-            self.bias = _target_inputs(st, off.mlp_in, off.final)
+            self.bias = _target_inputs(st, off.mlp_in, off.final).cpu()
         self.st = st
         # Features sorted by (layer, pos): one [B, d] x [d, n] product per (layer, pos) group.
         keys = st.active_features[:, 0] * st.n_pos + st.active_features[:, 1]
-        bounds = torch.searchsorted(keys, torch.arange(st.n_layers * st.n_pos + 1))
+        edges = torch.arange(st.n_layers * st.n_pos + 1, device=keys.device)
+        bounds = torch.searchsorted(keys, edges).tolist()
         self.groups = [
-            (k // st.n_pos, k % st.n_pos, int(bounds[k]), int(bounds[k + 1]))
+            (k // st.n_pos, k % st.n_pos, bounds[k], bounds[k + 1])
             for k in range(st.n_layers * st.n_pos)
             if bounds[k + 1] > bounds[k]
         ]
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        st = self.st
+        """Rows `[len(ids), n_feat + errors + tokens]` of targets `ids`, on the CPU."""
+        st, dev = self.st, self.device
+        ids = ids.to(dev)
         n_feat, b = st.active_features.shape[0], len(ids)
-        g_in = torch.zeros(b, st.n_layers, st.n_pos, self.out[0].shape[-1])
-        g_final = torch.zeros(b, st.n_pos, self.out[1].shape[-1])
+        g_in = torch.zeros(b, st.n_layers, st.n_pos, self.out[0].shape[-1], device=dev)
+        g_final = torch.zeros(b, st.n_pos, self.out[1].shape[-1], device=dev)
         is_feat = ids < n_feat
         fi = ids[is_feat]
         g_in[is_feat.nonzero()[:, 0], st.active_features[fi, 0], st.active_features[fi, 1]] = (
@@ -114,12 +119,12 @@ class _Rows:
             retain_graph=True, is_grads_batched=True,
         )  # fmt: skip
         src = st.sources
-        feats = torch.zeros(b, n_feat)
+        feats = torch.zeros(b, n_feat, device=dev)
         for layer, pos, lo, hi in self.groups:
             feats[:, lo:hi] = g_w[:, layer, pos] @ src.decoder_vecs[lo:hi].T
         errors = (g_w * src.errors).sum(-1).reshape(b, -1)
         tokens = (g_tok * src.token_vectors).sum(-1)
-        return torch.cat([feats, errors, tokens], 1)
+        return torch.cat([feats, errors, tokens], 1).cpu()
 
 
 def _target_inputs(st: PromptState, mlp_in: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
@@ -165,9 +170,11 @@ def _select(
 def attribute_state(
     st: PromptState, *, max_feature_nodes: int | None = None, batch_size: int = 256,
     prompt: str = "", token_strings: tuple[str, ...] = (), scan: str = "",
+    device: torch.device | str | None = None,
 ) -> Graph:  # fmt: skip
-    """The backward half: the graph's rows through the frozen replacement of `st`."""
-    rows = _Rows(st)
+    """The backward half: the graph's rows through the frozen replacement of `st`, computed on
+    `device` (default: the CPU); the graph's tensors are on the CPU."""
+    rows = _Rows(st if device is None else moved(st, device))
     n_feat = st.active_features.shape[0]
     limit = n_feat if max_feature_nodes is None else min(max_feature_nodes, n_feat)
     selected, table = _select(rows, st, limit, batch_size)
@@ -211,6 +218,7 @@ def attribute(
     batch_size: int = 256,
     zero_first_position: bool = True,
     weights: ReplacementWeights | str | Path | None = None,
+    device: torch.device | str | None = None,
 ) -> Graph:
     """The attribution graph of `prompt`'s next-token prediction through `transcoders`.
 
@@ -220,7 +228,8 @@ def attribute(
     the fewest top tokens reaching `desired_logit_prob` (at most `max_n_logits`);
     `zero_first_position` leaves position 0's features and error out of the graph as
     circuit-tracer does (its MLP output then counts as bias); `weights` is the model's HF folder
-    where the backend keeps weights in other processes."""
+    where the backend keeps weights in other processes; `device` is where the backward passes
+    run (default: the CPU; e.g. "cuda" for large models)."""
     from ie_core.protocol import unwrap
 
     _check_knobs(max_feature_nodes, max_n_logits, desired_logit_prob, batch_size)
@@ -234,7 +243,7 @@ def attribute(
     text = prompt if isinstance(prompt, str) else inner.to_string(list(st.tokens))
     return attribute_state(
         st, max_feature_nodes=max_feature_nodes, batch_size=batch_size, prompt=text,
-        token_strings=strings, scan=ts.scan,
+        token_strings=strings, scan=ts.scan, device=device,
     )  # fmt: skip
 
 

@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--node-threshold", type=float, default=0.8, help="influence share of nodes")
     p.add_argument("--edge-threshold", type=float, default=0.98, help="influence share of edges")
     p.add_argument("--batch-size", type=int, default=256, help="targets per backward pass")
+    p.add_argument("--device", help="where the backward passes run (default: cpu; e.g. cuda)")
     p.add_argument("--slug", help="the graph's name in the viewer (default: --out's stem)")
     p.add_argument("--raw", type=Path, help="also save the raw graph (torch.save of its fields)")
     return p
@@ -55,7 +56,7 @@ def trace_command(argv: list[str]) -> int:
         graph = attribute(
             model, args.prompt, transcoders, max_feature_nodes=args.max_feature_nodes,
             max_n_logits=args.max_logits, desired_logit_prob=args.logit_prob,
-            batch_size=args.batch_size, weights=args.weights,
+            batch_size=args.batch_size, weights=args.weights, device=args.device,
         )  # fmt: skip
     finally:
         run(model.shutdown())

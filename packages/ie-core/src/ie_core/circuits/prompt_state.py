@@ -4,6 +4,7 @@ constants, the active features and the logit targets."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,18 @@ class PromptState:
     @property
     def n_pos(self) -> int:
         return len(self.tokens)
+
+
+def moved(value: Any, device: torch.device | str) -> Any:
+    """`value` with every tensor in it (frozen dataclasses, tuples) on `device`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, tuple):
+        return tuple(moved(v, device) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: moved(getattr(value, f.name), device) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **fields)
+    return value
 
 
 def addresses(n_layers: int) -> list[str]:
@@ -185,5 +198,6 @@ __all__ = [
     "build_state",
     "check_prompt",
     "logit_targets",
+    "moved",
     "unembed",
 ]

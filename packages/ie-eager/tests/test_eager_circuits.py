@@ -126,6 +126,28 @@ def test_negative_control_unfrozen_norms_fail_completeness(traced) -> None:
     assert float(_completeness_gap(g).max()) > 1e-2
 
 
+def test_negative_control_transposed_decoder_fails_reconstruction(traced) -> None:
+    """A decoder read transposed for the feature nodes' write vectors (the layout slip of a
+    [d_model, d_transcoder] file; square transcoders here so the shapes still fit): the
+    replacement no longer reproduces the model's logits."""
+    slug = traced[0]
+    m = synthetic_model(slug)
+    square = [random_transcoder(m.d_model, m.d_model, i, seed=i) for i in range(m.n_layers)]
+    st = prepare(m, PROMPT, square)
+    layer, _, feat = st.active_features.unbind(1)
+    pairs = zip(layer.tolist(), feat.tolist(), strict=True)
+    wrong = torch.stack([square[a].weights["W_dec"].T[f] for a, f in pairs])
+    bad = dataclasses.replace(st.sources, decoder_vecs=wrong * st.activation_values[:, None])
+    logits, _ = _hf_reference(slug, st.tokens)
+    n = st.active_features.shape[0]
+    ones = (torch.ones(n), torch.ones(st.n_layers, st.n_pos), torch.ones(st.n_pos))
+    good = run_at(st.weights, st.frozen, st.sources, *ones).logits
+    off = run_at(st.weights, st.frozen, bad, *ones).logits
+    scale = float(logits.abs().max())
+    assert float((good - logits).abs().max()) <= TOL * scale
+    assert float((off - logits).abs().max()) > 100 * TOL * scale
+
+
 def test_device_argument_moves_the_backward(traced) -> None:
     """device= runs the rows on a copy of the state moved there (here the CPU again: this box
     has no GPU); the graph is the same and its tensors are on the CPU."""

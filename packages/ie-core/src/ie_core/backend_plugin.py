@@ -13,6 +13,7 @@ from importlib.metadata import EntryPoint, entry_points
 from types import MappingProxyType
 from typing import Any
 
+from ie_core.points import Point, Serving
 from ie_core.protocol import InterpModel
 
 GROUP = "ie.backends"
@@ -37,6 +38,9 @@ class BackendPlugin:
     engine_packages: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: TORCH_STACK)
     # Windows per batch of `ie harvest` when the user gives none.
     harvest_batch: int = 64
+    # How the backend is designed to reach each point (hook, recompute, tap, or why not); the
+    # registry says what a point is, the backend says how it serves it. None: not declared.
+    serving: Callable[[Point], Serving] | None = None
 
 
 def _from_entry_point(ep: EntryPoint) -> BackendPlugin:
@@ -59,6 +63,14 @@ def backend_plugin(name: str) -> BackendPlugin | None:
     return None
 
 
+def point_serving(backend: str, point: Point) -> Serving:
+    """How the installed `backend` is designed to serve `point`, from its own plugin."""
+    plugin = backend_plugin(backend)
+    if plugin is None or plugin.serving is None:
+        raise ValueError(f"unknown backend {backend!r} (no installed plugin declares its serving)")
+    return plugin.serving(point)
+
+
 def backend_plugins() -> dict[str, BackendPlugin]:
     """Every installed backend by name."""
     return {ep.name: _from_entry_point(ep) for ep in entry_points(group=GROUP)}
@@ -72,4 +84,5 @@ __all__ = [
     "backend_names",
     "backend_plugin",
     "backend_plugins",
+    "point_serving",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ie_core.backend_plugin import BackendPlugin
+from ie_core.points import Point, Service, Serving
 
 
 def _load(model_id: Any, **kw: Any) -> Any:
@@ -13,7 +14,12 @@ def _load(model_id: Any, **kw: Any) -> Any:
     return load(model_id, **kw)
 
 
+def _serving(point: Point) -> Serving:
+    """Eager hooks the HF module that computes every point (or refuses per family at load)."""
+    return Serving(Service.HOOK)
+
+
 # One forward per harvest batch, unpadded and without a scheduler: small batches bound memory.
-EAGER = BackendPlugin("eager", "ie-eager", _load, harvest_batch=8)
+EAGER = BackendPlugin("eager", "ie-eager", _load, harvest_batch=8, serving=_serving)
 
 __all__ = ["EAGER"]

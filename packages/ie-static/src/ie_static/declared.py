@@ -1,6 +1,6 @@
 """The sites a vllm-static engine declares at load: `static_points` / `static_writes` -> addresses.
 
-What can be tapped comes from the point registry's marks for `vllm-static` (it serves what hooked
+What can be tapped comes from `ie_static.serving` (vllm-static serves what hooked
 vLLM serves from a module input or output, and attention maps recomputed from tapped q and k).
 Whether this model has an address is the resolver's answer on the loaded model: addresses named
 one by one must resolve there or the load is refused; expansions (`'all'`, bare point names) keep
@@ -19,10 +19,11 @@ from ie_core.families import Family
 from ie_core.peer_names import spelled_point
 from ie_core.points import POINTS, Point, get_point
 
+from ie_static.serving import static_serving
 from ie_static.tap_info import TapInfo
 
 BACKEND = "vllm-static"
-TAPPABLE: tuple[str, ...] = tuple(p.name for p in POINTS if p.serving(BACKEND).served)
+TAPPABLE: tuple[str, ...] = tuple(p.name for p in POINTS if static_serving(p).served)
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Declared:
 
 
 def _refuse(point: Point, label: str, family: Family | None) -> None:
-    serving = point.serving(BACKEND)
+    serving = static_serving(point)
     if not serving.served:
         raise PointUnavailableError(
             f"{label}: vllm-static does not serve {point.name}: {serving.reason}"

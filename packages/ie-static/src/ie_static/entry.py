@@ -7,6 +7,8 @@ from typing import Any
 from ie_core.backend_plugin import BackendPlugin
 from ie_vllm import SWEEP_MAX_MODEL_LEN, VLLM_STACK, require_engine
 
+from ie_static.serving import static_serving
+
 
 def load(model_id: Any, **kw: Any) -> Any:
     """Entry point `vllm-static`."""
@@ -19,6 +21,6 @@ def load(model_id: Any, **kw: Any) -> Any:
 # The sweep declares every tappable point at every layer (writes at every writable one), so its
 # answer is what the backend can tap, not one declared subset.
 _SWEEP = {"static_points": "all", "static_writes": "auto", "max_model_len": SWEEP_MAX_MODEL_LEN}
-STATIC = BackendPlugin("vllm-static", "ie-static", load, _SWEEP, VLLM_STACK)
+STATIC = BackendPlugin("vllm-static", "ie-static", load, _SWEEP, VLLM_STACK, serving=static_serving)
 
 __all__ = ["STATIC", "load"]

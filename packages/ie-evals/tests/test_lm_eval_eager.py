@@ -96,13 +96,13 @@ def test_loglikelihood_rolling_equals_hf_forward_by_hand(model: Any) -> None:
     text = "The capital of France is Paris, and the capital of Japan is Tokyo."
     (got,) = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])
     ids = model.tokenizer(text, add_special_tokens=False)["input_ids"]
-    eos = model.tokenizer.eos_token_id
-    want, _ = hf_logprob(model.hf_model, [eos], ids)
+    bos = model.tokenizer.bos_token_id  # lm-eval's HF model's prefix: BOS where there is one
+    want, _ = hf_logprob(model.hf_model, [bos], ids)
     assert close(got, want, TOL)
     # Windows of 8 positions: a different (shorter-context) sum, so the windows are really used.
     short = InterpEngineLM(model=model, max_length=8)
     (windowed,) = short.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])
-    parts = [hf_logprob(model.hf_model, c, x)[0] for c, x in rolling_windows(ids, eos, 8)]
+    parts = [hf_logprob(model.hf_model, c, x)[0] for c, x in rolling_windows(ids, bos, 8)]
     assert close(windowed, sum(parts), TOL)
     assert not close(windowed, want, 1e-3)
 

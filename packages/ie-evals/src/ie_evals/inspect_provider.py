@@ -3,8 +3,8 @@ the interventions file.
 
     inspect eval task.py --model interp-engine/ie-synthetic/llama -M backend=eager \
         -M interventions=steer.json
-    inspect eval task.py --model interp-engine/MODEL --model-base-url http://host:8000 \
-        -M api_key=KEY                                     # against `ie serve` (backend remote)
+    IE_API_KEY=KEY inspect eval task.py --model interp-engine/MODEL \
+        --model-base-url http://host:8000                  # against `ie serve` (backend remote)
 
 Inspect finds the provider through the `inspect_ai` entry point (`ie_evals._inspect_registry`),
 so installing `ie-evals[inspect]` is enough. Chat messages become the prompt through the model's
@@ -35,6 +35,7 @@ from ie_evals.interventions import check_interventions, load_interventions
 from ie_evals.scoring import cut_at_stops
 
 T = TypeVar("T")
+API_KEY_ENV = "IE_API_KEY"  # ie_remote.backend.API_KEY_ENV (ie-remote is not a dependency)
 # Inspect's default max_connections is 10; the backends batch every request in flight themselves.
 MAX_CONNECTIONS = 256
 DEFAULT_MAX_TOKENS = 256
@@ -89,7 +90,8 @@ class InterpEngineAPI(ModelAPI):
         steering: Sequence[Steering] | None = None,
         **model_args: Any,
     ) -> None:
-        super().__init__(model_name, base_url, api_key, [], config or GenerateConfig())
+        # IE_API_KEY: the key the remote backend reads when none is given (`ie serve --api-key`).
+        super().__init__(model_name, base_url, api_key, [API_KEY_ENV], config or GenerateConfig())
         unknown = sorted(set(model_args) - set(LOAD_ARGS))
         if unknown:
             raise EvalArgumentError(
@@ -104,7 +106,7 @@ class InterpEngineAPI(ModelAPI):
         if ie_model is not None:  # a loaded model, in Python (get_model's own `model` is the name)
             self.model: InterpModel = unwrap(ie_model)
         elif base_url is not None:
-            self.model = load_model(base_url, "remote", api_key=api_key, **load_kw)
+            self.model = load_model(base_url, "remote", api_key=self.api_key, **load_kw)
         else:
             self.model = load_model(model_name, backend, **load_kw)
         check_interventions(self.model, self.steering, interventions or "steering")

@@ -78,22 +78,28 @@ class InterpEngineLM(TemplateLM):
 
     @property
     def eot_token_id(self) -> int:
-        tok = getattr(self.model, "tokenizer", None)
-        eos = getattr(tok, "eos_token_id", None)
-        if isinstance(eos, int):
-            return eos
-        info = getattr(self.model, "info", None)  # the remote backend: the server's BOS
-        bos = getattr(info, "bos_token_id", None)
-        if isinstance(bos, int):
-            return bos
-        raise EvalArgumentError(
-            f"{self.model.model_id} states no EOS or BOS token to condition an empty context on; "
-            "give model_args prefix_token_id=ID"
-        )
+        eos = getattr(getattr(self.model, "tokenizer", None), "eos_token_id", None)
+        return eos if isinstance(eos, int) else self.prefix_token_id
 
     @property
     def prefix_token_id(self) -> int:
-        return self._prefix if self._prefix is not None else self.eot_token_id
+        """What an empty context and a rolling window's start are conditioned on: as lm-eval's HF
+        model, the tokenizer's BOS, else its EOS (remote: the BOS the server states)."""
+        if self._prefix is not None:
+            return self._prefix
+        tok = getattr(self.model, "tokenizer", None)
+        info = getattr(self.model, "info", None)
+        for token in (
+            getattr(tok, "bos_token_id", None),
+            getattr(info, "bos_token_id", None),
+            getattr(tok, "eos_token_id", None),
+        ):
+            if isinstance(token, int):
+                return token
+        raise EvalArgumentError(
+            f"{self.model.model_id} states no BOS or EOS token to condition an empty context on; "
+            "give model_args prefix_token_id=ID"
+        )
 
     @property
     def max_length(self) -> int:

@@ -80,9 +80,9 @@ class Admission:
         self.check_length(ids, new_tokens)
         return Admitted(ids, self.captures(addresses), self.steer_specs(steering, ids))
 
-    def require_hooks(self, what: str) -> None:
-        """Refuse `what` where the variant runs no hooks (`Variant.require_hooks`)."""
-        self.variant.require_hooks(what)
+    def require_points(self, what: str) -> None:
+        """Refuse `what` where the variant serves no point (`Variant.require_points`)."""
+        self.variant.require_points(what)
 
     def check(self, address: AddressLike) -> str:
         """Validate an address for this model; returns its string form or raises with the reason."""

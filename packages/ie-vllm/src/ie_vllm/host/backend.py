@@ -109,7 +109,7 @@ class VLLMModel(DescribedModel):
 
     def points(self) -> tuple[str, ...]:
         """Names of the points this model serves on this backend, in forward order."""
-        if not self.variant.hooked:
+        if not self.variant.serves_points:
             return ()
         served = {to_address(a).name for a in self.info.widths}
         return tuple(p.name for p in POINTS if p.name in served)
@@ -176,7 +176,7 @@ class VLLMModel(DescribedModel):
         grad: bool = False,
     ) -> ActivationCache:
         """One forward per prompt (all submitted together); tensors `[batch, seq, ...]`."""
-        self.admission.require_hooks("capture")
+        self.admission.require_points("capture")
         self._refuse_grad(grad, "capture")
         prompts = self.admission.prompts(tokens)
         _refuse_ragged([len(p) for p in prompts])
@@ -232,7 +232,7 @@ class VLLMModel(DescribedModel):
         steering: SteeringArg = None,
     ) -> GenerationCapture:
         """Generate, capturing over prompt + generated[:-1] as vLLM runs it (prefill, then decode)."""
-        self.admission.require_hooks("capture_generation")
+        self.admission.require_points("capture_generation")
         req = self.admission.request(tokens, sampling.max_new_tokens, addresses, steering)
         last: list[Any] = []
         token_ids, rows = await self.flow.on_engine(
@@ -253,7 +253,7 @@ class VLLMModel(DescribedModel):
 
         The first token comes with the prompt's rows; token i with the row of token i-1.
         """
-        self.admission.require_hooks("capture_generation_stream")
+        self.admission.require_points("capture_generation_stream")
         req = self.admission.request(tokens, sampling.max_new_tokens, addresses, steering)
         async for item in self.flow.bridge(
             self.flow.stream_capture(req.ids, sampling, req.captures, req.steer)
@@ -264,7 +264,7 @@ class VLLMModel(DescribedModel):
         self, tokens: Prompt, layers: Sequence[int] | None = None
     ) -> ActivationCache:
         """Attention probabilities `[batch, heads, q, k]`, recomputed from post-RoPE q and k."""
-        self.admission.require_hooks("capture_attention")
+        self.admission.require_points("capture_attention")
         if layers is None:
             parsed = [to_address(a) for a in self.info.widths]
             layers = [a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None]
@@ -279,7 +279,7 @@ class VLLMModel(DescribedModel):
         steering: SteeringArg = None,
     ) -> Generation:
         if steering_tuple(steering):
-            self.admission.require_hooks("steering")
+            self.admission.require_points("steering")
         req = self.admission.request(tokens, sampling.max_new_tokens, (), steering)
         last: list[Any] = []
         token_ids, _ = await self.flow.on_engine(
@@ -295,7 +295,7 @@ class VLLMModel(DescribedModel):
         steering: SteeringArg = None,
     ) -> AsyncIterator[StreamChunk]:
         if steering_tuple(steering):
-            self.admission.require_hooks("steering")
+            self.admission.require_points("steering")
         req = self.admission.request(tokens, sampling.max_new_tokens, (), steering)
         async for item in self.flow.bridge(self.flow.stream_tokens(req.ids, sampling, req.steer)):
             yield item

@@ -58,7 +58,7 @@ async def dictionary_features(
     steering: SteeringArg = None,
 ) -> dict[str, dict[str, torch.Tensor]]:
     """Per dictionary name, its outputs `[batch, seq, ...]` over one forward per prompt."""
-    model.admission.require_hooks("feature_activations")
+    model.admission.require_points("feature_activations")
     prompts = model.admission.prompts(tokens)
     if len({len(p) for p in prompts}) > 1:
         raise ValueError(
@@ -102,7 +102,7 @@ async def generate_with_features(
 ) -> list[tuple[tuple[int, ...], dict[str, torch.Tensor]]]:
     """Generate every prompt together; per prompt its token ids and, per `name|output`, the top-k
     features at every position of prompt + generated[:-1] (computed in the worker per step)."""
-    model.admission.require_hooks("generate_with_features")
+    model.admission.require_points("generate_with_features")
     reducers = dictionary_reducers(model, saes, k, False)
     ids_list = [model.admission.prompt_ids(p) for p in prompts]
     for ids in ids_list:
@@ -130,7 +130,7 @@ async def dictionary_generation_stream(
 ) -> AsyncIterator[tuple[StreamChunk, dict[str, dict[str, torch.Tensor]]]]:
     """Each generated token with, per dictionary, the top-k features of the rows computed since
     the previous token (the first token carries the prompt's rows), reduced in the worker."""
-    model.admission.require_hooks("stream_features")
+    model.admission.require_points("stream_features")
     req = model.admission.request(prompt, params.max_new_tokens, (), steering)
     ids, steer = req.ids, req.steer
     reducers = dictionary_reducers(model, saes, k, False)

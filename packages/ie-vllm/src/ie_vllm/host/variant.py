@@ -3,8 +3,8 @@
 `vllm` runs eagerly with the worker extension's hooks: every servable point, chosen per request.
 `vllm-generate` runs vLLM untouched (its compiled forward, no hooks), so it serves no point: every
 capture, steer, lens stream and dictionary read-out is refused here, with one wording, before a
-request reaches the engine. A backend built on ie-vllm's seam (ie-static's `vllm-static`) gets
-the hooked defaults under its own name.
+request reaches the engine. A backend built on ie-vllm's seam (ie-static's `vllm-static`) serves
+points through its own worker under its own name.
 """
 
 from __future__ import annotations
@@ -23,23 +23,26 @@ GENERATE = "vllm-generate"
 class Variant:
     """How one backend runs vLLM's executor, and why it refuses what it does not serve.
 
-    `unhooked` is None where the worker's hooks run; else the reason an operation that needs them
-    is refused (the tail of `require_hooks`'s message) and `unhooked_card` the capability answer's
-    reason for every point."""
+    `hooked`: the engine runs eagerly with the worker extension's hooks (`Engine.start(hooked=)`,
+    `ie_setup(hooked)`); a compiled engine with its own taps (vllm-static) is not hooked but still
+    serves points. `unhooked` is None where points are served; else the reason an operation that
+    needs them is refused (the tail of `require_points`'s message) and `unhooked_card` the
+    capability answer's reason for every point."""
 
     backend: str
+    hooked: bool = False
     unhooked: str | None = None
     unhooked_card: str | None = None
     lens_stream: bool = False  # the streaming lens reads the hooked worker's captured rows
     pipeline_refusal: str | None = None  # why pipeline_parallel_size > 1 is refused, if it is
 
     @property
-    def hooked(self) -> bool:
-        """Whether the engine runs eagerly with the worker extension's hooks (`ie_setup(hooked)`)."""
+    def serves_points(self) -> bool:
+        """Whether any point can be captured or steered (every variant but vllm-generate)."""
         return self.unhooked is None
 
-    def require_hooks(self, what: str) -> None:
-        """Refuse `what` (an operation's name) on a variant that runs no hooks."""
+    def require_points(self, what: str) -> None:
+        """Refuse `what` (an operation's name) on a variant that serves no point."""
         if self.unhooked is not None:
             raise UnsupportedOperationError(
                 f"{what} is not available on backend {self.backend!r}, {self.unhooked}"
@@ -55,7 +58,7 @@ class Variant:
 
 
 _VARIANTS = {
-    HOOKED: Variant(HOOKED, lens_stream=True),
+    HOOKED: Variant(HOOKED, hooked=True, lens_stream=True),
     GENERATE: Variant(
         GENERATE,
         unhooked="which runs vLLM untouched for speed; load the model with backend='vllm' (any "
@@ -70,6 +73,6 @@ _VARIANTS = {
 
 
 def variant_for(backend: str) -> Variant:
-    """ie-vllm's own variants by name; another backend on the hooked seam gets hooks, no lens
-    stream (its rows live where its own worker keeps them) and its own pipeline rules."""
+    """ie-vllm's own variants by name; another backend on ie-vllm's seam (vllm-static) serves
+    points through its own worker, with no streaming lens (its rows live in its taps)."""
     return _VARIANTS.get(backend) or Variant(backend)

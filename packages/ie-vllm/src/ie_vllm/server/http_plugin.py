@@ -292,7 +292,7 @@ async def _register_steering(
             "template, so positions are not the client's); use POST /v1/ie/generate with prompt ids"
         )
     if specs:
-        model.admission.require_hooks("steering")
+        model.admission.require_points("steering")
     steer = model.admission.steer_specs(specs, ())
     key = new_key()
     await model.channel.register([RequestSpec(key, (), steer, 0)])

@@ -15,11 +15,12 @@ import torch
 pytest.importorskip("inspect_ai")
 
 from ie_core import Additive, SamplingParams, load_model, steer_at
-from ie_core.errors import UnsupportedOperationError
+from ie_core.errors import LayerOutOfRangeError, UnsupportedOperationError
 from ie_core.runner import run
 from ie_evals import write_interventions
 from ie_evals.arguments import EvalArgumentError
 from ie_evals.inspect_provider import messages_text
+from ie_evals.sample_captures import CapturesUnavailableError, clear_captures, sample_captures
 from inspect_ai import Task
 from inspect_ai import eval as inspect_eval
 from inspect_ai.dataset import Sample
@@ -131,3 +132,55 @@ def test_refusals(model: Any, tmp_path: Path) -> None:
     tool = ToolInfo(name="t", description="a tool")
     with pytest.raises(UnsupportedOperationError, match="tools"):
         run(api.generate([ChatMessageUser(content="Hi")], [tool], "auto", GenerateConfig()))
+
+
+def test_a_scorer_reads_the_samples_captures(model: Any, tmp_path: Path) -> None:
+    """`capture=` keeps each sample's rows (prompt + generated[:-1]) for its scorer; they equal
+    HF's own hidden states of that sequence (block LAYER's output), 1e-5 of their scale."""
+    seen: dict[str, torch.Tensor] = {}
+
+    @scorer(metrics=[accuracy()])
+    def reads_rows() -> Any:
+        async def score(state: TaskState, target: Target) -> Score:
+            rows = sample_captures(state)[f"resid_post.{LAYER}"]
+            seen[state.input_text] = rows
+            return Score(value=CORRECT)
+
+        return score
+
+    task = Task(dataset=[Sample(input=p, target="") for p in PROMPTS], scorer=reads_rows())
+    inspect_model = get_model(
+        "interp-engine/ie-synthetic/llama",
+        config=GenerateConfig(max_tokens=MAX_TOKENS),
+        memoize=False,
+        ie_model=model,
+        capture=f"resid_post.{LAYER}",
+    )
+    (log,) = inspect_eval(task, model=inspect_model, log_dir=str(tmp_path), display="none")
+    assert log.status == "success" and sorted(seen) == sorted(PROMPTS)
+    for prompt in PROMPTS:
+        _, sequence, _ = _greedy_text(model, prompt, None)
+        with torch.no_grad():
+            hidden = model.hf_model(
+                input_ids=torch.tensor([sequence[:-1]]), output_hidden_states=True
+            ).hidden_states[LAYER + 1][0]
+        rows = seen[prompt].reshape(hidden.shape)
+        assert torch.allclose(rows, hidden, atol=1e-5 * float(hidden.abs().max()))
+    clear_captures()
+    with pytest.raises(CapturesUnavailableError, match="no longer held"):
+        sample_captures(log.samples[0] if log.samples else None)
+    plain = get_model("interp-engine/ie-synthetic/llama", memoize=False, ie_model=model)
+    out = run(
+        plain.api.generate(
+            [ChatMessageUser(content="Hi")], [], "auto", GenerateConfig(max_tokens=2)
+        )
+    )
+    with pytest.raises(CapturesUnavailableError, match="capture=ADDRESSES"):
+        sample_captures(type("State", (), {"output": out})())
+    with pytest.raises(LayerOutOfRangeError):
+        get_model(
+            "interp-engine/ie-synthetic/llama",
+            memoize=False,
+            ie_model=model,
+            capture="resid_post.99",
+        )

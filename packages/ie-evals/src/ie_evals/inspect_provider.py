@@ -7,17 +7,20 @@ the interventions file.
         --model-base-url http://host:8000                  # against `ie serve` (backend remote)
 
 Inspect finds the provider through the `inspect_ai` entry point (`ie_evals._inspect_registry`),
-so installing `ie-evals[inspect]` is enough. Chat messages become the prompt through the model's
+so installing `ie-evals[inspect]` is enough. `capture=` (addresses) keeps each sample's rows for
+its scorers (`ie_evals.sample_captures`). Chat messages become the prompt through the model's
 chat template; a tokenizer without one gets the messages' texts joined by blank lines.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from ie_core import Generation, InterpModel, SamplingParams, Steering, load_model
+from ie_core.address import Address, check_layer, to_address
 from ie_core.errors import UnsupportedOperationError
 from ie_core.protocol import unwrap
 from ie_core.runner import loop
@@ -32,6 +35,7 @@ from inspect_ai.tool import ToolChoice, ToolInfo
 
 from ie_evals.arguments import LOAD_ARGS, EvalArgumentError
 from ie_evals.interventions import check_interventions, load_interventions
+from ie_evals.sample_captures import CAPTURE_KEY, keep_captures
 from ie_evals.scoring import cut_at_stops
 
 T = TypeVar("T")
@@ -75,6 +79,21 @@ def sampling_for(config: GenerateConfig) -> SamplingParams:
     )
 
 
+def checked_addresses(model: InterpModel, capture: str | Sequence[str] | None) -> list[Address]:
+    """`capture` (a comma-separated string from `-M capture=...`, or a list) as addresses the
+    model serves, refused before any forward."""
+    if capture is None:
+        return []
+    names = capture.split(",") if isinstance(capture, str) else list(capture)
+    out = []
+    for name in names:
+        address = to_address(name.strip(), check=True)
+        check_layer(address, model.n_layers, "capture")
+        model.point_width(address)  # refuses a point this backend does not serve
+        out.append(address)
+    return out
+
+
 class InterpEngineAPI(ModelAPI):
     """`interp-engine/MODEL`: in-process (`backend=`), or `ie serve` at `base_url` (remote)."""
 
@@ -88,6 +107,7 @@ class InterpEngineAPI(ModelAPI):
         interventions: str | None = None,
         ie_model: Any = None,
         steering: Sequence[Steering] | None = None,
+        capture: str | Sequence[str] | None = None,
         **model_args: Any,
     ) -> None:
         # IE_API_KEY: the key the remote backend reads when none is given (`ie serve --api-key`).
@@ -110,6 +130,7 @@ class InterpEngineAPI(ModelAPI):
         else:
             self.model = load_model(model_name, backend, **load_kw)
         check_interventions(self.model, self.steering, interventions or "steering")
+        self.capture = checked_addresses(self.model, capture)
 
     def max_connections(self) -> int:
         return MAX_CONNECTIONS
@@ -127,9 +148,16 @@ class InterpEngineAPI(ModelAPI):
             )
         sampling = sampling_for(config)
         ids = self.model.to_tokens(messages_text(self.model, input))
-        out: Generation = await on_ie_loop(
-            self.model.generate(ids, sampling, steering=self.steering or None)
-        )
+        steering = self.steering or None
+        metadata: dict[str, Any] | None = None
+        if self.capture:
+            both = await on_ie_loop(
+                self.model.capture_generation(ids, self.capture, sampling, steering=steering)
+            )
+            out: Generation = both.generation
+            metadata = {CAPTURE_KEY: keep_captures(both.cache, uuid.uuid4().hex)}
+        else:
+            out = await on_ie_loop(self.model.generate(ids, sampling, steering=steering))
         text = cut_at_stops(out.text, config.stop_seqs or ())
         stopped_short = len(out.token_ids) < sampling.max_new_tokens or text != out.text
         result = ModelOutput.from_content(
@@ -137,9 +165,10 @@ class InterpEngineAPI(ModelAPI):
             content=text,
             stop_reason="stop" if stopped_short else "max_tokens",
         )
+        result.metadata = metadata
         n_in, n_out = len(ids), len(out.token_ids)
         result.usage = ModelUsage(input_tokens=n_in, output_tokens=n_out, total_tokens=n_in + n_out)
         return result
 
 
-__all__ = ["InterpEngineAPI", "messages_text", "on_ie_loop", "sampling_for"]
+__all__ = ["InterpEngineAPI", "checked_addresses", "messages_text", "on_ie_loop", "sampling_for"]

@@ -362,7 +362,7 @@ def test_the_api_key_is_enforced(server: str) -> None:
 def test_remote_patch_sweep_and_ablation_equal_eager(server: str, remote: Any, ref: Any) -> None:
     """Patch and Scale ride the steering wire; a Hook never leaves the client."""
     from ie_core.errors import UnsupportedOperationError
-    from ie_core.interventions import Scale
+    from ie_core.ops import Scale
     from ie_core.patching import Metric, patch_sweep
     from ie_core.user_hooks import run_with_hooks
 

@@ -14,6 +14,7 @@ import torch
 from ie_core.address import to_address
 from ie_core.cache import ActivationCache
 from ie_core.errors import UnsupportedOperationError
+from ie_core.ops import Additive
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -22,7 +23,6 @@ from ie_core.protocol import (
     TopK,
     steering_tuple,
 )
-from ie_core.steering import Additive
 
 VOCAB = 97
 DEFAULT_SAMPLING = SamplingParams()

@@ -16,8 +16,8 @@ from typing import Any
 
 from ie_core.cache import ActivationCache
 from ie_core.errors import PointUnavailableError, UnsupportedOperationError
+from ie_core.ops import Additive, steer_at
 from ie_core.protocol import InterpModel, SamplingParams
-from ie_core.steering import Additive, steer_at
 
 from ie_bench.spec import Profile, aggregate
 

@@ -1,5 +1,5 @@
 """Independent references for every steering op: USAGE's op table written out in float64 torch,
-one op at a time, without `ie_core.steer_math`. Imported by ie-core's and ie-eager's tests, so a
+one op at a time, without `ie_core.ops.apply`. Imported by ie-core's and ie-eager's tests, so a
 bug in the shared math cannot hide behind two backends that both call it.
 
 Patch and Scale have their own row-by-row reference in test_interventions.py."""
@@ -7,9 +7,9 @@ Patch and Scale have their own row-by-row reference in test_interventions.py."""
 from __future__ import annotations
 
 import torch
-from ie_core.feature_ops import FeatureClamp
-from ie_core.steering import (
+from ie_core.ops import (
     Additive,
+    FeatureClamp,
     LensAblate,
     LensSteer,
     LensSwap,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 from ie_core.errors import SteeringSpecError
-from ie_core.feature_ops import ROW_NORM_MAX, FeatureClamp, delta_bound
-from ie_core.spec_values import FLOAT32_MAX
-from ie_core.steer_math import apply_ops, check_ops_fit
+from ie_core.ops import ROW_NORM_MAX, FeatureClamp, delta_bound
+from ie_core.ops.apply import apply_ops, check_ops_fit
+from ie_core.ops.values import FLOAT32_MAX
 
 
 def _fp32_delta(h: torch.Tensor, op: FeatureClamp) -> torch.Tensor:

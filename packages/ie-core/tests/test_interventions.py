@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 from ie_core.errors import SteeringSpecError
-from ie_core.interventions import Patch, Scale
+from ie_core.ops import Additive, Patch, Scale, steer_at
+from ie_core.ops.apply import apply_ops
 from ie_core.patching import SweepResult, answer_prob, logit_diff
-from ie_core.steer_math import apply_ops
-from ie_core.steering import Additive, steer_at
 from ie_core.wire import steering_from_wire, steering_to_wire
 
 W, HEAD = 8, 4  # two heads of four columns

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ie_core.feature_ops import FeatureClamp
 from ie_core.features import feature_ablate, feature_clamp, feature_steer
-from ie_core.saes import from_tensors
-from ie_core.steer_math import apply_ops
-from ie_core.steering import (
+from ie_core.ops import (
     Additive,
+    FeatureClamp,
     LensAblate,
     LensSteer,
     LensSwap,
@@ -22,6 +20,8 @@ from ie_core.steering import (
     ProjectionCap,
     SteeringOp,
 )
+from ie_core.ops.apply import apply_ops
+from ie_core.saes import from_tensors
 from op_references import reference, reference_ops, sae_clamp_reference
 
 W = 16

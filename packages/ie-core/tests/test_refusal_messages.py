@@ -14,13 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from ie_core import ragged, sae_math, steer_math, wire
+from ie_core import ragged, sae_math, wire
 from ie_core.errors import BadPromptError, SteeringSpecError, UnsupportedOperationError
-from ie_core.feature_ops import FeatureClamp
-from ie_core.interventions import Hook, Patch
+from ie_core.ops import Additive, FeatureClamp, Hook, Patch, Scale
+from ie_core.ops import apply as steer_math
+from ie_core.ops.values import as_row, as_vector, integer, real_number
 from ie_core.ragged import PaddedCache
-from ie_core.spec_values import as_row, as_vector, integer, real_number
-from ie_core.steering import Additive
 
 
 class _NoShape:
@@ -161,7 +160,7 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         "row, or use feature_steer",
     ),
     "wire_hook": (
-        lambda: wire.op_to_wire(Hook(lambda x, a: None)),
+        lambda: Hook(lambda x, a: None).to_wire(),
         UnsupportedOperationError,
         "a Hook runs your Python function, which is never sent to a server (it would be "
         "arbitrary code there); express it as ops (Patch, Scale, Additive, ...) or load the "
@@ -194,14 +193,14 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         "capture_ragged takes a list of prompts (texts or token-id lists), got an item int 3",
     ),
     "patch_without_positions": (
-        lambda: steer_math.patch_rows(Patch([[1.0]], positions=(0,)), None, torch.zeros(1, 1)),
+        lambda: Patch([[1.0]], positions=(0,)).rows(None, torch.zeros(1, 1)),
         RuntimeError,
         "a Patch at given positions needs the rows' positions",
     ),
-    "unknown_op": (
-        lambda: steer_math.op_delta(torch.zeros(1, 1), "nope"),  # type: ignore[arg-type]
+    "replacing_op_delta": (
+        lambda: Scale(2.0).delta(torch.zeros(1, 1)),
         TypeError,
-        "unknown steering op 'nope'",
+        "scale replaces rows; it has no delta (use apply)",
     ),
     "unknown_activation": (
         lambda: sae_math.activate(torch.zeros(1, 2), {}, sae_math.DictMeta("softplus")),
@@ -248,7 +247,7 @@ def test_unit_vector_defaults_to_the_cpu() -> None:
 
 def test_op_wire_form_is_plain_lists() -> None:
     """Tuples go out as lists: the wire form equals what a JSON round trip gives back."""
-    assert wire.op_to_wire(Additive((1.0, 2.0), 0.5)) == {
+    assert Additive((1.0, 2.0), 0.5).to_wire() == {
         "kind": "additive",
         "vector": [1.0, 2.0],
         "coeff": 0.5,
@@ -278,7 +277,7 @@ def test_feature_clamp_bound_is_inclusive() -> None:
     """A clamp that can write exactly half of float32's max is accepted; one ulp more is not."""
     import math
 
-    from ie_core.spec_values import FLOAT32_MAX
+    from ie_core.ops.values import FLOAT32_MAX
 
     half = FLOAT32_MAX / 2
     FeatureClamp([0.0], [1.0], value=half)

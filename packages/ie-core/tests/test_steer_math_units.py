@@ -1,4 +1,4 @@
-"""The parts of `ie_core.steer_math` around the op formulas: the dtype-range refusal a backend
+"""The parts of the ops' maths around their formulas: the dtype-range refusal a backend
 makes when a spec is bound, your own hooks' results, head columns and patch rows."""
 
 from __future__ import annotations
@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 from ie_core.errors import SteeringSpecError
-from ie_core.feature_ops import FeatureClamp
-from ie_core.interventions import Hook, Patch, Scale
-from ie_core.steer_math import apply_ops, check_ops_fit, head_columns, op_delta, patch_rows
-from ie_core.steering import Additive, LensAblate, ProjectionCap
+from ie_core.ops import Additive, FeatureClamp, Hook, LensAblate, Patch, ProjectionCap, Scale
+from ie_core.ops.apply import apply_ops, check_ops_fit
+from ie_core.ops.vectors import head_columns, row_norm
 
 BIG = 7e4  # beyond float16's max (65504), well within float32's
 
@@ -62,17 +61,18 @@ def test_a_hook_replaces_keeps_or_is_refused() -> None:
 
 
 def test_head_columns_and_patch_rows() -> None:
-    cols = head_columns(Scale(2.0, heads=(0, 2), head_dim=2), 6, torch.device("cpu"))
+    cpu = torch.zeros(())
+    cols = head_columns((0, 2), 2, 6, cpu)
     assert cols is not None and cols.tolist() == [True, True, False, False, True, True]
-    assert head_columns(Scale(2.0), 6, torch.device("cpu")) is None
+    assert head_columns((), None, 6, cpu) is None
     x = torch.zeros(1, 3, 2)
-    values, hit = patch_rows(
-        Patch([[1.0, 2.0], [3.0, 4.0]], positions=(7, 5)), torch.tensor([[5, 6, 7]]), x
+    values, hit = Patch([[1.0, 2.0], [3.0, 4.0]], positions=(7, 5)).rows(
+        torch.tensor([[5, 6, 7]]), x
     )
     assert hit.tolist() == [[True, False, True]]
     assert values[0, 0].tolist() == [3.0, 4.0] and values[0, 2].tolist() == [1.0, 2.0]
     with pytest.raises(RuntimeError, match="needs the rows' positions"):
-        patch_rows(Patch([[1.0, 2.0]], positions=(1,)), None, x)
+        Patch([[1.0, 2.0]], positions=(1,)).rows(None, x)
 
 
 def test_head_ops_on_batched_rows() -> None:
@@ -97,8 +97,6 @@ def test_head_ops_on_batched_rows() -> None:
 def test_row_norms_are_per_row_across_scales() -> None:
     """Each row is scaled by its own power of two: rows 1e30 and 1e-30 apart keep exact norms
     (one scale for the whole tensor would flush the small row to zero)."""
-    from ie_core.steer_math import row_norm
-
     h = torch.tensor([[3e30, 4e30], [3e-30, 4e-30], [0.0, 0.0]])
     got = row_norm(h).squeeze(-1)
     assert torch.allclose(got[:2] / torch.tensor([5e30, 5e-30]), torch.ones(2), rtol=1e-6)
@@ -120,7 +118,7 @@ def test_feature_clamp_at_its_threshold_is_off() -> None:
 
 def test_a_patch_of_every_position_hits_every_row_of_a_batch() -> None:
     h = torch.zeros(2, 3, 2)
-    values, hit = patch_rows(Patch([1.0, 2.0]), None, h)
+    values, hit = Patch([1.0, 2.0]).rows(None, h)
     assert hit.shape == (2, 3) and bool(hit.all()) and values.shape == (2, 3, 2)
 
 
@@ -134,7 +132,7 @@ def test_feature_clamp_delta_is_the_float64_product_rounded_once() -> None:
     op = FeatureClamp(encoder, decoder, bias=0.25, threshold=0.1, value=2.0)
     scale = torch.tensor(1.25, dtype=torch.float64)
     want = (scale * torch.tensor(decoder, dtype=torch.float64)).float()
-    got = op_delta(h, op)
+    got = op.delta(h)
     assert got.dtype == torch.float32
     assert torch.equal(got[0], want)
     # Negative control: the decoder rounded to float32 before the product differs somewhere.

@@ -18,8 +18,8 @@ from ie_core import (
     steer_at,
 )
 from ie_core.errors import SteeringSpecError
-from ie_core.steer_math import apply_ops
-from ie_core.steering import op_from_dict
+from ie_core.ops import op_from_dict
+from ie_core.ops.apply import apply_ops
 
 
 @pytest.mark.parametrize(

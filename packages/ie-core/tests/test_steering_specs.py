@@ -24,8 +24,8 @@ from ie_core import (
     Steering,
 )
 from ie_core.errors import SteeringSpecError
-from ie_core.steer_math import apply_ops
-from ie_core.steering import OP_KINDS, op_width
+from ie_core.ops import OP_KINDS
+from ie_core.ops.apply import apply_ops
 
 F32_MAX = float(torch.finfo(torch.float32).max)
 
@@ -211,7 +211,7 @@ def test_any_accepted_op_gives_finite_activations(drawn, data) -> None:  # type:
     op = _build(kind, fields)
     if op is None:
         return
-    h = _rows(data.draw, op_width(op) or 4)  # a Scale fits any width
+    h = _rows(data.draw, op.width or 4)  # a Scale fits any width
     out = apply_ops(h, [op])
     assert torch.isfinite(out).all(), (op, h)
 
@@ -258,15 +258,15 @@ def _clamp_growth(op) -> float:  # type: ignore[no-untyped-def]
 def test_values_exactly_at_the_float32_limits_are_accepted() -> None:
     """The bounds are inclusive: float32's max itself is a float32 value, its smallest normal a
     usable direction scale (a `>=` or `<=` in the checks would refuse them)."""
-    from ie_core.feature_ops import FeatureClamp
-    from ie_core.spec_values import FLOAT32_MAX, FLOAT32_MIN_NORMAL, as_vector, real_number
+    from ie_core.ops import FeatureClamp
+    from ie_core.ops.values import FLOAT32_MAX, FLOAT32_MIN_NORMAL, as_vector, real_number
 
     assert real_number(FLOAT32_MAX, "x") == FLOAT32_MAX
     assert as_vector([FLOAT32_MAX, 0.0]) == (FLOAT32_MAX, 0.0)
     assert as_vector([FLOAT32_MIN_NORMAL]) == (FLOAT32_MIN_NORMAL,)
     # FeatureClamp's own bound (feature_ops.delta_bound) is inclusive too: an encoder whose
     # bound lands exactly on the limit is accepted, the next float above it is refused.
-    from ie_core.feature_ops import ROW_NORM_MAX, delta_bound
+    from ie_core.ops import ROW_NORM_MAX, delta_bound
 
     limit = FLOAT32_MAX / 2
     enc = limit / ROW_NORM_MAX
@@ -278,7 +278,7 @@ def test_values_exactly_at_the_float32_limits_are_accepted() -> None:
 
 def test_tensor_dtypes_are_judged_by_name() -> None:
     import numpy as np
-    from ie_core.spec_values import as_row, real_number
+    from ie_core.ops.values import as_row, real_number
 
     with pytest.raises(SteeringSpecError, match=r"dtype torch\.bool"):
         as_row(torch.tensor([True, False]))

@@ -88,9 +88,15 @@ def test_logprobs_travel_only_when_asked() -> None:
 
 
 def _every_op() -> tuple:
-    from ie_core.feature_ops import FeatureClamp
-    from ie_core.interventions import Patch, Scale
-    from ie_core.steering import LensAblate, LensSteer, LensSwap, ProjectionCap
+    from ie_core.ops import (
+        FeatureClamp,
+        LensAblate,
+        LensSteer,
+        LensSwap,
+        Patch,
+        ProjectionCap,
+        Scale,
+    )
 
     return (
         Additive([1.0, -2.0, 0.5], 3.0),
@@ -107,7 +113,7 @@ def _every_op() -> tuple:
 
 
 def test_every_op_kind_and_mask_flag_round_trips() -> None:
-    from ie_core.steering import Steering
+    from ie_core.ops import Steering
 
     mask = PositionMask((0, 2), special_tokens=True, prefill_only=True, skip_bos=True)
     specs = tuple(Steering("resid_post", (1, 3), (op,), mask) for op in _every_op())
@@ -125,7 +131,7 @@ def test_every_op_kind_and_mask_flag_round_trips() -> None:
 
 
 def test_a_hook_never_goes_on_the_wire() -> None:
-    from ie_core.interventions import Hook
+    from ie_core.ops import Hook
 
     with pytest.raises(UnsupportedOperationError, match="never sent to a server"):
         steering_to_wire(steer_at("resid_post.1", Hook(lambda x, a: x, "resid_post.1")))

@@ -12,8 +12,8 @@ import threading
 
 import torch
 from eager_support import PROMPT, synthetic_model
+from ie_core.ops import Additive, Orthogonal, steer_at
 from ie_core.protocol import SamplingParams
-from ie_core.steering import Additive, Orthogonal, steer_at
 from ie_eager.backend import EagerModel
 from ie_eager.hooks import Session
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ie_core.ops import Additive, steer_at
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
-from ie_core.steering import Additive, steer_at
 from ie_eager.backend import load
 from ie_eager.synthetic import build
 

@@ -11,9 +11,9 @@ from ie_core.errors import (
     SteeringSpecError,
     UnknownPointError,
 )
+from ie_core.ops import Additive, Orthogonal, PositionMask, steer_at
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
-from ie_core.steering import Additive, Orthogonal, PositionMask, steer_at
 from ie_eager.backend import DeviceUnavailableError, load
 from ie_eager.synthetic import build
 

@@ -16,8 +16,8 @@ import torch
 from eager_support import PROMPT, synthetic_model
 from ie_core.cache import ActivationCache
 from ie_core.errors import PointUnavailableError
+from ie_core.ops import Additive, Orthogonal, steer_at
 from ie_core.runner import run
-from ie_core.steering import Additive, Orthogonal, steer_at
 from ie_eager.backend import EagerModel
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}

@@ -247,7 +247,7 @@ def test_capture_leaves_logits_bit_identical(slug: str) -> None:
     assert len(cache) == len(everything)
     assert torch.equal(plain, captured)
     # Negative control: a write does change them.
-    from ie_core.steering import Additive, steer_at
+    from ie_core.ops import Additive, steer_at
 
     vec = [1.0] * model.d_model
     steered = model.forward_with_cache(

@@ -15,10 +15,10 @@ from eager_support import PROMPT, SPECIAL_SLUGS, synthetic_model
 from ie_core.cache import ActivationCache
 from ie_core.errors import PointUnavailableError
 from ie_core.families import Trait, get_family
+from ie_core.ops import Additive, steer_at
 from ie_core.points import get_point
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
-from ie_core.steering import Additive, steer_at
 from ie_eager.backend import EagerModel
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}

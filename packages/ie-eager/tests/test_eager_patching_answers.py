@@ -10,7 +10,7 @@ import pytest
 import torch
 from eager_support import synthetic_model
 from ie_core.errors import BadPromptError, SteeringSpecError
-from ie_core.interventions import Patch
+from ie_core.ops import Patch, PositionMask, Steering
 from ie_core.patching import (
     Metric,
     answer_prob,
@@ -19,7 +19,6 @@ from ie_core.patching import (
     patch_sweep,
 )
 from ie_core.runner import run
-from ie_core.steering import PositionMask, Steering
 from ie_eager.backend import EagerModel
 
 CLEAN = "The capital of France is"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from eager_support import PROMPT, synthetic_model
+from ie_core.ops import Additive, Orthogonal, PositionMask, ProjectionCap, steer_at
 from ie_core.points import get_point
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
-from ie_core.steering import Additive, Orthogonal, PositionMask, ProjectionCap, steer_at
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 

@@ -123,8 +123,8 @@ def test_point_arguments_take_transformer_lens_names(gemma2: SyncModel) -> None:
     mean_activation and a TL name as a Steering's point."""
     from ie_core import Additive
     from ie_core.errors import UnknownPointError
+    from ie_core.ops import Steering
     from ie_core.patching import logit_diff, mean_activation, patch_sweep
-    from ie_core.steering import Steering
     from ie_core.user_hooks import attribution_patch
 
     clean, corrupt = [5, 17, 99, 42, 7], [5, 23, 99, 42, 7]

@@ -35,6 +35,7 @@ from ie_core.harvest import aharvest, harvest
 from ie_core.harvest.spec import HarvestOptions, build_spec
 from ie_core.jacobian_lens import JacobianLens, ajacobian_lens_topk, jacobian_lens_topk
 from ie_core.lens_stream import lens_transports, stream_lens
+from ie_core.ops import Additive, steer_at
 from ie_core.patching import (
     answer_logprobs,
     answer_tokens,
@@ -53,7 +54,6 @@ from ie_core.ragged import capture_ragged, capture_ragged_async
 from ie_core.runner import run
 from ie_core.saes import from_tensors
 from ie_core.splice import splice
-from ie_core.steering import Additive, steer_at
 from ie_core.user_hooks import (
     attribution_patch,
     attribution_patch_async,

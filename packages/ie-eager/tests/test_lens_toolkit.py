@@ -11,10 +11,10 @@ import torch
 from ie_core.errors import LayerOutOfRangeError, PointUnavailableError, UnsupportedModelError
 from ie_core.jacobian_lens import JacobianLens, jacobian_lens_topk
 from ie_core.lens_stream import stream_lens
+from ie_core.ops import Additive, LensSteer, PositionMask, steer_at
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.steer_scope import ScopedPositions
-from ie_core.steering import Additive, LensSteer, PositionMask, steer_at
 from ie_core.wire import steering_from_wire, steering_to_wire
 from ie_eager.backend import EagerModel, load
 from ie_eager.jacobian import jacobian_lens, position_jacobians

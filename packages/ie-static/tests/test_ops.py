@@ -1,19 +1,20 @@
-"""The write tap's math equals `ie_core.steer_math.apply_ops`, row by row, on CPU tensors."""
+"""The write tap's math equals `ie_core.ops.apply.apply_ops`, row by row, on CPU tensors."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from ie_core.interventions import Patch, Scale
-from ie_core.steer_math import apply_ops
-from ie_core.steering import (
+from ie_core.ops import (
     Additive,
     LensAblate,
     LensSteer,
     LensSwap,
     Orthogonal,
+    Patch,
     ProjectionCap,
+    Scale,
 )
+from ie_core.ops.apply import apply_ops
 from ie_static import ops
 from ie_static.tables import TableShape, WriteTable
 

@@ -1,5 +1,5 @@
 """The static taps on a CUDA device, with torch alone (no vLLM): the write tap equals
-`ie_core.steer_math.apply_ops` (computed on the CPU) for every op kind; inductor's compiled graph
+`ie_core.ops.apply.apply_ops` (computed on the CPU) for every op kind; inductor's compiled graph
 equals the eager call; and a captured CUDA graph replays the taps on new rows with the same answer
 and the same read buffer. The last is what vllm-static relies on under vLLM's CUDA graphs: a tap
 that synchronised with the host would fail the capture. Skipped without CUDA."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ie_core.steer_math import apply_ops
+from ie_core.ops.apply import apply_ops
 from ie_static import ops
 from ie_static.tables import WriteTable
 from test_ops import EVERY_KIND, SHAPE, D, _inputs

@@ -12,7 +12,7 @@ import ie_static
 import ie_vllm
 import pytest
 from ie_core.errors import PointUnavailableError, SteeringSpecError
-from ie_core.steering import Additive
+from ie_core.ops import Additive
 from ie_static.channel import StaticChannel
 from ie_static.config import StaticConfig
 from ie_static.policy import StaticPolicy

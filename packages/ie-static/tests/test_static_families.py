@@ -14,9 +14,9 @@ import asyncio
 
 import pytest
 import torch
+from ie_core.ops import Additive, Orthogonal, PositionMask, steer_at
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
-from ie_core.steering import Additive, Orthogonal, PositionMask, steer_at
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # engine start: compile on a busy CPU
 

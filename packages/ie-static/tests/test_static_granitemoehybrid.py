@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 from ie_core.errors import PointUnavailableError
+from ie_core.ops import Additive, Orthogonal, steer_at
 from ie_core.runner import run
-from ie_core.steering import Additive, Orthogonal, steer_at
 
 pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.timeout(1800)]
 

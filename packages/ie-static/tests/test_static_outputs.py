@@ -125,7 +125,7 @@ def test_static_features_match_an_independent_encode(pair, activation: str) -> N
 
 def test_static_feature_clamp_relu_and_jumprelu_refusal(pair) -> None:
     from ie_core.features import feature_clamp
-    from ie_core.steering import steer_at
+    from ie_core.ops import steer_at
 
     static, eager = pair
     if not static.policy.can_write("resid_pre.1"):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ie_core.ops import Additive, steer_at
 from ie_core.runner import run
-from ie_core.steering import Additive, steer_at
 from ie_vllm import exact_int8_dot
 
 pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.timeout(1800)]

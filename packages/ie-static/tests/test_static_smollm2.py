@@ -13,20 +13,21 @@ import asyncio
 import pytest
 import torch
 from ie_core.errors import PointUnavailableError, SteeringSpecError
-from ie_core.interventions import Patch, Scale
-from ie_core.patching import logit_diff, patch_sweep_async
-from ie_core.protocol import SamplingParams
-from ie_core.runner import run
-from ie_core.steering import (
+from ie_core.ops import (
     Additive,
     LensAblate,
     LensSteer,
     LensSwap,
     Orthogonal,
+    Patch,
     PositionMask,
     ProjectionCap,
+    Scale,
     steer_at,
 )
+from ie_core.patching import logit_diff, patch_sweep_async
+from ie_core.protocol import SamplingParams
+from ie_core.runner import run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # engine start: compile on a busy CPU
 

@@ -1,5 +1,5 @@
 """vllm-static's taps on a plain module, uncompiled (no engine): a write site on a module's input
-and on its output steer exactly as `ie_core.steer_math.apply_ops`, a read site records the
+and on its output steer exactly as `ie_core.ops.apply.apply_ops`, a read site records the
 post-intervention rows, a read-only `(hidden, residual)` site records their sum, and the write
 tables' bookkeeping (an unfilled slot equals a cleared one, the memory plan equals the tables).
 
@@ -10,10 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 from ie_core.errors import SteeringSpecError
-from ie_core.feature_ops import FeatureClamp
-from ie_core.interventions import Patch, Scale
-from ie_core.steer_math import apply_ops
-from ie_core.steering import Additive, Orthogonal
+from ie_core.ops import Additive, FeatureClamp, Orthogonal, Patch, Scale
+from ie_core.ops.apply import apply_ops
 from ie_static import ops
 from ie_static.tables import TableShape, WriteTable, encode_op, table_bytes
 from ie_static.taps import Site, StepInputs, install

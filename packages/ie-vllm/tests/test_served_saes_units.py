@@ -12,7 +12,7 @@ import torch
 from ie_core.errors import DictionaryError, DictionaryShapeError, SteeringSpecError
 from ie_core.features import feature_ablate, feature_clamp, feature_steer
 from ie_core.saes import from_tensors
-from ie_core.wire import op_to_wire, steering_from_wire
+from ie_core.wire import steering_from_wire
 from ie_vllm.server.served_saes import load_served, parse_sae_args, resolve_steering, sae_env
 
 D, F = 8, 12
@@ -73,14 +73,14 @@ def test_named_ops_become_the_ops_features_builds() -> None:
         {"kind": "feature_clamp", "sae": "s", "feature": 4, "value": 1.5},
         {"kind": "feature_ablate", "sae": "s", "feature": 5},
         {"kind": "scale", "factor": 2.0},  # a plain op passes through untouched
-        op_to_wire(feature_clamp(sae, 6, 1.0)),  # a plain FeatureClamp shares the kind name
+        feature_clamp(sae, 6, 1.0).to_wire(),  # a plain FeatureClamp shares the kind name
     )
     (spec,) = steering_from_wire(resolve_steering(named, saes))
     want = [feature_steer(sae, 3, 2.5), feature_clamp(sae, 4, 1.5), feature_ablate(sae, 5)]
-    assert [op_to_wire(o) for o in spec.ops[:3]] == [op_to_wire(o) for o in want]
+    assert [o.to_wire() for o in spec.ops[:3]] == [o.to_wire() for o in want]
     assert spec.ops[3].kind == "scale" and spec.ops[4] == feature_clamp(sae, 6, 1.0)
     # Negative control: another feature's decoder row is a different op.
-    assert op_to_wire(spec.ops[0]) != op_to_wire(feature_steer(sae, 2, 2.5))
+    assert spec.ops[0].to_wire() != feature_steer(sae, 2, 2.5).to_wire()
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ import pytest
 import torch
 from ie_core.jacobian_lens import jacobian_lens_topk
 from ie_core.lens_stream import stream_lens
+from ie_core.ops import LensSteer, PositionMask, steer_at
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
-from ie_core.steering import LensSteer, PositionMask, steer_at
 from vllm_support import eager, requires_vllm, start, stop
 
 pytestmark = [pytest.mark.slow, requires_vllm]

@@ -16,7 +16,7 @@ import pytest
 import torch
 from ie_core import Additive, Orthogonal, PositionMask, ProjectionCap, SamplingParams, steer_at
 from ie_core.errors import LayerOutOfRangeError, PointUnavailableError, UnsupportedOperationError
-from ie_core.interventions import Patch, Scale
+from ie_core.ops import Patch, Scale
 from ie_core.patching import logit_diff, patch_sweep, patch_sweep_async
 from ie_core.protocol import SyncModel
 from ie_core.runner import run

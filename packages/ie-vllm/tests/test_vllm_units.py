@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from ie_core.errors import PointUnavailableError, SteeringSpecError, UnsupportedOperationError
-from ie_core.steering import Additive, Orthogonal, PositionMask, ProjectionCap, steer_at
+from ie_core.ops import Additive, Orthogonal, PositionMask, ProjectionCap, steer_at
 from ie_vllm import payload
 from ie_vllm.host.lens_decode import residual_rows
 from ie_vllm.specs import RequestSpec, SteerSpec

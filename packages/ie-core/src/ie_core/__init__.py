@@ -14,8 +14,21 @@ from ie_core.api import (
 )
 from ie_core.cache import ActivationCache
 from ie_core.families import FAMILIES, Family, Trait, family_for_architecture, get_family
-from ie_core.interventions import Hook, Patch, Scale
 from ie_core.loading import available_backends, load_model
+from ie_core.ops import (
+    Additive,
+    Hook,
+    LensAblate,
+    LensSteer,
+    LensSwap,
+    Orthogonal,
+    Patch,
+    PositionMask,
+    ProjectionCap,
+    Scale,
+    Steering,
+    steer_at,
+)
 from ie_core.points import POINTS, Point, get_point
 from ie_core.protocol import (
     Generation,
@@ -25,17 +38,6 @@ from ie_core.protocol import (
     StreamChunk,
     SyncModel,
     TopK,
-)
-from ie_core.steering import (
-    Additive,
-    LensAblate,
-    LensSteer,
-    LensSwap,
-    Orthogonal,
-    PositionMask,
-    ProjectionCap,
-    Steering,
-    steer_at,
 )
 
 __version__ = version("ie-core")  # one source: the installed distribution's metadata

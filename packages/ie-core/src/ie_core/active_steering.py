@@ -11,8 +11,8 @@ import contextvars
 from collections.abc import Iterator
 from typing import Any
 
+from ie_core.ops import Steering
 from ie_core.protocol import InterpModel, SteeringArg, SyncModel, steering_tuple
-from ie_core.steering import Steering
 
 # Steering active inside `with steer(model, ...)`, per model, for this context (thread / task).
 _ACTIVE: contextvars.ContextVar[tuple[tuple[int, tuple[Steering, ...]], ...]] = (

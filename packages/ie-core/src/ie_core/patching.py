@@ -18,12 +18,11 @@ import torch
 
 from ie_core.address import to_address
 from ie_core.errors import BadPromptError, SteeringSpecError
-from ie_core.interventions import Patch
+from ie_core.ops import Patch, PositionMask, Steering
 from ie_core.peer_names import point_name
 from ie_core.points import Width, get_point
 from ie_core.protocol import InterpModel, ModelLike, Prompt, unwrap
 from ie_core.runner import run
-from ie_core.steering import PositionMask, Steering
 
 TokenLike = int | str | Sequence[int]
 # Cells decoded per lens call: bounds the [cells, vocab] logits held at once.

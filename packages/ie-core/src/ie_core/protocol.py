@@ -17,13 +17,13 @@ from ie_core.cache import ActivationCache
 from ie_core.capabilities import PointCapability
 from ie_core.errors import SamplingParamsError, SteeringSpecError
 from ie_core.logprobs import StepLogprobs, check_logprobs
+from ie_core.ops import Steering
 
 # Re-exported: backends import the one prompt normaliser from the protocol module.
 from ie_core.prompts import Prompt as Prompt
 from ie_core.prompts import prompt_batch as prompt_batch
 from ie_core.prompts import prompt_ids as prompt_ids
 from ie_core.runner import iterate, run
-from ie_core.steering import Steering
 from ie_core.tl_shaped import TLShaped
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ie_core.steering import PositionMask, Steering
+from ie_core.ops import PositionMask, Steering
 
 __all__ = ["ScopedPositions", "mask_positions", "pin_prompt", "scoped"]
 

@@ -16,8 +16,8 @@ from types import MappingProxyType
 from typing import Any
 
 from ie_core.errors import SteeringSpecError, UnsupportedOperationError
+from ie_core.ops import PositionMask, Steering, op_from_dict
 from ie_core.protocol import SamplingParams, SteeringArg, steering_tuple
-from ie_core.steering import PositionMask, Steering, SteeringOp, op_from_dict
 
 SAFETENSORS = "application/vnd.safetensors"
 # The key a steered OpenAI request carries in `vllm_xargs` (a JSON string: vllm_xargs values
@@ -58,24 +58,13 @@ ROUTES: Mapping[str, Route] = MappingProxyType(
 )
 
 
-def op_to_wire(op: SteeringOp) -> dict[str, Any]:
-    if op.kind == "hook":
-        raise UnsupportedOperationError(
-            "a Hook runs your Python function, which is never sent to a server (it would be "
-            "arbitrary code there); express it as ops (Patch, Scale, Additive, ...) or load the "
-            "model in-process with backend='eager'"
-        )
-    data = {f.name: getattr(op, f.name) for f in dataclasses.fields(op) if f.init}
-    return {"kind": op.kind, **{k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}}
-
-
 def steering_to_wire(steering: SteeringArg) -> list[dict[str, Any]]:
     return [
         {
             "point": s.point,
             "layers": list(s.layers),
             "stream": s.stream,
-            "ops": [op_to_wire(op) for op in s.ops],
+            "ops": [op.to_wire() for op in s.ops],
             "mask": {
                 "positions": list(s.mask.positions),
                 "special_tokens": s.mask.special_tokens,
@@ -177,7 +166,6 @@ __all__ = [
     "Route",
     "decode_tensors",
     "encode_tensors",
-    "op_to_wire",
     "sampling_from_wire",
     "sampling_to_wire",
     "steering_from_wire",

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 from ie_core.errors import BadPromptError, SteeringSpecError
+from ie_core.ops.apply import check_ops_fit
 from ie_core.protocol import Prompt, SteeringArg, prompt_batch, prompt_ids, steering_tuple
-from ie_core.steer_math import check_ops_fit
 from ie_core.steer_scope import mask_positions
 
 from ie_eager.hooks import Write

@@ -24,6 +24,7 @@ from ie_core.errors import (
     UnsupportedOperationError,
 )
 from ie_core.model_info import DescribedModel, ModelInfo
+from ie_core.ops import SteeringOp, op_from_dict
 from ie_core.prompts import text_ids
 from ie_core.protocol import (
     Generation,
@@ -34,7 +35,6 @@ from ie_core.protocol import (
     StreamChunk,
     TopK,
 )
-from ie_core.steering import SteeringOp, op_from_dict
 from ie_core.wire import (
     ROUTES,
     SAFETENSORS,

@@ -116,8 +116,8 @@ def release(baseline_free: int, max_wait_s: float = RELEASE_WAIT_S) -> None:
 
 def build_context(width: int, n_layers: int, new_tokens: int, sae_source: str | None) -> Context:
     import torch
+    from ie_core.ops import Additive, steer_at
     from ie_core.saes import from_tensors, load_sae
-    from ie_core.steering import Additive, steer_at
 
     mid = n_layers // 2
     site = f"resid_post.{mid}"

@@ -29,7 +29,7 @@ PROMPTS = [
 def steering_cases(width: int, layer: int) -> dict[str, Any]:
     """One steering spec per op kind (plus a masked one) at resid_post.<layer>."""
     import torch
-    from ie_core.steering import (
+    from ie_core.ops import (
         Additive,
         LensAblate,
         LensSteer,

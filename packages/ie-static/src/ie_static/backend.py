@@ -16,9 +16,9 @@ import torch
 from ie_core.address import Address, to_address
 from ie_core.errors import PointUnavailableError, UnsupportedOperationError
 from ie_core.model_info import ModelInfo
+from ie_core.ops import Additive, steer_at
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
-from ie_core.steering import Additive, steer_at
 from ie_vllm import Engine, VLLMModel, check_data_parallel, merge_infos
 
 from ie_static.channel import StaticChannel

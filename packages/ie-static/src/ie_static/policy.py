@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ie_core.errors import PointUnavailableError, SteeringSpecError, UnsupportedOperationError
-from ie_core.interventions import Patch
+from ie_core.ops import Patch
 from ie_vllm import SitePolicy, SteerSpec
 
 from ie_static.config import StaticConfig

@@ -12,20 +12,8 @@ from dataclasses import dataclass
 
 import torch
 from ie_core.errors import SteeringSpecError
-from ie_core.feature_ops import FeatureClamp
-from ie_core.interventions import Patch, Scale
-from ie_core.steer_math import head_columns, unit_vector
-from ie_core.steering import (
-    Additive,
-    LensAblate,
-    LensSteer,
-    LensSwap,
-    Orthogonal,
-    ProjectionCap,
-    SteeringOp,
-    VectorLike,
-    op_width,
-)
+from ie_core.ops import Patch, Scale, SteeringOp, VectorLike
+from ie_core.ops.vectors import head_columns
 
 from ie_static.ops import ALPHA, BETA, CONST, GAMMA, HI, LO, N_COEF
 
@@ -34,54 +22,26 @@ def _vec(values: VectorLike) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
-def _unit(values: VectorLike) -> torch.Tensor:
-    return unit_vector(values)  # the shared normalisation, safe for tiny and huge vectors
+_LIKE = torch.zeros((), dtype=torch.float32)  # ops build their vectors on the CPU in fp32
 
 
 def encode_op(op: SteeringOp) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(coef [6], u [D], w [D]) such that delta = (a*p + b*(clamp(p)-p) + c*|h| + e) * w, p = h.u.
-
-    Vectors are normalized exactly as `ie_core.steer_math` does, so the deltas agree to rounding.
-    """
-    coef = torch.zeros(N_COEF, dtype=torch.float32)
-    coef[LO], coef[HI] = -math.inf, math.inf
-    width = op_width(op)
-    if width is None:
+    """(coef [6], u [D], w [D]) of the op's affine form (`Op.affine`), which normalises vectors
+    exactly as the op's own delta does, so the deltas agree to rounding."""
+    if op.width is None:
         raise SteeringSpecError(f"{op.kind} has no vector to encode; it is an affine op")
-    if isinstance(op, Additive):
-        coef[CONST] = 1.0
-        return coef, torch.zeros(width), op.coeff * _vec(op.vector)
-    if isinstance(op, Orthogonal):
-        u = _unit(op.vector)
-        coef[ALPHA] = op.coeff - 1.0
-        return coef, u, u
-    if isinstance(op, ProjectionCap):
-        u = _unit(op.vector)
-        coef[BETA] = 1.0
-        if op.min is not None:
-            coef[LO] = op.min
-        if op.max is not None:
-            coef[HI] = op.max
-        return coef, u, u
-    if isinstance(op, LensSteer):
-        # |strength * |h| * d| = |strength| * |h| (d is a unit vector), so the rescale to
-        # max_fraction * |h| is a clamp of the strength.
-        d = _unit(op.direction)
-        coef[GAMMA] = max(-op.max_fraction, min(op.max_fraction, op.strength))
-        return coef, torch.zeros(width), d
-    if isinstance(op, LensAblate):
-        d = _unit(op.direction)
-        coef[ALPHA] = -1.0
-        return coef, d, d
-    if isinstance(op, LensSwap):
-        s, t = _unit(op.source), _unit(op.target)
-        coef[ALPHA] = 1.0
-        return coef, s, t - s
-    if isinstance(op, FeatureClamp) and op.threshold == 0.0:
-        # (v - relu(p + c)) * d = (-clamp(p, -c, inf) + v - c) * d, p = h . encoder (raw).
-        coef[ALPHA], coef[BETA], coef[LO], coef[CONST] = -1.0, -1.0, -op.bias, op.value - op.bias
-        return coef, _vec(op.encoder), _vec(op.decoder)
-    raise SteeringSpecError(f"unknown steering op {op!r}")
+    form = op.affine(_LIKE)
+    if form is None:
+        raise SteeringSpecError(f"unknown steering op {op!r}")
+    coef = torch.zeros(N_COEF, dtype=torch.float32)
+    coef[ALPHA], coef[BETA], coef[GAMMA], coef[CONST] = (
+        form.alpha,
+        form.beta,
+        form.gamma,
+        form.const,
+    )
+    coef[LO], coef[HI] = form.lo, form.hi
+    return coef, form.u, form.w
 
 
 @dataclass(frozen=True)
@@ -168,7 +128,7 @@ class WriteTable:
 
     def _fill_affine(self, slot: int, k: int, op: Patch | Scale) -> None:
         width = self.mul.shape[-1]
-        cols = head_columns(op, width, self.mul.device)
+        cols = head_columns(op.heads, op.head_dim, width, self.mul)
         every = (
             torch.ones(width, dtype=torch.bool, device=self.mul.device) if cols is None else cols
         )

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 from ie_core.address import to_address
-from ie_core.steering import SteeringOp
+from ie_core.ops import SteeringOp
 from ie_vllm import (
     ATTN_POINTS,
     BatchLayout,

@@ -1,7 +1,7 @@
 """The wire specs of one request: what to capture, how to steer, what to reduce in the worker.
 
 The host builds them (`ie_vllm.host.admission`), sends them to every worker in plain data
-(`to_wire`, each op as `ie_core.wire.op_to_wire` writes it for HTTP), and the worker rebuilds them (`from_wire`) into its registry (`ie_vllm.worker.extension`).
+(`to_wire`, each op as `Op.to_wire` writes it for HTTP), and the worker rebuilds them (`from_wire`) into its registry (`ie_vllm.worker.extension`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ie_core.steering import SteeringOp, op_from_dict
-from ie_core.wire import op_to_wire
+from ie_core.ops import SteeringOp, op_from_dict
 
 __all__ = ["ReducerSpec", "RequestSpec", "SteerSpec"]
 
@@ -68,7 +67,7 @@ class RequestSpec:
                     "address": s.address,
                     "masked": list(s.masked),
                     "until": s.until,
-                    "ops": [op_to_wire(op) for op in s.ops],
+                    "ops": [op.to_wire() for op in s.ops],
                 }
                 for s in self.steering
             ],

@@ -20,9 +20,9 @@ from ie_core.errors import (
     UnsupportedOperationError,
 )
 from ie_core.model_info import ModelInfo
+from ie_core.ops.apply import check_ops_fit
 from ie_core.points import get_point
 from ie_core.protocol import Prompt, SteeringArg, prompt_batch, prompt_ids, steering_tuple
-from ie_core.steer_math import check_ops_fit
 from ie_core.steer_scope import mask_positions
 
 from ie_vllm.host.policy import SitePolicy

@@ -18,9 +18,8 @@ from typing import Any
 
 from ie_core.errors import DictionaryError, SteeringSpecError
 from ie_core.features import check_dictionary, feature_ablate, feature_clamp, feature_steer
+from ie_core.ops.values import real_number
 from ie_core.saes import SAE, load_sae
-from ie_core.spec_values import real_number
-from ie_core.wire import op_to_wire
 
 SAES_ENV = "IE_SERVE_SAES"
 NAMED_KINDS = ("feature_steer", "feature_clamp", "feature_ablate")
@@ -104,12 +103,12 @@ def named_op(data: Mapping[str, Any], saes: Mapping[str, SAE]) -> dict[str, Any]
         )
     sae, f = served(saes, data.get("sae")), _feature(data)
     if kind == "feature_steer":
-        return op_to_wire(feature_steer(sae, f, real_number(data.get("coeff", 1.0), "coeff")))
+        return feature_steer(sae, f, real_number(data.get("coeff", 1.0), "coeff")).to_wire()
     if kind == "feature_clamp":
         if "value" not in data:
             raise SteeringSpecError("feature_clamp needs a 'value' for the feature")
-        return op_to_wire(feature_clamp(sae, f, real_number(data["value"], "value")))
-    return op_to_wire(feature_ablate(sae, f))
+        return feature_clamp(sae, f, real_number(data["value"], "value")).to_wire()
+    return feature_ablate(sae, f).to_wire()
 
 
 def resolve_steering(data: Any, saes: Mapping[str, SAE]) -> Any:

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 from ie_core.address import to_address
-from ie_core.steer_math import apply_ops
+from ie_core.ops import SteeringOp
+from ie_core.ops.apply import apply_ops
 from ie_core.steer_scope import scoped
-from ie_core.steering import SteeringOp
 
 from ie_vllm import payload
 from ie_vllm.pipeline import layer_range, stage_of

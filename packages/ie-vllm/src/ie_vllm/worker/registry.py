@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from ie_core.steering import SteeringOp
+from ie_core.ops import SteeringOp
 
 from ie_vllm.specs import ReducerSpec, RequestSpec
 

@@ -5,7 +5,7 @@ reconstruction error, for dictionaries whose feature is a function of its own en
 Range: the delta is `(value - a(h)) * decoder` with `0 <= a(h) <= |h| |encoder| + |bias|`, so
 `|delta| <= (|value| + |bias| + |h| |encoder|) * max|decoder|`. An op is refused when that bound,
 for a row of norm `ROW_NORM_MAX`, passes half of float32's max: every accepted op then maps every
-row of norm up to `ROW_NORM_MAX` to a finite row (`steer_math` computes it in float64, so
+row of norm up to `ROW_NORM_MAX` to a finite row (`delta` computes it in float64, so
 `h . encoder` cannot overflow on the way).
 """
 
@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ie_core.errors import SteeringSpecError
-from ie_core.spec_values import FLOAT32_MAX, as_row, real_number
+from ie_core.ops.base import AffineForm, Op
+from ie_core.ops.values import FLOAT32_MAX, as_row, real_number
+from ie_core.ops.vectors import vector as tensor_of
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 # The largest row norm an accepted clamp is guaranteed finite for. Real models' activations stay
 # below ~1e5 (the "massive activations" of LLMs are ~1e4), so this leaves 25 orders of headroom
@@ -36,7 +41,7 @@ def delta_bound(
 
 
 @dataclass(frozen=True)
-class FeatureClamp:
+class FeatureClamp(Op):
     """delta = (value - a(h)) * decoder, a(h) = relu(p) * (p > threshold), p = h . encoder + bias.
 
     Equals decode(features with this one set to `value`) + (h - decode(features(h))): the
@@ -74,6 +79,32 @@ class FeatureClamp:
     def vector(self) -> tuple[float, ...]:
         """The written direction (its width is the op's width, as for `Additive`)."""
         return self.decoder
+
+    @property
+    def width(self) -> int:
+        return len(self.decoder)
+
+    def peak(self) -> tuple[float, str]:
+        peak = abs(self.value) * max(abs(x) for x in self.decoder)
+        return peak, f"feature clamp value * decoder reaches {peak:g}"
+
+    def delta(self, h: Tensor) -> Tensor:
+        """Computed in float64: `h . encoder` of a huge row by a large encoder can pass float32's
+        max even where the delta the range check above admits does not."""
+        h64 = h.double()
+        p = h64 @ h64.new_tensor(self.encoder) + self.bias
+        act = p.relu() * (p > self.threshold)
+        return ((self.value - act).unsqueeze(-1) * h64.new_tensor(self.decoder)).float()
+
+    def affine(self, like: Tensor) -> AffineForm | None:
+        """Affine where the threshold is 0: (v - relu(p + c)) * d = (-clamp(p, -c, inf) + v - c) * d
+        with p = h . encoder (raw); a JumpReLU threshold is not affine."""
+        if self.threshold != 0.0:
+            return None
+        enc, dec = tensor_of(self.encoder, like), tensor_of(self.decoder, like)
+        return AffineForm(
+            u=enc, w=dec, alpha=-1.0, beta=-1.0, lo=-self.bias, const=self.value - self.bias
+        )
 
 
 __all__ = ["ROW_NORM_MAX", "FeatureClamp", "delta_bound"]

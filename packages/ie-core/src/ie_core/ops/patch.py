@@ -1,56 +1,24 @@
-"""Interventions that set or scale activations, the ops of causal experiments: `Patch`, `Scale`.
+"""`Patch`: set the rows at given positions to given values, the op of activation patching.
 
-Unlike the steering ops (each a delta h + d), these replace values: a patch writes the given rows
-exactly, a scale multiplies in one rounding, so patching a run with its own activations is the
-identity bit for bit. Both can target heads of a per-head point (`z`, `value`, ...): the columns
-`[h * head_dim, (h + 1) * head_dim)` of each listed head. Torch-free; the math is `steer_math`.
+Unlike the steering ops (each a delta h + d), it replaces values: a patch writes the given rows
+exactly, so patching a run with its own activations is the identity bit for bit. With `heads` it
+writes only those heads' columns of a per-head point.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ie_core.errors import SteeringSpecError
-from ie_core.spec_values import Vector, as_row, integer, real_number
+from ie_core.ops.base import Op
+from ie_core.ops.heads import check_heads, parse_heads
+from ie_core.ops.values import Vector, as_row, integer
+from ie_core.ops.vectors import head_columns
 
-
-def _heads(heads: Any, head_dim: Any) -> tuple[tuple[int, ...], int | None]:
-    if heads is None:
-        heads = ()
-    if isinstance(heads, int):
-        heads = (heads,)
-    picked = tuple(integer(h, "head") for h in heads)
-    if len(set(picked)) != len(picked):
-        raise SteeringSpecError(f"heads {list(picked)} list a head more than once")
-    if not picked:
-        if head_dim is not None:
-            raise SteeringSpecError("head_dim is given but no heads: pass heads=(...) too")
-        return (), None
-    if head_dim is None:
-        raise SteeringSpecError(
-            "heads need head_dim (the width of one head on this point: point width / heads)"
-        )
-    dim = integer(head_dim, "head_dim")
-    if dim == 0:
-        raise SteeringSpecError("head_dim must be >= 1")
-    return tuple(sorted(picked)), dim
-
-
-def check_heads(heads: tuple[int, ...], head_dim: int | None, width: int, what: str) -> None:
-    """Refuse heads that do not split a `width`-wide point (checked where the width is known)."""
-    if not heads or head_dim is None:
-        return
-    if width % head_dim:
-        raise SteeringSpecError(
-            f"{what}: head_dim {head_dim} does not divide the point's width {width}; per-head "
-            "ops target points whose width is heads * head_dim (z, value)"
-        )
-    n = width // head_dim
-    past = [h for h in heads if h >= n]
-    if past:
-        raise SteeringSpecError(f"{what}: heads {past} are out of range; the point has {n} heads")
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 def _rows(values: Any) -> tuple[Vector, ...]:
@@ -81,7 +49,7 @@ def _flat(values: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class Patch:
+class Patch(Op):
     """Set the rows at `positions` to `values` (`[len(positions), width]`, or one `[width]` row for
     every listed position); `positions=None` sets every position, prompt and generated, to one row.
 
@@ -118,7 +86,7 @@ class Patch:
                 f"patch with positions=None takes one [width] row (it sets every position), got "
                 f"{len(rows)} rows; give positions=(...) with one row each"
             )
-        heads, head_dim = _heads(self.heads, self.head_dim)
+        heads, head_dim = parse_heads(self.heads, self.head_dim)
         check_heads(heads, head_dim, len(rows[0]), "patch")
         object.__setattr__(self, "values", rows)
         object.__setattr__(self, "positions", positions)
@@ -128,6 +96,31 @@ class Patch:
     @property
     def width(self) -> int:
         return len(self.values[0])
+
+    def peak(self) -> tuple[float, str]:
+        peak = max(abs(x) for row in self.values for x in row)
+        return peak, f"patch value {peak:g}"
+
+    def check_width(self, width: int, where: str) -> None:
+        check_heads(self.heads, self.head_dim, width, f"{where}: {self.kind}")
+
+    def rows(self, positions: Tensor | None, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(values `[..., width]` fp32, hit `[...]` bool): the row each position gets, and where."""
+        values = x.new_tensor(self.values).float()
+        if self.positions is None:
+            return values[0].expand_as(x), x.new_ones(x.shape[:-1]).bool()
+        if positions is None:
+            raise RuntimeError("a Patch at given positions needs the rows' positions")
+        wanted = positions.new_tensor(self.positions).long().to(x.device)
+        match = positions.to(x.device).long().unsqueeze(-1) == wanted  # [..., m]
+        index = match.int().argmax(-1) if values.shape[0] > 1 else positions.long().mul(0)
+        return values[index.to(x.device)], match.any(-1)
+
+    def apply(self, x: Tensor, positions: Tensor | None) -> Tensor:
+        values, hit = self.rows(positions, x)
+        cols = head_columns(self.heads, self.head_dim, x.shape[-1], x)
+        where = hit.unsqueeze(-1) if cols is None else hit.unsqueeze(-1) & cols
+        return values.where(where, x)
 
     def row_for(self, position: int) -> Vector | None:
         """The row written at `position`, or None where this patch leaves it alone."""
@@ -169,39 +162,4 @@ class Patch:
         return cls(rows, tuple(positions), tuple(heads), head_dim)
 
 
-@dataclass(frozen=True)
-class Scale:
-    """h <- factor * h (on `heads` only, when given): `Scale(0.0)` is zero ablation."""
-
-    factor: float
-    heads: tuple[int, ...] = ()
-    head_dim: int | None = None
-    kind: Literal["scale"] = field(default="scale", init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "factor", real_number(self.factor, "factor"))
-        heads, head_dim = _heads(self.heads, self.head_dim)
-        object.__setattr__(self, "heads", heads)
-        object.__setattr__(self, "head_dim", head_dim)
-
-
-@dataclass(frozen=True)
-class Hook:
-    """Your own function at a point: `fn(tensor, address) -> tensor | None` (None keeps it).
-
-    It sees the point's rows in fp32 (`[batch, seq, width]` on eager) and runs in this process
-    only: eager runs it in its forward; the vLLM backends and HTTP refuse it (their forwards run in
-    other processes), so express the intervention as ops there."""
-
-    fn: Callable[[Any, str | None], Any]
-    address: str | None = None
-    kind: Literal["hook"] = field(default="hook", init=False)
-
-    def __post_init__(self) -> None:
-        if not callable(self.fn):
-            raise SteeringSpecError(f"a Hook needs a callable fn(tensor, address), got {self.fn!r}")
-
-
-Intervention = Patch | Scale | Hook
-
-__all__ = ["Hook", "Intervention", "Patch", "Scale", "check_heads"]
+__all__ = ["Patch"]

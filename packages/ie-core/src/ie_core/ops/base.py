@@ -1,0 +1,76 @@
+"""What every op is: a frozen spec that owns its maths.
+
+An op knows its width, the largest value it can write (for the dtype-range check), its row update
+in fp32, its wire form and, where it is affine, the form vllm-static's tables compile from. The
+maths uses tensor methods only, so importing an op never imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+@dataclass(frozen=True)
+class AffineForm:
+    """delta = (alpha * p + beta * (clamp(p, lo, hi) - p) + gamma * |h| + const) * w, p = h . u.
+
+    Every additive op but a thresholded `FeatureClamp` has this form; vllm-static's write tap
+    evaluates it for every op slot at once."""
+
+    u: Tensor
+    w: Tensor
+    alpha: float = 0.0
+    beta: float = 0.0
+    gamma: float = 0.0
+    const: float = 0.0
+    lo: float = -math.inf
+    hi: float = math.inf
+
+
+class Op:
+    """The interface of a steering or intervention op (`kind` is each op's dataclass field)."""
+
+    kind: str
+    travels: ClassVar[bool] = True  # False: holds Python code, never leaves its process
+
+    @property
+    def width(self) -> int | None:
+        """The width the op's own values fix; None where it fits any width."""
+        raise NotImplementedError
+
+    def peak(self) -> tuple[float, str] | None:
+        """The largest magnitude the op writes by itself, and how to name it in a refusal; None
+        where what it writes is bounded by the activations (a direction, a factor)."""
+        return None
+
+    def check_width(self, width: int, where: str) -> None:
+        """Refuse what only the point's width on a model can show (heads that do not split it)."""
+
+    def delta(self, h: Tensor) -> Tensor:
+        """The fp32 delta for rows `h` ([..., width], fp32) of an op that adds one."""
+        raise TypeError(f"{self.kind} replaces rows; it has no delta (use apply)")
+
+    def apply(self, x: Tensor, positions: Tensor | None) -> Tensor:
+        """The op on fp32 rows `x`; `positions` are the rows' absolute sequence positions."""
+        return x + self.delta(x)
+
+    def affine(self, like: Tensor) -> AffineForm | None:
+        """The op as vllm-static's affine delta (vectors built like `like`), or None."""
+        return None
+
+    def to_wire(self) -> dict[str, Any]:
+        """Plain JSON data; `ie_core.ops.kinds.op_from_dict` reads it back."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}  # type: ignore[arg-type]
+        return {
+            "kind": self.kind,
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in data.items()},
+        }
+
+
+__all__ = ["AffineForm", "Op"]

@@ -3,7 +3,9 @@ own environment (not the workspace's): `python circuit_tracer_child.py MODEL TC 
 Called by circuit_tracer_parity.py; TOKENS is a JSON list of ids, OUT a torch file."""
 
 import json
+import resource
 import sys
+import time
 from pathlib import Path
 
 import circuit_tracer
@@ -25,7 +27,9 @@ def main() -> None:
         model_dir, ts, backend="nnsight", device=cpu, dtype=torch.float32
     )
     ids = torch.tensor(json.loads(tokens))
+    start = time.perf_counter()
     g = attribute(ids, model, max_n_logits=10, desired_logit_prob=0.95, batch_size=256)
+    seconds = time.perf_counter() - start
     torch.save(
         {
             "adjacency": g.adjacency_matrix.float(),
@@ -35,6 +39,8 @@ def main() -> None:
             "logit_ids": [t.vocab_idx for t in g.logit_targets],
             "logit_probabilities": g.logit_probabilities.float(),
             "version": circuit_tracer.__version__ if hasattr(circuit_tracer, "__version__") else "",
+            "seconds": seconds,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         },
         out,
     )

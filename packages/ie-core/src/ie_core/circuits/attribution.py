@@ -55,7 +55,7 @@ def prepare(
 ) -> PromptState:
     """The forward half: checks, one capture through `run_with_cache`, the frozen constants."""
     from ie_core import run_with_cache
-    from ie_core.protocol import unwrap
+    from ie_core.sync import unwrap
 
     inner = unwrap(model)
     ts = load_transcoders(transcoders)
@@ -85,7 +85,7 @@ class _Rows:
         out = run_replacement(
             st.weights, st.frozen, src, self.token_part, self.writes, freeze_norms=st.freeze_norms
         )
-        self.out = (out.mlp_in, out.final)
+        self.layers_out, self.final = out.mlp_in_layers, out.final
         with torch.no_grad():
             zeros = tuple(torch.zeros_like(t) for t in (*ones, ones[1][0]))
             off = run_at(st.weights, st.frozen, src, *zeros, freeze_norms=st.freeze_norms)
@@ -106,18 +106,26 @@ class _Rows:
         st, dev = self.st, self.device
         ids = ids.to(dev)
         n_feat, b = st.active_features.shape[0], len(ids)
-        g_in = torch.zeros(b, st.n_layers, st.n_pos, self.out[0].shape[-1], device=dev)
-        g_final = torch.zeros(b, st.n_pos, self.out[1].shape[-1], device=dev)
+        d = self.final.shape[-1]
+        g_in = torch.zeros(b, st.n_layers, st.n_pos, d, device=dev)
+        g_final = torch.zeros(b, st.n_pos, d, device=dev)
         is_feat = ids < n_feat
         fi = ids[is_feat]
         g_in[is_feat.nonzero()[:, 0], st.active_features[fi, 0], st.active_features[fi, 1]] = (
             st.encoder_vecs[fi]
         )
         g_final[(~is_feat).nonzero()[:, 0], -1] = st.unembed_dirs[ids[~is_feat] - n_feat]
+        # Start the backward pass at the highest layer a target reads (all layers for a logit).
+        top = int(st.active_features[fi, 0].max()) + 1 if len(fi) else 0
+        outs, cots = list(self.layers_out[:top]), list(g_in[:, :top].unbind(1))
+        if len(fi) < b:
+            outs, cots = [*outs, self.final], [*cots, g_final]
         g_tok, g_w = torch.autograd.grad(
-            self.out, (self.token_part, self.writes), (g_in, g_final),
-            retain_graph=True, is_grads_batched=True,
+            outs, (self.token_part, self.writes), cots, retain_graph=True,
+            is_grads_batched=True, allow_unused=True, materialize_grads=True,
         )  # fmt: skip
+        if g_w.dim() == self.writes.dim():  # unused (layer-0 targets): materialised unbatched
+            g_w = g_w.expand(b, *g_w.shape)
         src = st.sources
         feats = torch.zeros(b, n_feat, device=dev)
         for layer, pos, lo, hi in self.groups:
@@ -230,7 +238,7 @@ def attribute(
     circuit-tracer does (its MLP output then counts as bias); `weights` is the model's HF folder
     where the backend keeps weights in other processes; `device` is where the backward passes
     run (default: the CPU; e.g. "cuda" for large models)."""
-    from ie_core.protocol import unwrap
+    from ie_core.sync import unwrap
 
     _check_knobs(max_feature_nodes, max_n_logits, desired_logit_prob, batch_size)
     ts = load_transcoders(transcoders)

@@ -45,6 +45,9 @@ class ReplacementOutput:
     mlp_in: torch.Tensor  # [n_layers, pos, d] the transcoders' inputs
     final: torch.Tensor  # [pos, d] the final norm's output
     logits: torch.Tensor  # [pos, vocab]
+    # The same inputs layer by layer, outside the stack: a backward pass from the first L of
+    # them stops at layer 0 without going through the layers above.
+    mlp_in_layers: tuple[torch.Tensor, ...] = ()
 
 
 def norm_scale(x: torch.Tensor, norm: NormWeights) -> torch.Tensor:
@@ -110,7 +113,7 @@ def run_replacement(
     logits = final @ w.W_U.T
     if w.b_U is not None:
         logits = logits + w.b_U
-    return ReplacementOutput(torch.stack(mlp_in), final, logits)
+    return ReplacementOutput(torch.stack(mlp_in), final, logits, tuple(mlp_in))
 
 
 def run_at(

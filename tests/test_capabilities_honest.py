@@ -23,9 +23,8 @@ pytest.importorskip("ie_dashboard")
 
 from ie_core.capabilities import PointCapability, load_capabilities
 from ie_core.capability_sweep import check_claims, load_kwargs
-from ie_core.families import FAMILIES
+from ie_core.grammar import FAMILIES, POINTS
 from ie_core.loading import load_model
-from ie_core.points import POINTS
 from ie_core.runner import run
 from ie_dashboard import views
 from ie_dashboard.config import database_url

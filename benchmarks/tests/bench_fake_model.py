@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import torch
-from ie_core.address import to_address
 from ie_core.cache import ActivationCache
 from ie_core.errors import UnsupportedOperationError
+from ie_core.grammar import to_address
 from ie_core.ops import Additive
 from ie_core.protocol import (
     Generation,

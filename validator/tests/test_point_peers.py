@@ -1,4 +1,4 @@
-"""The peer names the cheat sheet shows (`ie_core.points.Point.peers`) are the validated ones.
+"""The peer names the cheat sheet shows (`ie_core.grammar.points.Point.peers`) are the validated ones.
 
 `Point.peers` is what docs/SUPPORTED_POINTS.md and the dashboard print for "the same tensor in
 TransformerLens / nnsight / nnterp"; the validator's tables (`ie_validator.mappings`) are what
@@ -12,8 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from ie_core.families import FAMILIES
-from ie_core.points import POINTS, PeerNames, Point
+from ie_core.grammar import FAMILIES, POINTS, PeerNames, Point
 from ie_validator.mappings import Hook, lookup
 
 ENGINES = (("transformer-lens", "transformer_lens"), ("nnsight", "nnsight"), ("nnterp", "nnterp"))

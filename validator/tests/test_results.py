@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from ie_core.address import Address
+from ie_core.grammar import Address
 from ie_validator.engines.base import Capture, ModelSpec, plan
 from ie_validator.layout import layout
 from ie_validator.mappings import Gap, Hook, lookup

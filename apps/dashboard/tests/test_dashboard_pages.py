@@ -9,8 +9,7 @@ from dashboard_fixtures import AUTH, make_cell, make_result
 from fastapi.testclient import TestClient
 from ie_core.capabilities import BACKENDS as CAP_BACKENDS
 from ie_core.capabilities import cell
-from ie_core.families import FAMILIES, get_family
-from ie_core.points import POINTS, get_point
+from ie_core.grammar import FAMILIES, POINTS, get_family, get_point
 
 MARKS = {"served": "✓", "refused": "✗", "not verified": "·"}
 EVIL = 'org/<script>alert("x")</script>'

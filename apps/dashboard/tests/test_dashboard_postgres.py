@@ -27,7 +27,7 @@ import pytest
 import sqlalchemy as sa
 from dashboard_fixtures import AUTH, TOKEN, make_result
 from fastapi.testclient import TestClient
-from ie_core.families import FAMILIES
+from ie_core.grammar import FAMILIES
 from ie_dashboard.app import create_app
 from ie_dashboard.db import Database, DatabaseError
 from ie_dashboard.migrations import MIGRATIONS

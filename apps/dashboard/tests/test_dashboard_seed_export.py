@@ -9,8 +9,7 @@ from urllib.parse import urldefrag
 
 import pytest
 from dashboard_fixtures import make_cell, make_result, write_json
-from ie_core.families import FAMILIES
-from ie_core.points import POINTS
+from ie_core.grammar import FAMILIES, POINTS
 from ie_dashboard.cli import dashboard_command
 from ie_dashboard.config import database_url
 from ie_dashboard.db import Database

@@ -98,7 +98,7 @@ def from_stream():  # type: ignore[no-untyped-def]
 
 def test_sync_mirror_honours_steer_like_the_free_functions() -> None:
     from ie_core import generate, run_with_cache
-    from ie_core.protocol import SyncModel
+    from ie_core.sync import SyncModel
 
     model = _Recorder()
     sync = SyncModel(model)  # type: ignore[arg-type]

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ie_core.address import Address
 from ie_core.capabilities import (
     NOT_VERIFIED,
     PointCapability,
@@ -20,7 +19,7 @@ from ie_core.capabilities import (
 from ie_core.capability_cli import format_capabilities
 from ie_core.cli import main
 from ie_core.errors import PointUnavailableError
-from ie_core.points import POINTS
+from ie_core.grammar import POINTS, Address
 
 ROOT = Path(__file__).resolve().parents[3]
 

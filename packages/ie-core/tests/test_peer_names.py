@@ -6,7 +6,7 @@ import pytest
 import torch
 from ie_core import POINTS, ActivationCache, Address, get_point, to_address
 from ie_core.errors import UnknownCoordinateError, UnknownPointError, UnsupportedOperationError
-from ie_core.peer_names import from_peer_name, peer_names
+from ie_core.grammar import from_peer_name, peer_names
 
 
 @pytest.mark.parametrize(
@@ -114,13 +114,13 @@ def test_heads_splits_columns_by_head() -> None:
     ],
 )
 def test_point_arguments_take_layer_free_peer_names(foreign: str, ours: str) -> None:
-    from ie_core.peer_names import point_name
+    from ie_core.grammar import point_name
 
     assert point_name(foreign) == ours
 
 
 def test_a_point_argument_that_names_no_point_is_refused_with_the_nearest() -> None:
-    from ie_core.peer_names import point_name
+    from ie_core.grammar import point_name
 
     with pytest.raises(UnknownPointError, match="did you mean 'resid_pre'"):
         point_name("hook_resid_pr")

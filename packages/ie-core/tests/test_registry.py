@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ie_core import FAMILIES, POINTS, get_family, get_point
 from ie_core.docs import render_supported_points
-from ie_core.points import Scope, Service
+from ie_core.grammar import Scope, Service
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -14,8 +14,8 @@ import dataclasses
 
 import pytest
 from ie_core.capabilities import PointCapability, load_capabilities
-from ie_core.families import FAMILIES as REGISTERED
-from ie_core.points import POINTS
+from ie_core.grammar import FAMILIES as REGISTERED
+from ie_core.grammar import POINTS
 
 STATIC = load_capabilities("vllm-static")
 HOOKED = load_capabilities("vllm")

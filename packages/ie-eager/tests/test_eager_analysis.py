@@ -7,7 +7,7 @@ import torch
 from eager_support import FAMILY_SLUGS, PROMPT, synthetic_model
 from ie_core.analysis import chat_spans, expert_assignment, head_contributions, topk_experts
 from ie_core.errors import PointUnavailableError
-from ie_core.protocol import SyncModel
+from ie_core.sync import SyncModel
 from ie_eager.analysis import out_projection
 
 TOL = 1e-5

@@ -10,8 +10,7 @@ import pytest
 import torch
 from eager_support import FAMILY_SLUGS, PROMPT, synthetic_model
 from ie_core.cache import ActivationCache
-from ie_core.families import FAMILIES_BY_SLUG, get_family
-from ie_core.points import get_point
+from ie_core.grammar import FAMILIES_BY_SLUG, get_family, get_point
 from ie_eager import structure as st
 from ie_eager.backend import EagerModel
 

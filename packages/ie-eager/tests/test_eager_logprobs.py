@@ -6,7 +6,8 @@ import pytest
 import torch
 from eager_support import PROMPT, synthetic_model
 from ie_core.errors import SamplingParamsError
-from ie_core.protocol import SamplingParams, SyncModel
+from ie_core.protocol import SamplingParams
+from ie_core.sync import SyncModel
 
 TOL = 1e-5  # fp32 CPU: KV-cached decode vs one full forward
 # Softcap (gemma2), logit scaling (granite), a Conv1D family (gpt2), a plain one (llama).

@@ -14,9 +14,8 @@ import torch
 from eager_support import PROMPT, SPECIAL_SLUGS, synthetic_model
 from ie_core.cache import ActivationCache
 from ie_core.errors import PointUnavailableError
-from ie_core.families import Trait, get_family
+from ie_core.grammar import Trait, get_family, get_point
 from ie_core.ops import Additive, steer_at
-from ie_core.points import get_point
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_eager.backend import EagerModel

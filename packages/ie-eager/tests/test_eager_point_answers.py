@@ -12,11 +12,9 @@ from typing import Any
 import pytest
 import torch
 from eager_support import PROMPT, refusal_reason, synthetic_model
-from ie_core.address import Address
 from ie_core.errors import PointUnavailableError, SteeringSpecError
-from ie_core.families import get_family
+from ie_core.grammar import POINTS, Address, get_family, get_point
 from ie_core.ops import Additive, steer_at
-from ie_core.points import POINTS, get_point
 from ie_eager.hooks import Session
 from ie_eager.resolve import Resolver
 from ie_eager.synthetic import FAMILIES

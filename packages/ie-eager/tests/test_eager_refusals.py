@@ -13,10 +13,8 @@ from typing import Any
 import pytest
 import torch
 from eager_support import refusal_reason, synthetic_model
-from ie_core.address import Address
 from ie_core.errors import MissingLayerError
-from ie_core.families import get_family
-from ie_core.points import get_point
+from ie_core.grammar import Address, get_family, get_point
 from ie_eager.resolve import Resolver
 from ie_eager.selectors import Grouped, LastSlice
 from ie_eager.structure import Block

@@ -13,8 +13,8 @@ import pytest
 import torch
 from eager_support import PROMPT, synthetic_model
 from ie_core import run_with_cache
-from ie_core.address import to_address
 from ie_core.errors import PointUnavailableError
+from ie_core.grammar import to_address
 from ie_core.ops import Additive, steer_at
 from ie_eager import attention
 from ie_eager.backend import load

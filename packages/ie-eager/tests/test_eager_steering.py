@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from eager_support import PROMPT, synthetic_model
+from ie_core.grammar import get_point
 from ie_core.ops import Additive, Orthogonal, PositionMask, ProjectionCap, steer_at
-from ie_core.points import get_point
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 

@@ -29,6 +29,8 @@ from ie_core.api import (
     generate,
     run_with_cache,
 )
+from ie_core.circuits import TranscoderSet, attribute, prepare, random_transcoder
+from ie_core.circuits.weights import weights_for
 from ie_core.feature_stream import stream_features
 from ie_core.features import check_dictionary, feature_activations
 from ie_core.harvest import aharvest, harvest
@@ -49,11 +51,11 @@ from ie_core.patching import (
     prompt_token_ids,
     single_token,
 )
-from ie_core.protocol import SyncModel
 from ie_core.ragged import capture_ragged, capture_ragged_async
 from ie_core.runner import run
 from ie_core.saes import from_tensors
 from ie_core.splice import splice
+from ie_core.sync import SyncModel
 from ie_core.user_hooks import (
     attribution_patch,
     attribution_patch_async,
@@ -71,6 +73,8 @@ def _surface() -> set[str]:
     """`module.name` of every public ie_core function whose first parameter is the model."""
     names = set()
     for info in pkgutil.walk_packages(ie_core.__path__, "ie_core."):
+        if info.name == "ie_core.sync":  # the mirror itself (`unwrap`), not a call on a model
+            continue
         module = importlib.import_module(info.name)
         for name in getattr(module, "__all__", ()):
             fn = getattr(module, name, None)
@@ -94,6 +98,11 @@ def _lens(model: Any) -> JacobianLens:
     return JacobianLens(model.model_id, model.n_layers, model.d_model, mats, n_rows=1)
 
 
+def _transcoders(model: Any) -> TranscoderSet:
+    n, d = model.n_layers, model.d_model
+    return TranscoderSet(tuple(random_transcoder(d, 16, i, seed=i) for i in range(n)))
+
+
 def _harvest(fn: Callable[..., Any], tmp: Path) -> Callable[[Any], Any]:
     corpus = tmp / "corpus.txt"
     write_corpus(corpus, documents=4)
@@ -114,6 +123,7 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
     rows = run_with_cache(model, IDS, ["resid_post.1"])["resid_post.1"][0]
     opts = HarvestOptions.make(model, ("resid_post.1",), ())
     vec = steer_at("resid_post.1", Additive(torch.ones(model.d_model)))
+    tcs = _transcoders(model)
 
     def steered(m: Any) -> Any:
         with steer(m, vec):
@@ -123,6 +133,9 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
         "active_steering.steer": steered,
         "active_steering.with_active": lambda m: with_active(m, vec),
         "analysis.chat_spans": lambda m: chat_spans(m, [{"role": "user", "content": "hi"}]),
+        "circuits.attribution.attribute": lambda m: attribute(m, CLEAN, tcs, max_n_logits=3),
+        "circuits.attribution.prepare": lambda m: prepare(m, CLEAN, tcs, max_n_logits=3),
+        "circuits.weights.weights_for": lambda m: weights_for(m),
         "api.capture_attention": lambda m: capture_attention(m, CLEAN, [0]),
         "api.capture_generation": lambda m: capture_generation(
             m, CLEAN, ["resid_post.1"], max_new_tokens=3

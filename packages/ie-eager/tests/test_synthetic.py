@@ -51,7 +51,7 @@ def test_required_families_are_present() -> None:
 def test_recipes_are_exactly_the_registrys_synthetic_families() -> None:
     """One family list: every recipe has a registry entry (so a cheat-sheet page) and every
     registry family marked synthetic has a recipe, in the same order (sweeps follow it)."""
-    from ie_core.families import FAMILIES
+    from ie_core.grammar import FAMILIES
 
     assert list(synthetic.FAMILIES) == [f.slug for f in FAMILIES if f.synthetic]
     for f in FAMILIES:

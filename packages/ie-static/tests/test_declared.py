@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ie_core.errors import LayerOutOfRangeError, PointUnavailableError, UnsupportedOperationError
-from ie_core.families import get_family
-from ie_core.points import POINTS, Service
+from ie_core.grammar import POINTS, Service, get_family
 from ie_static.backend import load
 from ie_static.declared import TAPPABLE, declared_sets, describe, unresolved
 from ie_static.memory import MIN_ROWS, BufferBudgetError, plan_buffers

@@ -17,9 +17,10 @@ from ie_core.errors import (
     SteeringSpecError,
     UnsupportedOperationError,
 )
-from ie_core.protocol import SamplingParams, SyncModel
+from ie_core.protocol import SamplingParams
 from ie_core.ragged import capture_ragged
 from ie_core.runner import run
+from ie_core.sync import SyncModel
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

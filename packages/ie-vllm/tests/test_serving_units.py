@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 from ie_core.backend_plugin import backend_plugin, point_serving
-from ie_core.points import POINTS, Service, get_point
+from ie_core.grammar import POINTS, Service, get_point
 
 BACKENDS = ("eager", "vllm", "vllm-static", "vllm-generate")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_plugin_serving_equals_the_registry_marks(backend: str) -> None:
-    """Independent source: the per-backend columns of `ie_core.points` (Point.serving)."""
+    """Independent source: the per-backend columns of `ie_core.grammar.points` (Point.serving)."""
     plugin = backend_plugin(backend)
     assert plugin is not None and plugin.serving is not None
     differ = [p.name for p in POINTS if point_serving(backend, p) != p.serving(backend)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from ie_core.families import FAMILIES
+from ie_core.grammar import FAMILIES
 from ie_vllm.host.backend import VLLMModel
 from ie_vllm.host.capability import capabilities
 from ie_vllm.worker.access import column_slice, head_slice, post_first, scaled_out

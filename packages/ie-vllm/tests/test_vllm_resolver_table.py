@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ie_core.points import POINTS
+from ie_core.grammar import POINTS
 from ie_vllm.worker.resolve import LAYER_RESOLVERS, TRUNK_RESOLVERS
 
 

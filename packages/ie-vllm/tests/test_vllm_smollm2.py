@@ -18,8 +18,8 @@ from ie_core import Additive, Orthogonal, PositionMask, ProjectionCap, SamplingP
 from ie_core.errors import LayerOutOfRangeError, PointUnavailableError, UnsupportedOperationError
 from ie_core.ops import Patch, Scale
 from ie_core.patching import logit_diff, patch_sweep, patch_sweep_async
-from ie_core.protocol import SyncModel
 from ie_core.runner import run
+from ie_core.sync import SyncModel
 from ie_core.user_hooks import run_with_hooks
 from vllm_parity import PROMPT_TEXT, by_point, max_abs_diffs, scaled_diffs, servable_addresses
 from vllm_support import check_released, registered_keys, requires_vllm
@@ -370,7 +370,7 @@ def test_the_leak_check_catches_a_request_left_registered(
 ) -> None:
     """Negative control of conftest's `_leaves_nothing_registered` on this module's engine: a key
     registered and not released is named, with the test, by the same two calls the check makes."""
-    from ie_core.protocol import unwrap
+    from ie_core.sync import unwrap
     from ie_vllm.specs import RequestSpec
 
     assert "_leaves_nothing_registered" in request.fixturenames  # the check runs after each test
@@ -400,7 +400,7 @@ def test_circuit_graph_on_vllm_equals_eager(smollm2: Any, smollm2_eager: Any) ->
         random_transcoder,
     )
     from ie_core.circuits.weights import weights_for
-    from ie_core.protocol import unwrap
+    from ie_core.sync import unwrap
 
     ts = TranscoderSet.of([random_transcoder(576, 16, i, seed=300 + i) for i in range(30)])
     with pytest.raises(ReplacementUnsupportedError, match="weights="):

@@ -15,7 +15,7 @@ import psutil
 from ie_core import generate, load_model, run_with_cache
 from ie_core.errors import PointUnavailableError
 from ie_core.lens_stream import stream_lens
-from ie_core.protocol import SyncModel
+from ie_core.sync import SyncModel
 
 
 def still_running(pids: list[int]) -> list[int]:

@@ -52,8 +52,8 @@ def eager(model_id: str) -> Any:
 
 def registered_keys(model: Any) -> list[str]:
     """The request keys the engine's workers hold now (`stats()["keys"]`)."""
-    from ie_core.protocol import unwrap
     from ie_core.runner import run
+    from ie_core.sync import unwrap
 
     return list(run(unwrap(model).stats())["keys"])
 

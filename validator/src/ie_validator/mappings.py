@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from ie_core.families import family_for_architecture
+from ie_core.grammar import family_for_architecture
 
 
 @dataclass(frozen=True)
@@ -541,7 +541,7 @@ DEFAULT_GAPS: dict[str, Gap] = {
 def lookup(engine: str, family: str, point: str) -> Entry:
     """The engine's name for `point` on `family`, or the declared gap."""
     if engine in ("vllm", "vllm-static", "eager"):
-        from ie_core.points import get_point
+        from ie_core.grammar import get_point
 
         serving = get_point(point).serving(engine)
         if serving.served:

@@ -7,8 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ie_core.families import FAMILIES
-from ie_core.points import POINTS
+from ie_core.grammar import FAMILIES, POINTS
 
 from ie_validator.engines.registry import ALL
 from ie_validator.explanations import explain

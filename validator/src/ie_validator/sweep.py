@@ -12,9 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-from ie_core.address import Address
-from ie_core.families import get_family
-from ie_core.points import POINTS, get_point
+from ie_core.grammar import POINTS, Address, get_family, get_point
 from ie_core.progress import progress_enabled
 from tqdm import tqdm
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ie_core.families import FAMILIES, TRAIT_NOTES
-from ie_core.points import POINTS
+from ie_core.grammar import FAMILIES, POINTS, TRAIT_NOTES
 from sqlalchemy import insert
 from sqlmodel import Session, delete
 

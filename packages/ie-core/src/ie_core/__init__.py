@@ -3,7 +3,6 @@
 
 from importlib.metadata import version
 
-from ie_core.address import Address, AddressLike, format_address, parse_address, to_address
 from ie_core.api import (
     capture_attention,
     capture_generation,
@@ -13,7 +12,21 @@ from ie_core.api import (
     steer,
 )
 from ie_core.cache import ActivationCache
-from ie_core.families import FAMILIES, Family, Trait, family_for_architecture, get_family
+from ie_core.grammar import (
+    FAMILIES,
+    POINTS,
+    Address,
+    AddressLike,
+    Family,
+    Point,
+    Trait,
+    family_for_architecture,
+    format_address,
+    get_family,
+    get_point,
+    parse_address,
+    to_address,
+)
 from ie_core.loading import available_backends, load_model
 from ie_core.ops import (
     Additive,
@@ -29,16 +42,15 @@ from ie_core.ops import (
     Steering,
     steer_at,
 )
-from ie_core.points import POINTS, Point, get_point
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
     InterpModel,
     SamplingParams,
     StreamChunk,
-    SyncModel,
     TopK,
 )
+from ie_core.sync import SyncModel
 
 __version__ = version("ie-core")  # one source: the installed distribution's metadata
 

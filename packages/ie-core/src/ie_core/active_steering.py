@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ie_core.ops import Steering
-from ie_core.protocol import InterpModel, SteeringArg, SyncModel, steering_tuple
+from ie_core.protocol import SteeringArg, steering_tuple
 
 # Steering active inside `with steer(model, ...)`, per model, for this context (thread / task).
 _ACTIVE: contextvars.ContextVar[tuple[tuple[int, tuple[Steering, ...]], ...]] = (
@@ -21,8 +21,8 @@ _ACTIVE: contextvars.ContextVar[tuple[tuple[int, tuple[Steering, ...]], ...]] = 
 
 
 def _key(model: Any) -> int:
-    """A `SyncModel` and the model it wraps share one steering context."""
-    return id(model.model) if isinstance(model, SyncModel) else id(model)
+    """A mirror (`SyncModel.mirrors`, the model it wraps) shares its model's steering context."""
+    return id(getattr(model, "mirrors", model))
 
 
 def with_active(model: Any, steering: SteeringArg) -> tuple[Steering, ...]:
@@ -32,9 +32,9 @@ def with_active(model: Any, steering: SteeringArg) -> tuple[Steering, ...]:
 
 
 @contextlib.contextmanager
-def steer(model: InterpModel | SyncModel, *specs: Steering) -> Iterator[None]:
-    """Apply `specs` to every free-function and `SyncModel` call on `model` inside the block
-    (outer specs first)."""
+def steer(model: Any, *specs: Steering) -> Iterator[None]:
+    """Apply `specs` to every free-function and `SyncModel` call on `model` (an `InterpModel` or
+    its `SyncModel`) inside the block (outer specs first)."""
     token = _ACTIVE.set((*_ACTIVE.get(), (_key(model), steering_tuple(specs))))
     try:
         yield

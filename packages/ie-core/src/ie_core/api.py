@@ -6,20 +6,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from ie_core.active_steering import steer, with_active
-from ie_core.address import AddressLike
 from ie_core.cache import ActivationCache
 from ie_core.errors import BadPromptError
+from ie_core.grammar import AddressLike
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
-    ModelLike,
     Prompt,
     SamplingParams,
     SteeringArg,
     TopK,
-    unwrap,
 )
 from ie_core.runner import run
+from ie_core.sync import ModelLike, unwrap
 from ie_core.tl_shaped import MAX_CACHE_BYTES, NamesFilter, checked_everything, head_counts
 
 

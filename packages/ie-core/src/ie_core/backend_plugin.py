@@ -13,7 +13,7 @@ from importlib.metadata import EntryPoint, entry_points
 from types import MappingProxyType
 from typing import Any
 
-from ie_core.points import Point, Serving
+from ie_core.grammar import Point, Serving
 from ie_core.protocol import InterpModel
 
 GROUP = "ie.backends"

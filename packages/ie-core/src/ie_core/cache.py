@@ -6,8 +6,8 @@ import copy
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ie_core.address import Address, AddressLike, to_address
 from ie_core.errors import UnsupportedOperationError
+from ie_core.grammar import Address, AddressLike, to_address
 
 # Per-head points: index 0 splits by query heads, 1 by KV heads (see ActivationCache.heads).
 _HEAD_SPLIT = {

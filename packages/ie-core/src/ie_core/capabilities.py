@@ -16,9 +16,8 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from ie_core.address import Address
 from ie_core.errors import PointUnavailableError
-from ie_core.points import POINTS
+from ie_core.grammar import POINTS, Address
 
 SCHEMA = 1
 _COMMITTED = files("ie_core") / "data" / "capabilities"

@@ -17,7 +17,7 @@ from ie_core.capabilities import (
     parse_capabilities,
     verdict,
 )
-from ie_core.points import POINTS
+from ie_core.grammar import POINTS
 
 __all__ = ["capabilities_command", "format_capabilities"]
 
@@ -110,7 +110,7 @@ def capabilities_command(
 def _check_families(parser: argparse.ArgumentParser, families: list[str]) -> None:
     import difflib
 
-    from ie_core.families import FAMILIES
+    from ie_core.grammar import FAMILIES
 
     known = sorted({f.slug for f in FAMILIES})
     for family in families:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from ie_core.address import Address
 from ie_core.backend_plugin import BackendPlugin, backend_plugin
 from ie_core.capabilities import (
     SYNTHETIC_PREFIX,
@@ -29,8 +28,7 @@ from ie_core.errors import (
     PointUnavailableError,
     UnsupportedModelError,
 )
-from ie_core.families import FAMILIES
-from ie_core.points import POINTS, Width, get_point
+from ie_core.grammar import FAMILIES, POINTS, Address, Width, get_point
 from ie_core.runner import run
 
 PROMPT = "The capital of France is"

@@ -158,7 +158,7 @@ def points_command(argv: list[str]) -> int:
 
 def points_summary() -> str:
     """`ie points` alone: one line per point, and where the details are."""
-    from ie_core.points import POINTS
+    from ie_core.grammar import POINTS
 
     lines = [f"{'point':22} {'scope':6} {'width':20} role"]
     lines += [f"{p.name:22} {p.scope.value:6} {p.width.value:20} {p.role.value}" for p in POINTS]

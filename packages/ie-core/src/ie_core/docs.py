@@ -5,8 +5,7 @@ serves it on a family comes only from that backend's committed sweep."""
 from __future__ import annotations
 
 from ie_core.capabilities import BACKENDS, Capabilities, PointCapability, load_capabilities
-from ie_core.families import FAMILIES
-from ie_core.points import POINTS
+from ie_core.grammar import FAMILIES, POINTS
 from ie_core.quantization import render_quantized_section
 
 # Cell marks of the per-backend matrices.

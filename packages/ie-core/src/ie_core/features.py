@@ -17,10 +17,11 @@ import torch
 
 from ie_core.errors import DictionaryShapeError, UnsupportedOperationError
 from ie_core.ops import Additive, FeatureClamp
-from ie_core.protocol import InterpModel, ModelLike, Prompt, SteeringArg, unwrap
+from ie_core.protocol import InterpModel, Prompt, SteeringArg
 from ie_core.runner import run
 from ie_core.sae_math import reduce_rows
 from ie_core.saes import SAE
+from ie_core.sync import ModelLike, unwrap
 
 
 @dataclass(frozen=True)

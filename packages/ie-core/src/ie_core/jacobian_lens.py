@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from ie_core.errors import LayerOutOfRangeError, UnsupportedModelError
-from ie_core.protocol import TopK, unwrap
+from ie_core.protocol import TopK
 from ie_core.runner import run
+from ie_core.sync import unwrap
 
 __all__ = ["JacobianLens", "ajacobian_lens_topk", "jacobian_lens_topk"]
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ie_core.address import to_address
 from ie_core.errors import InterpError
+from ie_core.grammar import to_address
 
 __all__ = ["DescribedModel", "ModelInfo", "ModelInfoError", "StageInfo"]
 

@@ -16,13 +16,12 @@ from typing import Any
 
 import torch
 
-from ie_core.address import to_address
 from ie_core.errors import BadPromptError, SteeringSpecError
+from ie_core.grammar import Width, get_point, point_name, to_address
 from ie_core.ops import Patch, PositionMask, Steering
-from ie_core.peer_names import point_name
-from ie_core.points import Width, get_point
-from ie_core.protocol import InterpModel, ModelLike, Prompt, unwrap
+from ie_core.protocol import InterpModel, Prompt
 from ie_core.runner import run
+from ie_core.sync import ModelLike, unwrap
 
 TokenLike = int | str | Sequence[int]
 # Cells decoded per lens call: bounds the [cells, vocab] logits held at once.

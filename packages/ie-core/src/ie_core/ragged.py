@@ -16,12 +16,12 @@ from typing import Any
 import torch
 
 from ie_core.active_steering import with_active
-from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.errors import BadPromptError
-from ie_core.points import POINTS, Width
-from ie_core.protocol import SteeringArg, unwrap
+from ie_core.grammar import POINTS, AddressLike, Width, to_address
+from ie_core.protocol import SteeringArg
 from ie_core.runner import run
+from ie_core.sync import unwrap
 
 # Points whose rows are [batch, heads, q, k]: both q and k run over the sequence.
 _QK_POINTS = frozenset(p.name for p in POINTS if p.width == Width.HQK)

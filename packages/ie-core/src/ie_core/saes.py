@@ -15,14 +15,13 @@ from typing import Any
 
 import torch
 
-from ie_core.address import format_address, to_address
 from ie_core.errors import (
     DictionaryAddressError,
     DictionaryDtypeError,
     DictionaryFormatError,
     DictionaryShapeError,
 )
-from ie_core.points import POINTS
+from ie_core.grammar import POINTS, format_address, to_address
 from ie_core.sae_math import ACTIVATIONS, NORMALIZATIONS, DictMeta
 
 _KEYS = ("W_enc", "b_enc", "W_dec", "b_dec")

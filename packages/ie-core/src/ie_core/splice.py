@@ -24,10 +24,11 @@ from ie_core.features import check_dictionary
 from ie_core.ops import Patch, steer_at
 from ie_core.patching import decode_rows
 from ie_core.prompts import prompt_batch
-from ie_core.protocol import InterpModel, ModelLike, unwrap
+from ie_core.protocol import InterpModel
 from ie_core.runner import run
 from ie_core.sae_math import decode, encode, normalized
 from ie_core.saes import SAE
+from ie_core.sync import ModelLike, unwrap
 
 __all__ = ["SpliceResult", "splice", "spliced_rows"]
 

@@ -12,11 +12,18 @@ import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ie_core.address import Address, AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.errors import BadPromptError, PointUnavailableError
-from ie_core.peer_names import point_name, tl_name
-from ie_core.points import POINTS, POINTS_BY_NAME, Width
+from ie_core.grammar import (
+    POINTS,
+    POINTS_BY_NAME,
+    Address,
+    AddressLike,
+    Width,
+    point_name,
+    tl_name,
+    to_address,
+)
 from ie_core.prompts import prompt_batch
 
 # What an everything-cache (`run_with_cache` without names) may hold before it is refused.

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, cast
 
 import torch
-from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import Capabilities
 from ie_core.errors import (
@@ -16,7 +15,7 @@ from ie_core.errors import (
     PointUnavailableError,
     UnsupportedOperationError,
 )
-from ie_core.families import Family, family_for_architecture
+from ie_core.grammar import AddressLike, Family, family_for_architecture, to_address
 from ie_core.models import resolve_model_path
 from ie_core.prompts import position_limit, text_ids
 from ie_core.protocol import (

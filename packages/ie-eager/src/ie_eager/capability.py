@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ie_core.address import Address
 from ie_core.capabilities import Capabilities, probe
+from ie_core.grammar import Address
 
 from ie_eager.resolve import Resolved, Resolver
 

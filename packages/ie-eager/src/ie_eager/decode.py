@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ie_core.address import Address
+from ie_core.grammar import Address
 from ie_core.logprobs import StepLogprobs
 from ie_core.prompts import check_generation_length
 from ie_core.protocol import SamplingParams, SteeringArg, sampling_params

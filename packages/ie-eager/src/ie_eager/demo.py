@@ -10,10 +10,10 @@ import time
 from typing import Any
 
 from ie_core import Additive, load_model, steer_at
-from ie_core.address import to_address
 from ie_core.api import decode_residuals, generate, run_with_cache
 from ie_core.cli import SuggestingParser
 from ie_core.errors import LayerOutOfRangeError
+from ie_core.grammar import to_address
 from ie_core.models import DEFAULT_MODEL
 from ie_core.runner import run
 

@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ie_core.address import Address
 from ie_core.errors import PointUnavailableError, SteeringSpecError
+from ie_core.grammar import POINTS_BY_NAME, Address
 from ie_core.ops import SteeringOp
 from ie_core.ops.apply import apply_ops
-from ie_core.points import POINTS_BY_NAME
 from torch import nn
 
 from ie_eager import attention

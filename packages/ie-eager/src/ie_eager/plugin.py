@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ie_core.backend_plugin import BackendPlugin
-from ie_core.points import Point, Service, Serving
+from ie_core.grammar import Point, Service, Serving
 
 
 def _load(model_id: Any, **kw: Any) -> Any:

@@ -9,10 +9,17 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from ie_core.address import Address, AddressLike, check_layer, to_address
 from ie_core.errors import PointUnavailableError
-from ie_core.families import Family
-from ie_core.points import POINTS, Point, get_point
+from ie_core.grammar import (
+    POINTS,
+    Address,
+    AddressLike,
+    Family,
+    Point,
+    check_layer,
+    get_point,
+    to_address,
+)
 from torch import nn
 
 from ie_eager import structure as st

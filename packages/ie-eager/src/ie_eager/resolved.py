@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from ie_core.address import Address
+from ie_core.grammar import Address
 from torch import nn
 
 from ie_eager.selectors import Selector, Whole

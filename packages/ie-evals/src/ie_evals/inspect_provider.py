@@ -20,10 +20,10 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from ie_core import Generation, InterpModel, SamplingParams, Steering, load_model
-from ie_core.address import Address, check_layer, to_address
 from ie_core.errors import UnsupportedOperationError
-from ie_core.protocol import unwrap
+from ie_core.grammar import Address, check_layer, to_address
 from ie_core.runner import loop
+from ie_core.sync import unwrap
 from inspect_ai.model import (
     ChatMessage,
     GenerateConfig,

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ie_core import Steering
-from ie_core.address import check_layer
 from ie_core.errors import InterpError, SteeringSpecError
+from ie_core.grammar import check_layer
 from ie_core.wire import steering_from_wire, steering_to_wire
 
 

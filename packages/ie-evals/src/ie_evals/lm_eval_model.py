@@ -14,8 +14,8 @@ from typing import Any
 
 from ie_core import InterpModel, SamplingParams, Steering, load_model
 from ie_core.errors import BadPromptError
-from ie_core.protocol import unwrap
 from ie_core.runner import run
+from ie_core.sync import unwrap
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import ie_core.errors as ie_errors
-from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.errors import (
     GradientUnavailableError,
@@ -23,6 +22,7 @@ from ie_core.errors import (
     PointUnavailableError,
     UnsupportedOperationError,
 )
+from ie_core.grammar import AddressLike, to_address
 from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.ops import SteeringOp, op_from_dict
 from ie_core.prompts import text_ids

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ie_core.address import Address, to_address
 from ie_core.errors import PointUnavailableError, UnsupportedOperationError
+from ie_core.grammar import Address, to_address
 from ie_core.model_info import ModelInfo
 from ie_core.ops import Additive, steer_at
 from ie_core.protocol import SamplingParams

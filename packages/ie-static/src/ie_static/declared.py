@@ -13,11 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ie_core.address import check_layer, to_address
 from ie_core.errors import PointUnavailableError, UnsupportedModelError
-from ie_core.families import Family
-from ie_core.peer_names import spelled_point
-from ie_core.points import POINTS, Point, get_point
+from ie_core.grammar import POINTS, Family, Point, check_layer, get_point, spelled_point, to_address
 
 from ie_static.serving import static_serving
 from ie_static.tap_info import TapInfo

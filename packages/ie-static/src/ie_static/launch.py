@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ie_core.address import to_address
 from ie_core.errors import PointUnavailableError
-from ie_core.families import Trait, family_for_architecture
+from ie_core.grammar import Trait, family_for_architecture, to_address
 from ie_core.models import resolve_model_path
 from ie_vllm import check_cpu_support, on_cpu
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ie_core.points import Width, get_point
+from ie_core.grammar import Width, get_point
 
 from ie_static.tables import TableShape, table_bytes
 

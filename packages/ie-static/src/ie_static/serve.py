@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from ie_core.errors import UnsupportedOperationError
-from ie_core.families import family_for_architecture
+from ie_core.grammar import family_for_architecture
 from ie_vllm import Engine, merge_infos
 
 from ie_static.backend import StaticModel

@@ -4,8 +4,8 @@ hooked vLLM's reason. Its plugin hands this to ie-core (`BackendPlugin.serving`)
 
 from __future__ import annotations
 
-from ie_core.points import Point, Service, Serving
-from ie_vllm.serving import RECOMPUTE_ATTN, vllm_serving
+from ie_core.grammar import Point, Service, Serving
+from ie_vllm import RECOMPUTE_ATTN, vllm_serving
 
 __all__ = ["static_serving"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ie_core.address import to_address
+from ie_core.grammar import to_address
 from ie_vllm import ATTN_POINTS, PointTable, capture_sites
 
 

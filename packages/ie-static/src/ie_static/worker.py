@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from ie_core.address import to_address
+from ie_core.grammar import to_address
 from ie_core.ops import SteeringOp
 from ie_vllm import (
     ATTN_POINTS,

@@ -35,6 +35,9 @@ _EXPORTS = {
     "SitePolicy": "host.policy",
     "RequestSpec": "specs",
     "SteerSpec": "specs",
+    # how each point is reached (a hook, a recompute, or a refusal)
+    "vllm_serving": "serving",
+    "RECOMPUTE_ATTN": "serving",
     # worker: points, batch layout, rows, the runner adapter
     "IEWorkerExtension": "worker.extension",
     "ATTN_POINTS": "worker.extension",
@@ -87,6 +90,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.pipeline import layer_range as layer_range
     from ie_vllm.pipeline import merge_infos as merge_infos
     from ie_vllm.pipeline import stage_of as stage_of
+    from ie_vllm.serving import RECOMPUTE_ATTN as RECOMPUTE_ATTN
+    from ie_vllm.serving import vllm_serving as vllm_serving
     from ie_vllm.specs import ReducerSpec as ReducerSpec
     from ie_vllm.specs import RequestSpec as RequestSpec
     from ie_vllm.specs import SteerSpec as SteerSpec
@@ -123,6 +128,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ATTN_POINTS",
+    "RECOMPUTE_ATTN",
     "SWEEP_MAX_MODEL_LEN",
     "VLLM_STACK",
     "BatchLayout",
@@ -165,5 +171,6 @@ __all__ = [
     "stage_of",
     "store_reduced",
     "tp_rank",
+    "vllm_serving",
     "wrap_model_forward",
 ]

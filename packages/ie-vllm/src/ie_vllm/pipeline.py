@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ie_core.address import to_address
+from ie_core.grammar import to_address
 from ie_core.model_info import ModelInfo
 
 from ie_vllm.worker.point_table import PointTable

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from ie_core.points import Point, Service, Serving
+from ie_core.grammar import Point, Service, Serving
 
 __all__ = ["GENERATE_SERVING", "RECOMPUTE_ATTN", "generate_serving", "vllm_serving"]
 

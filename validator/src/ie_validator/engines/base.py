@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from ie_core.address import Address
-from ie_core.points import Width, get_point
+from ie_core.grammar import Address, Width, get_point
 
 from ie_validator.mappings import Gap, Hook, lookup
 from ie_validator.scoring import Tier

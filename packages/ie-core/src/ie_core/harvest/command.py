@@ -80,7 +80,7 @@ def _already_done(args: argparse.Namespace, files: tuple[Any, ...]) -> bool:
     """Before the model loads: refuse a folder holding another harvest (naming the fields that
     differ), and report a complete one with nothing to do. The model's own fields (its revision,
     widths, tokenizer) are checked after the load, on resume."""
-    from ie_core.address import format_address, to_address
+    from ie_core.grammar import format_address, to_address
     from ie_core.harvest.manifest import check_same_spec, read_manifest
     from ie_core.harvest.spec import command_fields
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ie_core.address import AddressLike, format_address, to_address
+from ie_core.grammar import AddressLike, format_address, to_address
 from ie_core.harvest.corpus import checked_documents, describe_files, iter_file_documents
 from ie_core.harvest.errors import HarvestError
 from ie_core.harvest.manifest import (
@@ -38,8 +38,8 @@ from ie_core.harvest.shards import (
 from ie_core.harvest.spec import HarvestOptions, build_spec
 from ie_core.harvest.storage import check_free_space, prepare_folder, write_atomic
 from ie_core.harvest.windows import Window, make_windows
-from ie_core.protocol import unwrap
 from ie_core.runner import run
+from ie_core.sync import unwrap
 
 __all__ = ["HarvestResult", "aharvest", "harvest"]
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ie_core.address import format_address, to_address
+from ie_core.grammar import format_address, to_address
 from ie_core.harvest.errors import HarvestError
 from ie_core.harvest.manifest import Manifest, read_manifest
 from ie_core.harvest.shards import load_shard

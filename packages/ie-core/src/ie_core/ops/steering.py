@@ -7,13 +7,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ie_core.address import Address, AddressLike, to_address
 from ie_core.errors import SteeringSpecError
+from ie_core.grammar import Address, AddressLike, get_point, point_name, to_address
 from ie_core.ops.base import Op
 from ie_core.ops.kinds import OP_KINDS, SteeringOp
 from ie_core.ops.values import integer
-from ie_core.peer_names import point_name
-from ie_core.points import get_point
 
 
 @dataclass(frozen=True)

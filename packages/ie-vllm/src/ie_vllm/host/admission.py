@@ -12,16 +12,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-from ie_core.address import AddressLike, check_layer, to_address
 from ie_core.errors import (
     PointUnavailableError,
     PromptTooLongError,
     SteeringSpecError,
     UnsupportedOperationError,
 )
+from ie_core.grammar import AddressLike, check_layer, get_point, to_address
 from ie_core.model_info import ModelInfo
 from ie_core.ops.apply import check_ops_fit
-from ie_core.points import get_point
 from ie_core.protocol import Prompt, SteeringArg, prompt_batch, prompt_ids, steering_tuple
 from ie_core.steer_scope import mask_positions
 

@@ -14,16 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ie_core.address import AddressLike, to_address
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import PointCapability
 from ie_core.errors import (
     BadPromptError,
     GradientUnavailableError,
 )
+from ie_core.grammar import POINTS, AddressLike, to_address
 from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.models import resolve_model_path
-from ie_core.points import POINTS
 from ie_core.prompts import text_ids
 from ie_core.protocol import (
     Generation,

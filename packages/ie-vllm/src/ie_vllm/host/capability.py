@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ie_core.address import Address
 from ie_core.capabilities import Capabilities, PointCapability, probe
-from ie_core.points import POINTS
+from ie_core.grammar import POINTS, Address
 
 __all__ = ["capabilities"]
 

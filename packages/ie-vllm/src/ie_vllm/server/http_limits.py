@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from ie_core.address import to_address
-from ie_core.points import Width, get_point
+from ie_core.grammar import Width, get_point, to_address
 
 from ie_vllm.server.http_errors import BadRequest
 

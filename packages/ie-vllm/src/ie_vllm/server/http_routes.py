@@ -23,7 +23,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
-from ie_core.address import to_address
+from ie_core.grammar import to_address
 from ie_core.wire import (
     PREFIX,
     ROUTES,

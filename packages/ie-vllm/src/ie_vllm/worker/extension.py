@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ie_core.address import to_address
+from ie_core.grammar import to_address
 from ie_core.ops import SteeringOp
 from ie_core.ops.apply import apply_ops
 from ie_core.steer_scope import scoped

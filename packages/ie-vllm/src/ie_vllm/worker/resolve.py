@@ -12,9 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ie_core.address import to_address
-from ie_core.families import family_for_architecture
-from ie_core.points import POINTS, Point, Service, get_point
+from ie_core.grammar import POINTS, Point, Service, family_for_architecture, get_point, to_address
 from torch import nn
 
 from ie_vllm.serving import vllm_serving

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ie_core.address import Address
-from ie_core.errors import LayerOnTrunkPointError, MissingLayerError, UnknownPointError
+from ie_core.grammar.address import Address
 
 
 class Scope(StrEnum):
@@ -243,32 +242,3 @@ POINTS: tuple[Point, ...] = (
 )  # fmt: skip
 
 POINTS_BY_NAME: dict[str, Point] = {p.name: p for p in POINTS}
-
-
-def get_point(name: str) -> Point:
-    try:
-        return POINTS_BY_NAME[name]
-    except KeyError:
-        from ie_core.peer_names import nearest
-
-        raise UnknownPointError(
-            f"unknown point {name!r}; {nearest(name)} Known points: {', '.join(POINTS_BY_NAME)}",
-            name,
-        ) from None
-
-
-def check_address(address: Address) -> Point | None:
-    """Check the address against its point's scope; returns the point (None for `path.`)."""
-    if address.is_path:
-        return None
-    point = get_point(address.name)
-    if point.per_layer and address.layer is None:
-        raise MissingLayerError(
-            f"{address.name!r} is a per-layer point; write e.g. '{address.name}.0'", str(address)
-        )
-    if not point.per_layer and address.layer is not None:
-        raise LayerOnTrunkPointError(
-            f"{address.name!r} is a trunk point and takes no layer; write '{address.name}'",
-            str(address),
-        )
-    return point

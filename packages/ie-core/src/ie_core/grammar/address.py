@@ -1,7 +1,7 @@
 """Addresses: `name[.LAYER][.stream-N]` and the `path.<module path>` escape hatch.
 
 The grammar is purely syntactic; whether a name is one of the 34 points, and whether it takes a
-layer, is checked by `to_address(..., check=True)` against the points registry.
+layer, is checked by `ie_core.grammar.naming.to_address(..., check=True)` against the registry.
 """
 
 from __future__ import annotations
@@ -128,43 +128,6 @@ def _number(digits: str, label: str, text: str) -> int:
 
 
 AddressLike = Address | str | tuple[str, int] | tuple[str, int, int] | tuple[str, None]
-
-
-def to_address(value: AddressLike, *, check: bool = False) -> Address:
-    """Accept an Address, a string, or a `(name, layer[, stream])` tuple.
-
-    A string may also be a TransformerLens or nnterp hook name (`blocks.3.hook_resid_post`,
-    `layers_output[3]`): it becomes our address (`resid_post.3`), see `ie_core.peer_names`.
-    With `check=True` the name must be a registered point and its layer coordinate must match
-    the point's scope (no layer on a trunk point, a layer on a per-layer point).
-    """
-    if isinstance(value, Address):
-        address = value
-    elif isinstance(value, str):
-        address = _parse_any(value)
-    elif isinstance(value, tuple) and 1 <= len(value) <= 3 and isinstance(value[0], str):
-        address = Address(*value)  # type: ignore[arg-type]
-    else:
-        raise AddressError(f"cannot make an address from {value!r}", value)
-    if check:
-        from ie_core.points import check_address
-
-        check_address(address)
-    return address
-
-
-def _parse_any(text: str) -> Address:
-    """Our grammar, or a TransformerLens / nnterp hook name mapped to our point (`peer_names`)."""
-    from ie_core.peer_names import from_peer_name, looks_foreign, nearest
-
-    if (peer := from_peer_name(text)) is not None:
-        return peer
-    try:
-        return parse_address(text)
-    except AddressError as error:
-        if not looks_foreign(text):
-            raise
-        raise type(error)(f"{error.args[0]}; {nearest(text)}", text) from None
 
 
 def check_layer(address: Address, n_layers: int, label: str = "") -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ie_core.points import POINTS, Point
+from ie_core.grammar.points import POINTS, Point
 
 
 class Trait(StrEnum):

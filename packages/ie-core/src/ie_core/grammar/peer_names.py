@@ -14,8 +14,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from ie_core.address import Address
-from ie_core.errors import UnknownPointError
+from ie_core.grammar.address import Address
+from ie_core.grammar.points import POINTS, POINTS_BY_NAME
 
 _LAYER = "{L}"
 _NORM_OUT = re.compile(r"^(blocks\.\{L\}\.ln[12]|ln_final)\.hook_out$")
@@ -40,8 +40,6 @@ def _spellings(engine: str, pattern: str) -> tuple[str, ...]:
 @functools.cache
 def peer_names() -> tuple[PeerName, ...]:
     """Every accepted spelling; later points win a shared name (the `_post` ones, see above)."""
-    from ie_core.points import POINTS  # points builds on the address module, as this does
-
     by_pattern: dict[str, PeerName] = {}
     for point in POINTS:
         for engine in ("transformer_lens", "nnterp"):
@@ -97,26 +95,11 @@ def _point_spellings() -> dict[str, str]:
 
 def spelled_point(text: str) -> str | None:
     """Our point name for `text` when it is one (ours or a layer-free peer spelling), else None."""
-    from ie_core.points import POINTS_BY_NAME
-
     if not isinstance(text, str):
         return None
     if text in POINTS_BY_NAME:
         return text
     return _point_spellings().get(text)
-
-
-def point_name(text: str) -> str:
-    """The point a `point=` argument names: ours (`resid_pre`) or a TransformerLens / nnterp
-    spelling without a layer (`hook_resid_pre`, `blocks.{L}.attn.hook_z`, `attn.hook_z`,
-    `layers_output`); anything else is an `UnknownPointError` naming the nearest point."""
-    from ie_core.points import get_point
-
-    if (name := spelled_point(text)) is not None:
-        return name
-    if not isinstance(text, str):
-        raise UnknownPointError(f"a point is named by a string, got {text!r}", text)
-    return get_point(text).name  # raises, naming the nearest point
 
 
 @functools.cache
@@ -146,8 +129,6 @@ def looks_foreign(text: str) -> bool:
 
 def nearest(text: str) -> str:
     """A sentence naming the point (or peer name and its point) closest to `text`."""
-    from ie_core.points import POINTS
-
     generic = re.sub(r"(?<=[.\[])[0-9]+(?=[.\]]|$)", _LAYER, text)
     layer = re.search(r"(?<=[.\[])([0-9]+)(?=[.\]]|$)", text)
     candidates = {p.name: p.name for p in POINTS}
@@ -163,6 +144,4 @@ def nearest(text: str) -> str:
 
 
 def _is_layer(name: str) -> bool:
-    from ie_core.points import POINTS_BY_NAME
-
     return POINTS_BY_NAME[name].per_layer

@@ -30,7 +30,7 @@ ENGINES = ("eager", "transformer-lens", "nnsight", "vllm", "vllm-static")
 
 def _ie(backend: str) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
     from ie_core import load_model
-    from ie_core.patching import logit_diff, patch_sweep
+    from ie_core.experiments.patching import logit_diff, patch_sweep
     from ie_core.runner import run
 
     kw: dict[str, Any] = {"dtype": "float32"}

@@ -22,10 +22,10 @@ pytest.importorskip("ie_eager")
 pytest.importorskip("ie_dashboard")
 
 from ie_core.capabilities import PointCapability, load_capabilities
-from ie_core.capability_sweep import check_claims, load_kwargs
 from ie_core.grammar import FAMILIES, POINTS
 from ie_core.loading import load_model
 from ie_core.runner import run
+from ie_core.tooling.capability_sweep import check_claims, load_kwargs
 from ie_dashboard import views
 from ie_dashboard.config import database_url
 from ie_dashboard.db import Database

@@ -7,8 +7,8 @@ from typing import Any
 
 import ie_core
 import pytest
-from ie_core import cli
 from ie_core.errors import ModelNotFoundError
+from ie_core.tooling import cli
 
 
 @dataclass(frozen=True)

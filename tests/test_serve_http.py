@@ -36,7 +36,7 @@ PROMPT = "The quick brown fox jumps over the lazy dog"
 
 
 def _local_sae() -> Any:
-    from ie_core.saes import from_tensors
+    from ie_core.experiments.saes import from_tensors
 
     return from_tensors(sae_weights(), address=SAE_POINT, b_dec_in=True)
 
@@ -362,9 +362,9 @@ def test_the_api_key_is_enforced(server: str) -> None:
 def test_remote_patch_sweep_and_ablation_equal_eager(server: str, remote: Any, ref: Any) -> None:
     """Patch and Scale ride the steering wire; a Hook never leaves the client."""
     from ie_core.errors import UnsupportedOperationError
+    from ie_core.experiments.patching import Metric, patch_sweep
+    from ie_core.experiments.user_hooks import run_with_hooks
     from ie_core.ops import Scale
-    from ie_core.patching import Metric, patch_sweep
-    from ie_core.user_hooks import run_with_hooks
 
     clean, corrupt = (
         ref.to_tokens(PROMPT),
@@ -441,7 +441,7 @@ def _post(server: str, path: str, body: Any) -> httpx.Response:
 
 
 def test_served_features_equal_eager_and_steer_by_name(remote: Any, ref: Any) -> None:
-    from ie_core.features import feature_activations, feature_clamp, feature_steer
+    from ie_core.experiments.features import feature_activations, feature_clamp, feature_steer
 
     sae = _local_sae()
     listed = run(remote.served_saes())[SAE_NAME]

@@ -15,8 +15,8 @@ from ie_bench.cells import read_cell, schema_errors
 from ie_bench.group import Step, round_robin, run_group
 from ie_bench.publish import PublishRefused, publish
 from ie_bench.spec import get_model, get_profile, get_variant
-from ie_core import load_sampling
-from ie_core.benchmark_load import judge
+from ie_core.tooling import load_sampling
+from ie_core.tooling.benchmark_load import judge
 
 VARIANTS = ("eager", "vllm", "vllm-eager")  # no mid-stack site: the fake model has no config
 

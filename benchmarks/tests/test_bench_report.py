@@ -22,8 +22,8 @@ from ie_bench.publish import (
 )
 from ie_bench.report import render_report
 from ie_bench.tables import rounded, rounded_multiplier
-from ie_core.benchmark_load import judge
-from ie_core.load_sampling import LoadSampler, foreign_runnable
+from ie_core.tooling.benchmark_load import judge
+from ie_core.tooling.load_sampling import LoadSampler, foreign_runnable
 
 
 def test_fixture_cells_match_the_schema() -> None:

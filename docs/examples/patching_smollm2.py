@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 from ie_core import load_model
-from ie_core.patching import logit_diff, patch_sweep
+from ie_core.experiments.patching import logit_diff, patch_sweep
+from ie_core.experiments.user_hooks import attribution_patch
 from ie_core.runner import run
-from ie_core.user_hooks import attribution_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 CLEAN = "The Eiffel Tower is in the city of"

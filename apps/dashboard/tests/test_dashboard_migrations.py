@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from dashboard_fixtures import make_cell
-from ie_core.records import BenchmarkCell
+from ie_core.tooling.records import BenchmarkCell
 from ie_dashboard import tables  # noqa: F401  (registers the ORM tables on SQLModel.metadata)
 from ie_dashboard.config import database_url
 from ie_dashboard.db import Database

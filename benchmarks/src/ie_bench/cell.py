@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ie_core.load_sampling import LoadSampler
+from ie_core.tooling.load_sampling import LoadSampler
 
 from ie_bench import environment
 from ie_bench import placement as where_ran

@@ -1,6 +1,6 @@
 """The cell JSON: its schema, where cells live, and reading a directory of them.
 
-A cell is one `(model, variant)` under one profile. Its schema is `ie_core.records.BenchmarkCell`,
+A cell is one `(model, variant)` under one profile. Its schema is `ie_core.tooling.records.BenchmarkCell`,
 shared with the dashboard that ingests these files, and documented in `benchmarks/README.md`
 ("Cell JSON").
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ie_core.records import CELL_SCHEMA, BenchmarkCell, problems
+from ie_core.tooling.records import CELL_SCHEMA, BenchmarkCell, problems
 
 SCHEMA = CELL_SCHEMA
 
@@ -28,7 +28,7 @@ def cell_path(cells_dir: Path, profile: str, model_key: str, variant_key: str) -
 
 
 def schema_errors(cell: Any) -> list[str]:
-    """What is wrong with a cell dict, as sentences; empty when it matches `ie_core.records`."""
+    """What is wrong with a cell dict, as sentences; empty when it matches `ie_core.tooling.records`."""
     if not isinstance(cell, dict):
         return [f"a cell is a JSON object, got {type(cell).__name__}"]
     return problems(BenchmarkCell, cell)

@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from ie_core.cli import tool_parser
+from ie_core.tooling.cli import tool_parser
 
 from ie_bench.cells import cell_path, load_cells, profiles_present
 from ie_bench.layout import ROOT_ENV, Layout, layout

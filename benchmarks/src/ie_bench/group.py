@@ -16,7 +16,7 @@ from time import sleep
 from typing import Any
 
 import psutil
-from ie_core.load_sampling import LoadSampler
+from ie_core.tooling.load_sampling import LoadSampler
 
 from ie_bench.cell import (
     cuda_refusal,

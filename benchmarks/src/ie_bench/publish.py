@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ie_core.benchmark_load import MAX_FOREIGN, MAX_LOAD_PER_CORE, Verdict, judge
+from ie_core.tooling.benchmark_load import MAX_FOREIGN, MAX_LOAD_PER_CORE, Verdict, judge
 
 from ie_bench.cells import metric
 from ie_bench.spec import MODELS, VARIANTS

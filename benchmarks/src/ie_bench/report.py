@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ie_core.benchmark_load import judge
+from ie_core.tooling.benchmark_load import judge
 
 from ie_bench.cells import metric
 from ie_bench.publish import (

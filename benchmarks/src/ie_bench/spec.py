@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from ie_core.load_sampling import SETTLE_S
+from ie_core.tooling.load_sampling import SETTLE_S
 
 Direction = Literal["higher", "lower"]
 
@@ -83,7 +83,7 @@ class Profile:
     # How the repeats become a figure: "best" (each metric's best repeat, as the paired static
     # script and the quiet figures do: the least disturbed run) or "median".
     aggregate: str = "best"
-    # Idle seconds before each timed step of an interleaved group (ie_core.load_sampling.SETTLE_S).
+    # Idle seconds before each timed step of an interleaved group (ie_core.tooling.load_sampling.SETTLE_S).
     settle_s: float = SETTLE_S
 
     def as_dict(self) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """SAELens parity record: SAELens writes a folder per architecture and encodes activations with
-its own `SAE.encode`; `ie_core.saes.load_sae` reads the same folder and `sae_math.encode` encodes
+its own `SAE.encode`; `ie_core.experiments.saes.load_sae` reads the same folder and `sae_math.encode` encodes
 the same activations; the record holds the max abs difference per architecture.
 
 sae-lens pins a transformer-lens below the one this workspace locks, so it runs from a separate
@@ -77,10 +77,10 @@ def saelens_side(work: Path) -> None:
 
 def ours(work: Path, saelens_python: str) -> dict:
     import torch
+    from ie_core.experiments.sae_math import encode
+    from ie_core.experiments.saes import load_sae
     from ie_core.loading import load_model
     from ie_core.runner import run
-    from ie_core.sae_math import encode
-    from ie_core.saes import load_sae
     from safetensors.torch import load_file, save_file
 
     model = load_model(MODEL, backend="eager", dtype="float32")

@@ -16,10 +16,10 @@ from ie_core.capabilities import (
     parse_capabilities,
     probe,
 )
-from ie_core.capability_cli import format_capabilities
-from ie_core.cli import main
 from ie_core.errors import PointUnavailableError
 from ie_core.grammar import POINTS, Address
+from ie_core.tooling.capability_cli import format_capabilities
+from ie_core.tooling.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -111,8 +111,8 @@ def test_wheel_ships_the_answers_and_reads_them_without_torch(tmp_path: Path) ->
 
 
 def test_sweep_records_a_refused_checkpoint_as_every_point_refused() -> None:
-    from ie_core.capability_sweep import sweep
     from ie_core.errors import UnsupportedModelError
+    from ie_core.tooling.capability_sweep import sweep
 
     why = "vLLM 0.32.0 (CPU) cannot run X from this checkpoint: its engine fails with KeyError"
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from ie_core import cli
-from ie_core.cli import describe_failure, installed_versions, main
 from ie_core.errors import ModelNotFoundError
+from ie_core.tooling import cli
+from ie_core.tooling.cli import describe_failure, installed_versions, main
 
 
 def test_a_misspelt_command_names_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 from ie_core.errors import SteeringSpecError
+from ie_core.experiments.patching import SweepResult, answer_prob, logit_diff
 from ie_core.ops import Additive, Patch, Scale, steer_at
 from ie_core.ops.apply import apply_ops
-from ie_core.patching import SweepResult, answer_prob, logit_diff
 from ie_core.wire import steering_from_wire, steering_to_wire
 
 W, HEAD = 8, 4  # two heads of four columns
@@ -160,7 +160,7 @@ def test_normalized_sweep_is_one_at_clean_and_zero_at_corrupt() -> None:
 
 def test_align_positions_pairs_from_the_end_the_start_or_given_pairs() -> None:
     from ie_core.errors import BadPromptError
-    from ie_core.patching import align_positions
+    from ie_core.experiments.patching import align_positions
 
     assert align_positions(3, 3, None) == {0: 0, 1: 1, 2: 2}
     with pytest.raises(BadPromptError, match=r'5 and 3 tokens.*align="end"'):
@@ -176,7 +176,7 @@ def test_align_positions_pairs_from_the_end_the_start_or_given_pairs() -> None:
 
 
 def test_multi_token_metrics_score_summed_logprobs() -> None:
-    from ie_core.patching import answer_tokens
+    from ie_core.experiments.patching import answer_tokens
 
     assert answer_tokens(None, 7) == (7,) and answer_tokens(None, [3, 4]) == (3, 4)
     with pytest.raises(SteeringSpecError, match="sequence of int ids"):

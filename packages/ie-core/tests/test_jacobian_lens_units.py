@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from ie_core.errors import LayerOutOfRangeError, UnsupportedModelError
-from ie_core.jacobian_lens import JacobianLens, ajacobian_lens_topk, jacobian_lens_topk
+from ie_core.experiments.jacobian_lens import JacobianLens, ajacobian_lens_topk, jacobian_lens_topk
 from ie_core.protocol import TopK
 
 D = 6

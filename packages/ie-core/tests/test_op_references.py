@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ie_core.features import feature_ablate, feature_clamp, feature_steer
+from ie_core.experiments.features import feature_ablate, feature_clamp, feature_steer
+from ie_core.experiments.saes import from_tensors
 from ie_core.ops import (
     Additive,
     FeatureClamp,
@@ -21,7 +22,6 @@ from ie_core.ops import (
     SteeringOp,
 )
 from ie_core.ops.apply import apply_ops
-from ie_core.saes import from_tensors
 from op_references import reference, reference_ops, sae_clamp_reference
 
 W = 16

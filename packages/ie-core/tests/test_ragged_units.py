@@ -10,8 +10,8 @@ import pytest
 import torch
 from ie_core.cache import ActivationCache
 from ie_core.errors import BadPromptError
+from ie_core.experiments.ragged import PaddedCache, capture_ragged, seq_dims
 from ie_core.ops import Additive, steer_at
-from ie_core.ragged import PaddedCache, capture_ragged, seq_dims
 from ie_core.sync import SyncModel
 
 HEADS, WIDTH = 2, 3

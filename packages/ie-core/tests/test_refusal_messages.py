@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from ie_core import ragged, sae_math, wire
+from ie_core import wire
 from ie_core.errors import BadPromptError, SteeringSpecError, UnsupportedOperationError
+from ie_core.experiments import ragged, sae_math
+from ie_core.experiments.ragged import PaddedCache
 from ie_core.ops import Additive, FeatureClamp, Hook, Patch, Scale
 from ie_core.ops import apply as steer_math
 from ie_core.ops.values import as_row, as_vector, integer, real_number
-from ie_core.ragged import PaddedCache
 
 
 class _NoShape:

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from ie_core import FAMILIES, POINTS, get_family, get_point
-from ie_core.docs import render_supported_points
 from ie_core.grammar import Scope, Service
+from ie_core.tooling.docs import render_supported_points
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -57,6 +57,6 @@ def test_supported_points_doc_matches_the_registry() -> None:
 
 
 def test_importing_ie_core_does_not_import_torch() -> None:
-    code = "import sys, ie_core, ie_core.cli, ie_core.docs; print('torch' in sys.modules)"
+    code = "import sys, ie_core, ie_core.tooling.cli, ie_core.tooling.docs; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

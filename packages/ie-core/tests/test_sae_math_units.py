@@ -1,4 +1,4 @@
-"""`ie_core.sae_math` against definitions written here (SAELens conventions, float64): the meta
+"""`ie_core.experiments.sae_math` against definitions written here (SAELens conventions, float64): the meta
 a worker receives, the worker's reduction (dense, top-k, reconstruction statistics), top-k order
 and ties, layer-norm inputs. Shares nothing with the maths under test but the tensors."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ie_core.sae_math import DictMeta, reduce_rows, topk_features
+from ie_core.experiments.sae_math import DictMeta, reduce_rows, topk_features
 
 D, F = 8, 12
 
@@ -93,7 +93,7 @@ def test_topk_is_largest_first_and_k_is_capped_at_the_width() -> None:
 
 
 def test_jumprelu_at_its_threshold_is_off_and_topk_uses_the_feature_axis() -> None:
-    from ie_core.sae_math import activate
+    from ie_core.experiments.sae_math import activate
 
     w = {"threshold": torch.tensor([1.0, 1.0, 1.0])}
     pre = torch.tensor([[1.0, 1.5, 0.5]])

@@ -15,8 +15,8 @@ from ie_core.errors import (
     DictionaryFormatError,
     DictionaryShapeError,
 )
-from ie_core.sae_math import encode, reconstruct, reduce_rows
-from ie_core.saes import address_from_hook, from_tensors, load_sae
+from ie_core.experiments.sae_math import encode, reconstruct, reduce_rows
+from ie_core.experiments.saes import address_from_hook, from_tensors, load_sae
 from safetensors.torch import save_file
 
 D, F = 16, 48

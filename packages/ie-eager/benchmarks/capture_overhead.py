@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ie_core.load_sampling import LoadSampler
+from ie_core.tooling.load_sampling import LoadSampler
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "capture_overhead"

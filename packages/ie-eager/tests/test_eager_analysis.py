@@ -1,12 +1,17 @@
-"""ie_core.analysis on eager: head contributions sum to attn_out, routing, chat message spans."""
+"""ie_core.experiments.analysis on eager: head contributions sum to attn_out, routing, chat message spans."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from eager_support import FAMILY_SLUGS, PROMPT, synthetic_model
-from ie_core.analysis import chat_spans, expert_assignment, head_contributions, topk_experts
 from ie_core.errors import PointUnavailableError
+from ie_core.experiments.analysis import (
+    chat_spans,
+    expert_assignment,
+    head_contributions,
+    topk_experts,
+)
 from ie_core.sync import SyncModel
 from ie_eager.analysis import out_projection
 

@@ -240,7 +240,7 @@ def test_edge_cases_give_complete_graphs() -> None:
     """No feature fires, a one-token prompt (position 0 is left out), a TopK set: each gives a
     graph whose rows still sum to their inputs. A cap of 0 gives no feature node (a capped
     graph's rows miss the left-out features' edges, as circuit-tracer's do)."""
-    from ie_core.saes import from_tensors
+    from ie_core.experiments.saes import from_tensors
 
     m = synthetic_model("llama")
     base = [random_transcoder(m.d_model, 16, i, seed=i) for i in range(m.n_layers)]

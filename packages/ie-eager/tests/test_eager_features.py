@@ -8,9 +8,14 @@ import torch
 from eager_support import synthetic_model
 from ie_core.api import run_with_cache
 from ie_core.errors import DictionaryShapeError, UnsupportedOperationError
-from ie_core.features import feature_ablate, feature_activations, feature_clamp, feature_steer
+from ie_core.experiments.features import (
+    feature_ablate,
+    feature_activations,
+    feature_clamp,
+    feature_steer,
+)
+from ie_core.experiments.saes import SAE, from_tensors
 from ie_core.ops import Additive, PositionMask, steer_at
-from ie_core.saes import SAE, from_tensors
 
 POINT = "resid_post.1"
 PROMPT = [[1, 17, 42, 99, 7, 23], [1, 250, 3, 64, 11, 5]]

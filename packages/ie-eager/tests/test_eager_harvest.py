@@ -211,7 +211,7 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(tmp_p
 def test_cli_refuses_a_missing_file_before_loading_and_importing_stays_torch_free(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ie_core.cli import main
+    from ie_core.tooling.cli import main
 
     argv = ["harvest", "no-such-model", "--data", str(tmp_path / "missing.txt")]
     code = main([*argv, "--points", "resid_post.0", "--out", str(tmp_path / "o")])
@@ -228,7 +228,7 @@ def test_cli_answers_a_complete_or_mismatched_folder_without_loading_the_model(
     """A rerun of a finished harvest says "nothing to do" and a different command is refused,
     both before the model loads (each used to load it first: 13-14 s on SmolLM2)."""
     import ie_core.loading
-    from ie_core.cli import main
+    from ie_core.tooling.cli import main
 
     out = tmp_path / "out"
     argv = ["harvest", "ie-synthetic/llama", "--backend", "eager", "--data", str(corpus[0])]

@@ -11,10 +11,10 @@ import pytest
 import torch
 from ie_core import SamplingParams
 from ie_core.errors import SteeringSpecError
+from ie_core.experiments.patching import logit_diff, mean_activation, patch_sweep
+from ie_core.experiments.user_hooks import attribution_patch, generate_with_hooks, run_with_hooks
 from ie_core.ops import Patch, Scale, steer_at
-from ie_core.patching import logit_diff, mean_activation, patch_sweep
 from ie_core.runner import run
-from ie_core.user_hooks import attribution_patch, generate_with_hooks, run_with_hooks
 from ie_eager.backend import EagerModel, load
 
 pytestmark = pytest.mark.skipif(

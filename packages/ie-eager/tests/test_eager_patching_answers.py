@@ -10,14 +10,14 @@ import pytest
 import torch
 from eager_support import synthetic_model
 from ie_core.errors import BadPromptError, SteeringSpecError
-from ie_core.ops import Patch, PositionMask, Steering
-from ie_core.patching import (
+from ie_core.experiments.patching import (
     Metric,
     answer_prob,
     final_logits,
     logit_diff,
     patch_sweep,
 )
+from ie_core.ops import Patch, PositionMask, Steering
 from ie_core.runner import run
 from ie_eager.backend import EagerModel
 

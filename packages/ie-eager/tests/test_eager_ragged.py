@@ -7,7 +7,7 @@ import torch
 from eager_support import synthetic_model
 from ie_core import decode_residuals, run_with_cache
 from ie_core.errors import BadPromptError
-from ie_core.ragged import PaddedCache, capture_ragged
+from ie_core.experiments.ragged import PaddedCache, capture_ragged
 from ie_core.sync import SyncModel
 
 TOL = 1e-5

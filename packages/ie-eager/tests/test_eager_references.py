@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 from eager_support import PROMPT, synthetic_model
-from ie_core.features import feature_clamp
+from ie_core.experiments.features import feature_clamp
+from ie_core.experiments.saes import from_tensors
 from ie_core.ops import (
     Additive,
     FeatureClamp,
@@ -32,7 +33,6 @@ from ie_core.ops import (
 )
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
-from ie_core.saes import from_tensors
 from ie_eager.backend import EagerModel
 
 # ie-core's references, imported by path: that folder is on sys.path only when its tests run too.

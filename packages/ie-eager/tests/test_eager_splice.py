@@ -8,8 +8,8 @@ import pytest
 import torch
 from eager_support import synthetic_model
 from ie_core.errors import DictionaryShapeError
-from ie_core.saes import SAE, from_tensors
-from ie_core.splice import splice
+from ie_core.experiments.saes import SAE, from_tensors
+from ie_core.experiments.splice import splice
 
 LAYER = 1
 POINT = f"resid_post.{LAYER}"

@@ -123,9 +123,9 @@ def test_point_arguments_take_transformer_lens_names(gemma2: SyncModel) -> None:
     mean_activation and a TL name as a Steering's point."""
     from ie_core import Additive
     from ie_core.errors import UnknownPointError
+    from ie_core.experiments.patching import logit_diff, mean_activation, patch_sweep
+    from ie_core.experiments.user_hooks import attribution_patch
     from ie_core.ops import Steering
-    from ie_core.patching import logit_diff, mean_activation, patch_sweep
-    from ie_core.user_hooks import attribution_patch
 
     clean, corrupt = [5, 17, 99, 42, 7], [5, 23, 99, 42, 7]
     metric = logit_diff(11, 12)
@@ -252,8 +252,8 @@ def test_attribution_per_head_sums_to_the_position_result_and_matches_hf_gradien
     heads], summing over heads to `heads=False`, and each head equal to (clean - corrupt) . grad
     computed here on the HF model with a hook on o_proj's input."""
     from ie_core.errors import SteeringSpecError
-    from ie_core.patching import logit_diff
-    from ie_core.user_hooks import attribution_patch
+    from ie_core.experiments.patching import logit_diff
+    from ie_core.experiments.user_hooks import attribution_patch
 
     clean, corrupt = [5, 17, 99, 42, 7], [5, 23, 99, 42, 7]
     metric = logit_diff(11, 12)

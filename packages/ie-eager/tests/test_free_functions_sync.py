@@ -21,7 +21,6 @@ import torch
 from eager_harvest_support import OPTIONS, POINTS, write_corpus
 from eager_support import synthetic_model
 from ie_core.active_steering import steer, with_active
-from ie_core.analysis import chat_spans
 from ie_core.api import (
     capture_attention,
     capture_generation,
@@ -31,14 +30,12 @@ from ie_core.api import (
 )
 from ie_core.circuits import TranscoderSet, attribute, prepare, random_transcoder
 from ie_core.circuits.weights import weights_for
-from ie_core.feature_stream import stream_features
-from ie_core.features import check_dictionary, feature_activations
-from ie_core.harvest import aharvest, harvest
-from ie_core.harvest.spec import HarvestOptions, build_spec
-from ie_core.jacobian_lens import JacobianLens, ajacobian_lens_topk, jacobian_lens_topk
-from ie_core.lens_stream import lens_transports, stream_lens
-from ie_core.ops import Additive, steer_at
-from ie_core.patching import (
+from ie_core.experiments.analysis import chat_spans
+from ie_core.experiments.feature_stream import stream_features
+from ie_core.experiments.features import check_dictionary, feature_activations
+from ie_core.experiments.jacobian_lens import JacobianLens, ajacobian_lens_topk, jacobian_lens_topk
+from ie_core.experiments.lens_stream import lens_transports, stream_lens
+from ie_core.experiments.patching import (
     answer_logprobs,
     answer_tokens,
     decode_rows,
@@ -51,17 +48,20 @@ from ie_core.patching import (
     prompt_token_ids,
     single_token,
 )
-from ie_core.ragged import capture_ragged, capture_ragged_async
-from ie_core.runner import run
-from ie_core.saes import from_tensors
-from ie_core.splice import splice
-from ie_core.sync import SyncModel
-from ie_core.user_hooks import (
+from ie_core.experiments.ragged import capture_ragged, capture_ragged_async
+from ie_core.experiments.saes import from_tensors
+from ie_core.experiments.splice import splice
+from ie_core.experiments.user_hooks import (
     attribution_patch,
     attribution_patch_async,
     generate_with_hooks,
     run_with_hooks,
 )
+from ie_core.harvest import aharvest, harvest
+from ie_core.harvest.spec import HarvestOptions, build_spec
+from ie_core.ops import Additive, steer_at
+from ie_core.runner import run
+from ie_core.sync import SyncModel
 from safetensors.torch import load_file
 
 CLEAN, CORRUPT = "The cat sat on the mat", "A cat sat on the hat"  # 10 tokens each
@@ -132,7 +132,9 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
     return {
         "active_steering.steer": steered,
         "active_steering.with_active": lambda m: with_active(m, vec),
-        "analysis.chat_spans": lambda m: chat_spans(m, [{"role": "user", "content": "hi"}]),
+        "experiments.analysis.chat_spans": lambda m: chat_spans(
+            m, [{"role": "user", "content": "hi"}]
+        ),
         "circuits.attribution.attribute": lambda m: attribute(m, CLEAN, tcs, max_n_logits=3),
         "circuits.attribution.prepare": lambda m: prepare(m, CLEAN, tcs, max_n_logits=3),
         "circuits.weights.weights_for": lambda m: weights_for(m),
@@ -143,49 +145,65 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
         "api.decode_residuals": lambda m: decode_residuals(m, rows, k=3),
         "api.generate": lambda m: generate(m, CLEAN, max_new_tokens=3),
         "api.run_with_cache": lambda m: run_with_cache(m, IDS, ["resid_post.1", "z.0"]),
-        "feature_stream.stream_features": lambda m: list(stream_features(m, CLEAN, {"s": sae})),
-        "features.check_dictionary": lambda m: check_dictionary(m, sae),
-        "features.feature_activations": lambda m: feature_activations(m, CLEAN, sae, k=4),
+        "experiments.feature_stream.stream_features": lambda m: list(
+            stream_features(m, CLEAN, {"s": sae})
+        ),
+        "experiments.features.check_dictionary": lambda m: check_dictionary(m, sae),
+        "experiments.features.feature_activations": lambda m: feature_activations(
+            m, CLEAN, sae, k=4
+        ),
         "harvest.harvesting.aharvest": _harvest(aharvest, tmp),
         "harvest.harvesting.harvest": _harvest(harvest, tmp),
         "harvest.spec.build_spec": lambda m: build_spec(m, opts, ()),
-        "jacobian_lens.ajacobian_lens_topk": lambda m: run(ajacobian_lens_topk(m, lens, rows, 1)),
-        "jacobian_lens.jacobian_lens_topk": lambda m: jacobian_lens_topk(m, lens, rows, 1),
-        "lens_stream.lens_transports": lambda m: lens_transports(m, ["resid_post.1"], lens),
-        "lens_stream.stream_lens": lambda m: list(
+        "experiments.jacobian_lens.ajacobian_lens_topk": lambda m: run(
+            ajacobian_lens_topk(m, lens, rows, 1)
+        ),
+        "experiments.jacobian_lens.jacobian_lens_topk": lambda m: jacobian_lens_topk(
+            m, lens, rows, 1
+        ),
+        "experiments.lens_stream.lens_transports": lambda m: lens_transports(
+            m, ["resid_post.1"], lens
+        ),
+        "experiments.lens_stream.stream_lens": lambda m: list(
             stream_lens(m, CLEAN, ["resid_post.1"], max_new_tokens=2)
         ),
-        "patching.answer_logprobs": lambda m: run(
+        "experiments.patching.answer_logprobs": lambda m: run(
             answer_logprobs(m, [IDS[0]], [None], [[7], [3, 4, 5]])
         ),
-        "patching.answer_tokens": lambda m: answer_tokens(m, " Paris"),
-        "patching.decode_rows": lambda m: run(decode_rows(m, rows)),
-        "patching.final_logits": lambda m: run(final_logits(m, [CLEAN], [None])),
-        "patching.mean_activation": lambda m: mean_activation(m, [CLEAN], "resid_post.1"),
-        "patching.mean_activation_async": lambda m: run(
+        "experiments.patching.answer_tokens": lambda m: answer_tokens(m, " Paris"),
+        "experiments.patching.decode_rows": lambda m: run(decode_rows(m, rows)),
+        "experiments.patching.final_logits": lambda m: run(final_logits(m, [CLEAN], [None])),
+        "experiments.patching.mean_activation": lambda m: mean_activation(
+            m, [CLEAN], "resid_post.1"
+        ),
+        "experiments.patching.mean_activation_async": lambda m: run(
             mean_activation_async(m, [CLEAN], "resid_post.1")
         ),
-        "patching.patch_sweep": lambda m: patch_sweep(m, CLEAN, CORRUPT, metric=METRIC, layers=[1]),
-        "patching.patch_sweep_async": lambda m: run(
-            patch_sweep_async(m, CLEAN, CORRUPT, metric=METRIC, layers=[1])
-        ),
-        "patching.prompt_token_ids": lambda m: prompt_token_ids(m, CLEAN),
-        "patching.single_token": lambda m: single_token(m, 7),
-        "ragged.capture_ragged": lambda m: capture_ragged(m, [CLEAN, "Hi"], ["resid_post.1"]),
-        "ragged.capture_ragged_async": lambda m: run(
-            capture_ragged_async(m, [CLEAN, "Hi"], ["resid_post.1"])
-        ),
-        "splice.splice": lambda m: splice(m, [CLEAN], sae),
-        "user_hooks.attribution_patch": lambda m: attribution_patch(
+        "experiments.patching.patch_sweep": lambda m: patch_sweep(
             m, CLEAN, CORRUPT, metric=METRIC, layers=[1]
         ),
-        "user_hooks.attribution_patch_async": lambda m: run(
+        "experiments.patching.patch_sweep_async": lambda m: run(
+            patch_sweep_async(m, CLEAN, CORRUPT, metric=METRIC, layers=[1])
+        ),
+        "experiments.patching.prompt_token_ids": lambda m: prompt_token_ids(m, CLEAN),
+        "experiments.patching.single_token": lambda m: single_token(m, 7),
+        "experiments.ragged.capture_ragged": lambda m: capture_ragged(
+            m, [CLEAN, "Hi"], ["resid_post.1"]
+        ),
+        "experiments.ragged.capture_ragged_async": lambda m: run(
+            capture_ragged_async(m, [CLEAN, "Hi"], ["resid_post.1"])
+        ),
+        "experiments.splice.splice": lambda m: splice(m, [CLEAN], sae),
+        "experiments.user_hooks.attribution_patch": lambda m: attribution_patch(
+            m, CLEAN, CORRUPT, metric=METRIC, layers=[1]
+        ),
+        "experiments.user_hooks.attribution_patch_async": lambda m: run(
             attribution_patch_async(m, CLEAN, CORRUPT, metric=METRIC, layers=[1])
         ),
-        "user_hooks.generate_with_hooks": lambda m: generate_with_hooks(
+        "experiments.user_hooks.generate_with_hooks": lambda m: generate_with_hooks(
             m, CLEAN, [("resid_post.1", lambda x, _: x * 2)], max_new_tokens=3
         ),
-        "user_hooks.run_with_hooks": lambda m: run_with_hooks(
+        "experiments.user_hooks.run_with_hooks": lambda m: run_with_hooks(
             m, IDS, [("resid_post.1", lambda x, _: x * 2)], ["resid_post.2"]
         ),
     }
@@ -228,7 +246,7 @@ def test_sync_model_and_model_alike(model: Any, tmp_path: Path, name: str) -> No
     assert plain[0] == mirrored[0], (plain, mirrored)
     assert _same(plain[1], mirrored[1]), name
     # Refusing is allowed only where the backend does not serve the call at all.
-    refused = {"feature_stream.stream_features", "analysis.chat_spans"}
+    refused = {"experiments.feature_stream.stream_features", "experiments.analysis.chat_spans"}
     assert plain[0] == "ok" or name in refused, plain
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 from ie_core.errors import LayerOutOfRangeError, PointUnavailableError, UnsupportedModelError
-from ie_core.jacobian_lens import JacobianLens, jacobian_lens_topk
-from ie_core.lens_stream import stream_lens
+from ie_core.experiments.jacobian_lens import JacobianLens, jacobian_lens_topk
+from ie_core.experiments.lens_stream import stream_lens
 from ie_core.ops import Additive, LensSteer, PositionMask, steer_at
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run

@@ -22,7 +22,7 @@ Price (--dtype, default bfloat16): columns eager (ie-eager), hooked (`vllm`), st
 (`vllm-static`: reads at every layer, one write site mid-stack) and vanilla (`vllm-generate`),
 each for plain generation, capture-all (resid_post at every layer) and steering at 1, 8 and 64
 concurrent streams (eager to 8: it serves one request at a time), plus a patch sweep
-(ie_core.patching) and an SAE read-out (ie_core.features; a random-weight dictionary unless
+(ie_core.experiments.patching) and an SAE read-out (ie_core.experiments.features; a random-weight dictionary unless
 --sae). Interleaved rounds: round r starts each engine in turn (order rotated by r), warms it
 up, runs each of its columns once (rotated by r), and shuts it down (torch.cuda.empty_cache,
 memory given back) before the next starts: never two engines at once. Each column reports every

@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cpu import MODEL, PROMPTS
-from ie_core.load_sampling import SETTLE_S, LoadSampler
+from ie_core.tooling.load_sampling import SETTLE_S, LoadSampler
 
 PARTS = ("set_rows", "forward", "harvest", "collect")
 PHASES = (("gen_c1", 1, False), ("gen_c8", 8, False), ("all_c1", 1, True), ("all_c8", 8, True))

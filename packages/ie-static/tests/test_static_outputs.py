@@ -17,8 +17,8 @@ from ie_core.errors import (
     SteeringSpecError,
     UnsupportedOperationError,
 )
+from ie_core.experiments.ragged import capture_ragged
 from ie_core.protocol import SamplingParams
-from ie_core.ragged import capture_ragged
 from ie_core.runner import run
 from ie_core.sync import SyncModel
 
@@ -85,7 +85,7 @@ def test_refusals_and_capture_attention(pair) -> None:
 
 
 def _dictionary(d: int, activation: str, seed: int = 0):
-    from ie_core.saes import from_tensors
+    from ie_core.experiments.saes import from_tensors
 
     g = torch.Generator().manual_seed(seed)
     f = 96
@@ -111,7 +111,7 @@ def _reference(x: torch.Tensor, sae) -> torch.Tensor:
 
 @pytest.mark.parametrize("activation", ["relu", "jumprelu", "topk"])
 def test_static_features_match_an_independent_encode(pair, activation: str) -> None:
-    from ie_core.features import feature_activations
+    from ie_core.experiments.features import feature_activations
 
     static, eager = pair
     sae = _dictionary(static.d_model, activation)
@@ -125,7 +125,7 @@ def test_static_features_match_an_independent_encode(pair, activation: str) -> N
 
 
 def test_static_feature_clamp_relu_and_jumprelu_refusal(pair) -> None:
-    from ie_core.features import feature_clamp
+    from ie_core.experiments.features import feature_clamp
     from ie_core.ops import steer_at
 
     static, eager = pair
@@ -145,7 +145,7 @@ def test_static_feature_clamp_relu_and_jumprelu_refusal(pair) -> None:
 
 def test_static_splice_matches_eager(pair) -> None:
     """The splice (a clean capture, then a Patch of the reconstruction) on the compiled engine."""
-    from ie_core.splice import splice
+    from ie_core.experiments.splice import splice
 
     static, eager = pair
     sae = _dictionary(static.d_model, "relu", seed=4)

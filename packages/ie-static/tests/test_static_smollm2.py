@@ -13,6 +13,7 @@ import asyncio
 import pytest
 import torch
 from ie_core.errors import PointUnavailableError, SteeringSpecError
+from ie_core.experiments.patching import logit_diff, patch_sweep_async
 from ie_core.ops import (
     Additive,
     LensAblate,
@@ -25,7 +26,6 @@ from ie_core.ops import (
     Scale,
     steer_at,
 )
-from ie_core.patching import logit_diff, patch_sweep_async
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 

@@ -5,7 +5,7 @@ one unrecorded warm-up round, then interleaves the workloads round-robin over `-
 ratio is measured under one condition. Before each timed call it waits `SETTLE_S`: an idle vLLM
 worker keeps spinning on its shared-memory queue for a second after its last step, and that spin
 would otherwise compete with the next workload on the other engine. Writes one JSON file with the
-load sampled while it measures (`ie_core.load_sampling`): figures taken while other processes
+load sampled while it measures (`ie_core.tooling.load_sampling`): figures taken while other processes
 competed (the publish gate's bound) are marked `"quiet": false` and are not performance figures. A benchmark, not a test; one command, a few
 minutes on a quiet 2-core machine with the defaults (on a shared machine, wrap it in the engine
 slot, `/work/bin/vllm-slot`):
@@ -30,8 +30,8 @@ from typing import Any
 
 import httpx
 from ie_core import Additive, SamplingParams, load_model, steer_at
-from ie_core.load_sampling import SETTLE_S, LoadSampler
 from ie_core.runner import run
+from ie_core.tooling.load_sampling import SETTLE_S, LoadSampler
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "http_overhead.json"
 PROMPT_TOKENS = 384  # + --new-tokens must stay within the 512 positions both engines get

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from ie_core.experiments.saes import SAE, from_tensors
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
-from ie_core.saes import SAE, from_tensors
 
 HERE = Path(__file__).resolve().parent
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -87,7 +87,7 @@ async def _plain(model: Any, prompts: list[str], params: SamplingParams) -> Any:
 
 
 def eager_cells(args: argparse.Namespace, sets: dict[str, dict[str, SAE]]) -> dict:
-    from ie_core.features import feature_activations
+    from ie_core.experiments.features import feature_activations
     from ie_core.loading import load_model
 
     model = load_model(MODEL, backend="eager", dtype="float32")

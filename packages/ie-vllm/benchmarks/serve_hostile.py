@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 from http_overhead import _port
-from ie_core.load_sampling import LoadSampler
+from ie_core.tooling.load_sampling import LoadSampler
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "serve_hostile.json"
 KEY = "bench-key"

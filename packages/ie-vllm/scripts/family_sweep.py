@@ -81,7 +81,7 @@ def _merged_capabilities(path: Path, backend: str, mine: dict[str, Any]) -> Any:
     """The committed capability file with this sweep's families replaced, written by ie-core's
     writer under the command `ie points --sweep` reproduces it with (the same claims and checks)."""
     from ie_core.capabilities import CapabilityFile, parse_capabilities
-    from ie_core.capability_sweep import sweep_command, versions
+    from ie_core.tooling.capability_sweep import sweep_command, versions
 
     old = _load_json(path, {"schema": 1, "backend": backend, "command": "", "models": {}})
     models = {
@@ -94,8 +94,8 @@ def _merged_capabilities(path: Path, backend: str, mine: dict[str, Any]) -> Any:
 def sweep_family(family: str, backend: str, tol: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """(capability entry, parity entry) of one family on `backend`."""
     from ie_core import SamplingParams, load_model
-    from ie_core.capability_sweep import check_claims, load_kwargs
     from ie_core.runner import run
+    from ie_core.tooling.capability_sweep import check_claims, load_kwargs
     from vllm_parity import (
         ENGINE_DIFFERENCES,
         PROMPT_TEXT,

@@ -4,7 +4,7 @@ each job run alone, `cast` keeps values, and a spec survives its wire form."""
 from __future__ import annotations
 
 import torch
-from ie_core.sae_math import DictMeta, encode
+from ie_core.experiments.sae_math import DictMeta, encode
 from ie_vllm.specs import ReducerSpec, RequestSpec
 from ie_vllm.worker import reducers
 

@@ -1,6 +1,6 @@
 """`ie serve --sae NAME=SOURCE` without an engine: argument parsing, start-up loading against
 the served model's widths (a mismatch stops the server naming it), and named feature ops
-resolved into the ops `ie_core.features` builds (compared field by field)."""
+resolved into the ops `ie_core.experiments.features` builds (compared field by field)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from ie_core.errors import DictionaryError, DictionaryShapeError, SteeringSpecError
-from ie_core.features import feature_ablate, feature_clamp, feature_steer
-from ie_core.saes import from_tensors
+from ie_core.experiments.features import feature_ablate, feature_clamp, feature_steer
+from ie_core.experiments.saes import from_tensors
 from ie_core.wire import steering_from_wire
 from ie_vllm.server.served_saes import load_served, parse_sae_args, resolve_steering, sae_env
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import torch
-from ie_core.jacobian_lens import jacobian_lens_topk
-from ie_core.lens_stream import stream_lens
+from ie_core.experiments.jacobian_lens import jacobian_lens_topk
+from ie_core.experiments.lens_stream import stream_lens
 from ie_core.ops import LensSteer, PositionMask, steer_at
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
@@ -111,7 +111,7 @@ SAE_PROMPTS = [[1, 17, 42, 99, 7, 23], [1, 250, 3, 64, 11, 5]]
 
 
 def _dictionary(d: int, activation: str, seed: int = 0) -> Any:
-    from ie_core.saes import from_tensors
+    from ie_core.experiments.saes import from_tensors
 
     g = torch.Generator().manual_seed(seed)
     f = 96
@@ -139,7 +139,7 @@ def _reference(x: torch.Tensor, sae: Any) -> torch.Tensor:
 def test_worker_features_match_an_independent_encode(
     pair: tuple[Any, Any], activation: str
 ) -> None:
-    from ie_core.features import feature_activations
+    from ie_core.experiments.features import feature_activations
 
     vm, em = pair
     sae = _dictionary(vm.d_model, activation)
@@ -155,7 +155,7 @@ def test_worker_features_match_an_independent_encode(
 
 def test_width_mismatch_refused_before_any_forward(pair: tuple[Any, Any]) -> None:
     from ie_core.errors import DictionaryShapeError
-    from ie_core.features import feature_activations
+    from ie_core.experiments.features import feature_activations
 
     vm, _ = pair
     before = run(vm.stats())["forwards"]
@@ -168,7 +168,7 @@ def test_sixteen_concurrent_dictionary_requests_equal_serial(pair: tuple[Any, An
     """Different dictionaries, k, features and steering per request, all in flight together."""
     import asyncio
 
-    from ie_core.features import feature_clamp, feature_steer
+    from ie_core.experiments.features import feature_clamp, feature_steer
 
     vm, em = pair
     kinds = ("relu", "jumprelu", "topk")
@@ -210,8 +210,8 @@ def test_sixteen_concurrent_dictionary_requests_equal_serial(pair: tuple[Any, An
 def test_streamed_features_equal_the_read_out_of_the_whole_generation(
     pair: tuple[Any, Any],
 ) -> None:
-    from ie_core.feature_stream import stream_features
-    from ie_core.features import feature_activations
+    from ie_core.experiments.feature_stream import stream_features
+    from ie_core.experiments.features import feature_activations
 
     vm, em = pair
     sae = _dictionary(vm.d_model, "topk", seed=3)
@@ -231,7 +231,7 @@ def test_streamed_features_equal_the_read_out_of_the_whole_generation(
 @pytest.mark.parametrize("keep_error", [False, True])
 def test_splice_matches_eager(pair: tuple[Any, Any], keep_error: bool) -> None:
     """The spliced next-token loss on vLLM equals eager's; keep_error=True is the clean run."""
-    from ie_core.splice import splice
+    from ie_core.experiments.splice import splice
 
     vm, em = pair
     sae = _dictionary(vm.d_model, "jumprelu", seed=2)

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import torch
-from ie_core.analysis import topk_experts
 from ie_core.errors import BadPromptError, GradientUnavailableError
+from ie_core.experiments.analysis import topk_experts
+from ie_core.experiments.ragged import capture_ragged
 from ie_core.protocol import SamplingParams
-from ie_core.ragged import capture_ragged
 from ie_core.runner import run
 from ie_core.sync import SyncModel
 from vllm_support import eager, requires_vllm, start, stop

@@ -18,8 +18,8 @@ import pytest
 import torch
 from ie_core import Additive, Patch, SamplingParams, steer_at
 from ie_core.errors import PointUnavailableError
-from ie_core.jacobian_lens import jacobian_lens_topk
-from ie_core.lens_stream import stream_lens
+from ie_core.experiments.jacobian_lens import jacobian_lens_topk
+from ie_core.experiments.lens_stream import stream_lens
 from ie_core.runner import run
 from vllm_parity import PROMPT_TEXT, max_abs_diffs, scaled_diffs, servable_addresses
 from vllm_support import eager, requires_vllm, start, stop

@@ -16,11 +16,11 @@ import pytest
 import torch
 from ie_core import Additive, Orthogonal, PositionMask, ProjectionCap, SamplingParams, steer_at
 from ie_core.errors import LayerOutOfRangeError, PointUnavailableError, UnsupportedOperationError
+from ie_core.experiments.patching import logit_diff, patch_sweep, patch_sweep_async
+from ie_core.experiments.user_hooks import run_with_hooks
 from ie_core.ops import Patch, Scale
-from ie_core.patching import logit_diff, patch_sweep, patch_sweep_async
 from ie_core.runner import run
 from ie_core.sync import SyncModel
-from ie_core.user_hooks import run_with_hooks
 from vllm_parity import PROMPT_TEXT, by_point, max_abs_diffs, scaled_diffs, servable_addresses
 from vllm_support import check_released, registered_keys, requires_vllm
 

@@ -14,7 +14,7 @@ import sys
 import psutil
 from ie_core import generate, load_model, run_with_cache
 from ie_core.errors import PointUnavailableError
-from ie_core.lens_stream import stream_lens
+from ie_core.experiments.lens_stream import stream_lens
 from ie_core.sync import SyncModel
 
 

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ie_core.cli import tool_parser
 from ie_core.errors import BackendNotInstalledError
+from ie_core.tooling.cli import tool_parser
 
 from ie_validator.layout import ROOT_ENV, Layout, layout
 

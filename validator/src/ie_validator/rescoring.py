@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ie_core.records import ValidatorResult
+from ie_core.tooling.records import ValidatorResult
 
 from ie_validator.results import load_results, write_result
 from ie_validator.scoring import Status, Tier, gate_status, verdict

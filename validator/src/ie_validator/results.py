@@ -1,6 +1,6 @@
 """Result files: one JSON per (model, engine) under `validator/results/<model slug>/<engine>.json`.
 
-The record is `ie_core.records.ValidatorResult`, the one the dashboard ingests, documented in
+The record is `ie_core.tooling.records.ValidatorResult`, the one the dashboard ingests, documented in
 validator/README.md ("Result schema"); `SCHEMA_VERSION` changes whenever a field changes meaning.
 """
 
@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ie_core.records import VALIDATOR_SCHEMA_VERSION, PointResult, ValidatorResult
+from ie_core.tooling.records import VALIDATOR_SCHEMA_VERSION, PointResult, ValidatorResult
 
 SCHEMA_VERSION = VALIDATOR_SCHEMA_VERSION
 

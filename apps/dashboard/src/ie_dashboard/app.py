@@ -15,7 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from ie_core.capabilities import BACKENDS, cell
-from ie_core.records import BenchmarkCell, ValidatorResult
+from ie_core.tooling.records import BenchmarkCell, ValidatorResult
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select

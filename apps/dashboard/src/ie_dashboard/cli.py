@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ie_core.cli import DefaultsHelpFormatter, SuggestingParser
+from ie_core.tooling.cli import DefaultsHelpFormatter, SuggestingParser
 
 from ie_dashboard.config import DATABASE_ENV, READ_ONLY_ENV, database_url, default_db_path
 

@@ -12,7 +12,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from ie_core.records import BenchmarkCell, ValidatorResult
+from ie_core.tooling.records import BenchmarkCell, ValidatorResult
 from sqlmodel import Session, delete, select
 
 from ie_dashboard.keys import cell_key, run_key

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ie_core.records import BenchmarkCell, ValidatorResult
+from ie_core.tooling.records import BenchmarkCell, ValidatorResult
 from pydantic import BaseModel, ValidationError
 
 from ie_dashboard.body import BodyError, parse_json

@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ie_core.benchmark_load import CellLoad, cell_load
 from ie_core.capabilities import NOT_VERIFIED, PointCapability, family_capabilities
 from ie_core.errors import AddressError
 from ie_core.grammar import parse_address
+from ie_core.tooling.benchmark_load import CellLoad, cell_load
 from sqlmodel import Session, col, select
 
 from ie_dashboard.notes import point_note

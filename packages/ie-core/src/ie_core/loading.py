@@ -63,7 +63,7 @@ def load_model(model_id: str = DEFAULT_MODEL, backend: str = "auto", **kwargs: A
     Third-party progress bars are off when stderr is not a terminal (`IE_PROGRESS=1` keeps them).
     """
     from ie_core.awaitable import guard_async
-    from ie_core.progress import quiet_third_party_progress
+    from ie_core.tooling.progress import quiet_third_party_progress
 
     quiet_third_party_progress()
     name = resolve_backend(backend)

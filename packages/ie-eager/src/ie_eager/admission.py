@@ -47,7 +47,7 @@ class EagerAdmission:
         if len(lengths) > 1:
             raise BadPromptError(
                 f"batch rows have different lengths {sorted(lengths)}; the eager backend does not "
-                "pad (padding changes positions); use ie_core.ragged.capture_ragged (right-padded,"
+                "pad (padding changes positions); use ie_core.experiments.ragged.capture_ragged (right-padded,"
                 " true lengths recorded), capture rows of equal length, or one at a time"
             )
         return rows

@@ -1,4 +1,4 @@
-"""Eager-only inputs for ie_core.analysis: the attention output projection's weight and bias."""
+"""Eager-only inputs for ie_core.experiments.analysis: the attention output projection's weight and bias."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def out_projection(model: EagerModel, layer: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Layer `layer`'s o_proj as (weight `[d_model, n_heads * head_dim]`, bias or None), the
-    layout `ie_core.analysis.head_contributions` takes (GPT-2's Conv1D weight is transposed)."""
+    layout `ie_core.experiments.analysis.head_contributions` takes (GPT-2's Conv1D weight is transposed)."""
     block = model.structure.blocks[layer]
     found = block.sub(block.attn, st.O_PROJ_NAMES)
     if found is None:

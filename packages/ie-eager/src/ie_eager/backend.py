@@ -319,7 +319,7 @@ class EagerModel:
     # -- lens --
 
     def lens_generation_stream(self, tokens: Prompt, addresses: Any, params: Any, **kw: Any) -> Any:
-        """Streaming lens read-out (ie_core.lens_stream.stream_lens); see ie_eager.lens_stream."""
+        """Streaming lens read-out (ie_core.experiments.lens_stream.stream_lens); see ie_eager.lens_stream."""
         self._check_open()
         return lens_stream.lens_generation_stream(self, tokens, addresses, params, **kw)
 

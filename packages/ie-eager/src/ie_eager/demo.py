@@ -11,11 +11,11 @@ from typing import Any
 
 from ie_core import Additive, load_model, steer_at
 from ie_core.api import decode_residuals, generate, run_with_cache
-from ie_core.cli import SuggestingParser
 from ie_core.errors import LayerOutOfRangeError
 from ie_core.grammar import to_address
 from ie_core.models import DEFAULT_MODEL
 from ie_core.runner import run
+from ie_core.tooling.cli import SuggestingParser
 
 PROMPT = "The capital of France is"
 STEER_PROMPT = "I went to the park and I felt"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from ie_core.errors import PointUnavailableError
-from ie_core.jacobian_lens import JacobianLens
+from ie_core.experiments.jacobian_lens import JacobianLens
 from ie_core.protocol import prompt_batch
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import torch
+from ie_core.experiments.lens_stream import LensStep
 from ie_core.grammar import AddressLike
-from ie_core.lens_stream import LensStep
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK
 from ie_core.text_stream import TextStream
 from torch import nn

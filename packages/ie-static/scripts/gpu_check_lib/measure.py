@@ -116,8 +116,8 @@ def release(baseline_free: int, max_wait_s: float = RELEASE_WAIT_S) -> None:
 
 def build_context(width: int, n_layers: int, new_tokens: int, sae_source: str | None) -> Context:
     import torch
+    from ie_core.experiments.saes import from_tensors, load_sae
     from ie_core.ops import Additive, steer_at
-    from ie_core.saes import from_tensors, load_sae
 
     mid = n_layers // 2
     site = f"resid_post.{mid}"
@@ -162,7 +162,7 @@ async def _streamed(model: Any, ctx: Context, workload: str, streams: int) -> di
 
 
 def _patch_sweep(model: Any, ctx: Context) -> dict[str, float]:
-    from ie_core.patching import logit_diff, patch_sweep
+    from ie_core.experiments.patching import logit_diff, patch_sweep
 
     clean, corrupt = model.to_tokens(CLEAN), model.to_tokens(CORRUPT)
     # Patching pairs positions; a tokenizer that splits the two subjects differently keeps the
@@ -189,7 +189,7 @@ def sae_rows(model: Any) -> list[list[int]]:
 
 
 def _sae(model: Any, ctx: Context) -> dict[str, float]:
-    from ie_core.features import feature_activations
+    from ie_core.experiments.features import feature_activations
 
     ids = sae_rows(model)
     t0 = time.perf_counter()

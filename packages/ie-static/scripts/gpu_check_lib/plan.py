@@ -21,9 +21,9 @@ WORKLOAD_TEXT = {
     "generate": "plain greedy generation",
     "capture_all": "generation capturing resid_post at every layer (prompt + generated rows)",
     "steer": "generation with an additive steering vector at resid_post.<mid>",
-    "patch_sweep": "ie_core.patching.patch_sweep, resid_post.<mid> x every position, all cells "
+    "patch_sweep": "ie_core.experiments.patching.patch_sweep, resid_post.<mid> x every position, all cells "
     "in flight (logit_diff ' Paris' vs ' Rome')",
-    "sae": "ie_core.features.feature_activations, top-32 of a dictionary at resid_post.<mid> "
+    "sae": "ie_core.experiments.features.feature_activations, top-32 of a dictionary at resid_post.<mid> "
     "over 8 rows of 128 tokens (random weights, 8 x d_model features, unless --sae)",
 }
 METRICS = {

@@ -24,7 +24,7 @@ LOAD_KWARGS: dict[str, dict[str, Any]] = {
     # One short prompt: a small context keeps the CPU KV cache and engine start small.
     "vllm": {"dtype": "float32", "max_model_len": 256},
     # Every tappable point at every layer, declared as the capability sweep declares it
-    # (`ie_core.capability_sweep.load_kwargs`), so the column compares what the backend can tap.
+    # (`ie_core.tooling.capability_sweep.load_kwargs`), so the column compares what the backend can tap.
     "vllm-static": {
         "dtype": "float32",
         "max_model_len": 256,

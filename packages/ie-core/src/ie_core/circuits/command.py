@@ -11,7 +11,7 @@ __all__ = ["trace_command"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ie_core.cli import DefaultsHelpFormatter
+    from ie_core.tooling.cli import DefaultsHelpFormatter
 
     p = argparse.ArgumentParser(
         prog="ie trace",

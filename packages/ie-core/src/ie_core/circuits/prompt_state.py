@@ -16,7 +16,7 @@ from ie_core.circuits.graph import LogitTarget
 from ie_core.circuits.replacement import Frozen, Sources, norm_scale
 from ie_core.circuits.transcoders import TranscoderSet
 from ie_core.circuits.weights import ReplacementWeights
-from ie_core.sae_math import activate, pre_acts
+from ie_core.experiments.sae_math import activate, pre_acts
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ circuit-tracer's on-disk format (0.5.0, `transcoder/single_layer_transcoder.py`)
 Each file holds `W_enc` and `W_dec` as `[d_transcoder, d_model]`, `b_enc` `[d_transcoder]`,
 `b_dec` `[d_model]`, and `activation_function.threshold` `[d_transcoder]` for JumpReLU (ReLU
 without it); a `W_skip` skip connection is refused here. SAELens, Gemma Scope and sparsify
-transcoders load through `ie_core.saes.load_sae` and join a set with `TranscoderSet.of`.
+transcoders load through `ie_core.experiments.saes.load_sae` and join a set with `TranscoderSet.of`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ie_core.circuits.errors import (
     TranscoderLayerError,
     TranscoderWidthError,
 )
-from ie_core.saes import SAE, from_tensors, load_sae
+from ie_core.experiments.saes import SAE, from_tensors, load_sae
 
 # The TransformerLens hooks circuit-tracer's configs name for a per-layer transcoder's input
 # (the MLP's normed input) and output (the MLP's output).

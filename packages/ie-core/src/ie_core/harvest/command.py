@@ -16,7 +16,7 @@ the same folder is refused, naming the difference. Layout and reader: docs/HARVE
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ie_core.cli import DefaultsHelpFormatter
+    from ie_core.tooling.cli import DefaultsHelpFormatter
 
     p = argparse.ArgumentParser(
         prog="ie harvest",

@@ -1,6 +1,6 @@
 """`FeatureClamp`: the steering op that sets one dictionary feature to a value and keeps the
 reconstruction error, for dictionaries whose feature is a function of its own encoder column
-(ReLU / JumpReLU, no input normalisation). Built by `ie_core.features.feature_clamp`.
+(ReLU / JumpReLU, no input normalisation). Built by `ie_core.experiments.features.feature_clamp`.
 
 Range: the delta is `(value - a(h)) * decoder` with `0 <= a(h) <= |h| |encoder| + |bias|`, so
 `|delta| <= (|value| + |bias| + |h| |encoder|) * max|decoder|`. An op is refused when that bound,

@@ -363,11 +363,11 @@ class VLLMModel(DescribedModel):
 
 def _refuse_ragged(lengths: list[int]) -> None:
     """Prompts of different lengths cannot share one `[batch, seq]` tensor: refuse before any
-    forward runs (ie_core.ragged.capture_ragged pads them and records the lengths)."""
+    forward runs (ie_core.experiments.ragged.capture_ragged pads them and records the lengths)."""
     if len(set(lengths)) > 1:
         raise BadPromptError(
             f"prompts of different lengths {lengths} cannot share one [batch, seq] tensor; use "
-            "ie_core.ragged.capture_ragged (right-padded, true lengths recorded) or capture "
+            "ie_core.experiments.ragged.capture_ragged (right-padded, true lengths recorded) or capture "
             "them one at a time"
         )
 

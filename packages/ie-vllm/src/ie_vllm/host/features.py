@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import torch
+from ie_core.experiments.saes import SAE
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
-from ie_core.saes import SAE
 
 from ie_vllm import payload
 from ie_vllm.host.model_parts import ModelParts

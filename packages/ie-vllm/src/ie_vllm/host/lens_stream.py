@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import torch
+from ie_core.experiments.lens_stream import LensStep
 from ie_core.grammar import AddressLike
-from ie_core.lens_stream import LensStep
 from ie_core.protocol import SamplingParams, SteeringArg, TopK
 
 from ie_vllm import payload

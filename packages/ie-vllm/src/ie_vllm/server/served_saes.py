@@ -5,7 +5,7 @@ reason), and named feature ops in a request's steering resolved into the plain o
 A named op is a steering op object carrying `sae`: `{"kind": "feature_steer", "sae": NAME, "feature": F,
 "coeff": C}`, `{"kind": "feature_clamp", "sae": NAME, "feature": F, "value": V}` or
 `{"kind": "feature_ablate", "sae": NAME, "feature": F}`; it becomes the `Additive` /
-`FeatureClamp` that `ie_core.features` builds from the dictionary, so it is checked and applied
+`FeatureClamp` that `ie_core.experiments.features` builds from the dictionary, so it is checked and applied
 exactly as the same op sent in full.
 """
 
@@ -17,9 +17,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ie_core.errors import DictionaryError, SteeringSpecError
-from ie_core.features import check_dictionary, feature_ablate, feature_clamp, feature_steer
+from ie_core.experiments.features import (
+    check_dictionary,
+    feature_ablate,
+    feature_clamp,
+    feature_steer,
+)
+from ie_core.experiments.saes import SAE, load_sae
 from ie_core.ops.values import real_number
-from ie_core.saes import SAE, load_sae
 
 SAES_ENV = "IE_SERVE_SAES"
 NAMED_KINDS = ("feature_steer", "feature_clamp", "feature_ablate")

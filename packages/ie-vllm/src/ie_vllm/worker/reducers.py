@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from ie_core.sae_math import DictMeta, reduce_rows
+from ie_core.experiments.sae_math import DictMeta, reduce_rows
 
 from ie_vllm.specs import ReducerSpec
 

@@ -3,7 +3,7 @@ its reconstruction (or by reconstruction + error, which is the clean run up to r
 score the next-token loss, beside the clean run's.
 
 It is composed from what every backend serves: one clean capture of the dictionary's point(s) and
-of the last residual, the reconstruction computed here (`ie_core.sae_math`), then one `Patch` per
+of the last residual, the reconstruction computed here (`ie_core.experiments.sae_math`), then one `Patch` per
 prompt writing it at `sae.out_address`. That is the splice exactly, not an approximation: the rows
 a dictionary reads lie upstream of (or at) the point it writes, so writing there cannot change
 them. Logits come from the last residual through the backend's own lens, chunked as in
@@ -20,14 +20,14 @@ from typing import Any
 import torch
 
 from ie_core.errors import UnsupportedOperationError
-from ie_core.features import check_dictionary
+from ie_core.experiments.features import check_dictionary
+from ie_core.experiments.patching import decode_rows
+from ie_core.experiments.sae_math import decode, encode, normalized
+from ie_core.experiments.saes import SAE
 from ie_core.ops import Patch, steer_at
-from ie_core.patching import decode_rows
 from ie_core.prompts import prompt_batch
 from ie_core.protocol import InterpModel
 from ie_core.runner import run
-from ie_core.sae_math import decode, encode, normalized
-from ie_core.saes import SAE
 from ie_core.sync import ModelLike, unwrap
 
 __all__ = ["SpliceResult", "splice", "spliced_rows"]

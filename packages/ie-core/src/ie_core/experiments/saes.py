@@ -1,6 +1,6 @@
 """Sparse dictionaries: `SAE` (tensors + `DictMeta` + the addresses it reads and writes) and
 `load_sae` for SAELens folders, Gemma Scope folders, EleutherAI sparsify folders, Hub ids of all
-three, or tensors in memory. Loading is host code; the maths is `ie_core.sae_math`.
+three, or tensors in memory. Loading is host code; the maths is `ie_core.experiments.sae_math`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from ie_core.errors import (
     DictionaryFormatError,
     DictionaryShapeError,
 )
+from ie_core.experiments.sae_math import ACTIVATIONS, NORMALIZATIONS, DictMeta
 from ie_core.grammar import POINTS, format_address, to_address
-from ie_core.sae_math import ACTIVATIONS, NORMALIZATIONS, DictMeta
 
 _KEYS = ("W_enc", "b_enc", "W_dec", "b_dec")
 

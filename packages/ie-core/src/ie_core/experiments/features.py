@@ -4,7 +4,7 @@ reconstruction statistics on request) and the feature steering ops `feature_stee
 
 A backend with in-worker reductions (`dictionary_features`, the vLLM backends) encodes where the
 rows live and ships only the result; any other backend captures the point and encodes here with
-the same maths (`ie_core.sae_math`).
+the same maths (`ie_core.experiments.sae_math`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 from ie_core.errors import DictionaryShapeError, UnsupportedOperationError
+from ie_core.experiments.sae_math import reduce_rows
+from ie_core.experiments.saes import SAE
 from ie_core.ops import Additive, FeatureClamp
 from ie_core.protocol import InterpModel, Prompt, SteeringArg
 from ie_core.runner import run
-from ie_core.sae_math import reduce_rows
-from ie_core.saes import SAE
 from ie_core.sync import ModelLike, unwrap
 
 
@@ -120,7 +120,7 @@ def _served(
         raise UnsupportedOperationError(
             f"{type(model).__name__} serves no named dictionaries (a name is resolved by an "
             "`ie serve --sae NAME=SOURCE` server, backend 'remote'); load the dictionary here "
-            "with ie_core.saes.load_sae and pass the SAE"
+            "with ie_core.experiments.saes.load_sae and pass the SAE"
         )
     out: dict[str, Any] = run(served(prompts, names, k=k, stats=stats, steering=steering))
     return out

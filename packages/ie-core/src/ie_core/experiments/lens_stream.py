@@ -12,8 +12,8 @@ from typing import Any
 
 from ie_core.active_steering import with_active
 from ie_core.errors import PointUnavailableError
+from ie_core.experiments.jacobian_lens import JacobianLens
 from ie_core.grammar import AddressLike, to_address
-from ie_core.jacobian_lens import JacobianLens
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK
 from ie_core.runner import iterate
 from ie_core.sync import unwrap

@@ -43,9 +43,9 @@ def format_capabilities(backend: str, family: str, caps: Capabilities | None) ->
 
 
 def _live(backend: str, family: str) -> Capabilities:
-    from ie_core.capability_sweep import load_kwargs
     from ie_core.loading import load_model
     from ie_core.runner import run
+    from ie_core.tooling.capability_sweep import load_kwargs
 
     print(
         f"ie points: loading {SYNTHETIC_PREFIX}{family} on {backend} to ask its resolver "
@@ -62,8 +62,8 @@ def _live(backend: str, family: str) -> Capabilities:
 def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
     import json
 
-    from ie_core.capability_sweep import sweep, sweep_command, synthetic_families
     from ie_core.loading import load_model
+    from ie_core.tooling.capability_sweep import sweep, sweep_command, synthetic_families
 
     out = args.out or Path(str(capability_path(args.backend)))
     families = args.family or list(synthetic_families())

@@ -16,9 +16,9 @@ import torch
 
 from ie_core.cache import ActivationCache
 from ie_core.errors import SteeringSpecError
+from ie_core.experiments.patching import Metric, SweepResult, head_count, prompt_token_ids
 from ie_core.grammar import AddressLike, Width, get_point, point_name, to_address
 from ie_core.ops import Hook, Steering, steer_at
-from ie_core.patching import Metric, SweepResult, head_count, prompt_token_ids
 from ie_core.protocol import Generation, Prompt, SamplingParams
 from ie_core.runner import run
 from ie_core.sync import ModelLike, unwrap

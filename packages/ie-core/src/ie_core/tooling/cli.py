@@ -131,10 +131,10 @@ def points_command(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     if args.sweep or args.family or args.committed or args.backend:
-        from ie_core.capability_cli import capabilities_command
+        from ie_core.tooling.capability_cli import capabilities_command
 
         return capabilities_command(parser, args, ["ie", "points", *argv])
-    from ie_core.docs import render_supported_points
+    from ie_core.tooling.docs import render_supported_points
 
     if not (args.write or args.check or args.markdown):
         print(points_summary(), end="")
@@ -217,7 +217,7 @@ def describe_failure(name: str, exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ie_core.progress import quiet_third_party_progress
+    from ie_core.tooling.progress import quiet_third_party_progress
 
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet_third_party_progress()  # before any command imports tqdm: logs get no bar redraws

@@ -10,10 +10,10 @@ from typing import Any
 
 from ie_core.active_steering import with_active
 from ie_core.errors import UnsupportedOperationError
-from ie_core.features import Features, check_dictionary
+from ie_core.experiments.features import Features, check_dictionary
+from ie_core.experiments.saes import SAE
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
 from ie_core.runner import iterate
-from ie_core.saes import SAE
 from ie_core.sync import unwrap
 
 __all__ = ["FeatureStep", "stream_features"]

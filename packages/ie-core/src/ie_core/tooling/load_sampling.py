@@ -2,7 +2,7 @@
 
 Besides the load average, which counts the benchmark's own engine and client too, the sampler
 counts the threads of *other* processes that are runnable at each sample: the competing work a
-published figure must not include (the gate is `ie_core.benchmark_load.judge`). Standard library
+published figure must not include (the gate is `ie_core.tooling.benchmark_load.judge`). Standard library
 only, so every benchmark program (ie-bench, the eager and HTTP scripts) records load the same way.
 """
 
@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ie_core.benchmark_load import MAX_FOREIGN
+from ie_core.tooling.benchmark_load import MAX_FOREIGN
 
 SAMPLE_EVERY_S = 2.0
 # Idle seconds before a timed step when several vLLM engines share the machine: an idle worker

@@ -10,22 +10,18 @@ bare coroutine, and the mistake shows up later as an unrelated TypeError (or not
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 from ie_core.errors import NotAwaitedError
+from ie_core.protocol import InterpModel
 
-# The protocol's coroutine methods (generate_stream is an async iterator; `for` on it already fails).
-GUARDED = (
-    "capture",
-    "capture_generation",
-    "capture_attention",
-    "generate",
-    "decode_residuals",
-    "decode_residuals_topk",
-    "warmup",
-    "shutdown",
+# The protocol's coroutine methods, read from InterpModel so a new one is guarded without a line
+# here (generate_stream is an async iterator; `for` on it already fails).
+GUARDED = tuple(
+    name for name, member in vars(InterpModel).items() if inspect.iscoroutinefunction(member)
 )
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ie_core.awaitable import guard_async
 from ie_core.backend_plugin import BackendLoader, backend_names, backend_plugin, backend_plugins
 from ie_core.errors import BackendNotInstalledError
 from ie_core.models import DEFAULT_MODEL
 from ie_core.protocol import InterpModel
+from ie_core.tooling.progress import quiet_third_party_progress
 
 # Where the project's own backends come from, for the message when one is not installed (an
 # installed backend describes itself: `ie_core.backend_plugin`).
@@ -62,8 +64,6 @@ def load_model(model_id: str = DEFAULT_MODEL, backend: str = "auto", **kwargs: A
     Its coroutine methods refuse to be used unawaited (`ie_core.awaitable`).
     Third-party progress bars are off when stderr is not a terminal (`IE_PROGRESS=1` keeps them).
     """
-    from ie_core.awaitable import guard_async
-    from ie_core.tooling.progress import quiet_third_party_progress
 
     quiet_third_party_progress()
     name = resolve_backend(backend)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from ie_core.ops import PositionMask, Steering
+from ie_core.protocol import steering_tuple
 
 __all__ = ["ScopedPositions", "mask_positions", "pin_prompt", "scoped"]
 
@@ -61,7 +62,6 @@ def pin_prompt(steering: Any, prompt_len: int, total_len: int) -> Any:
     """Specs for a re-run forward over prompt + generated tokens (eager's capture_generation):
     a prefill-only scope becomes explicit masked positions prompt_len..total_len-1, since the
     re-run sees the generated tokens as part of its prompt."""
-    from ie_core.protocol import steering_tuple
 
     specs = steering_tuple(steering)
     if not any(s.mask.prefill_only for s in specs):

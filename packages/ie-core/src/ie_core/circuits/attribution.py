@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ie_core import run_with_cache
 from ie_core.circuits.errors import AttributionInputError
 from ie_core.circuits.graph import Graph
 from ie_core.circuits.influence import partial_influence
@@ -30,6 +31,7 @@ from ie_core.circuits.prompt_state import (
 from ie_core.circuits.replacement import mlp_writes, run_at, run_replacement
 from ie_core.circuits.transcoders import TranscoderSet, load_transcoders
 from ie_core.circuits.weights import ReplacementWeights, weights_for
+from ie_core.sync import unwrap
 
 
 def _check_knobs(max_feature_nodes: int | None, max_n_logits: int, prob: float, batch: int) -> None:
@@ -54,8 +56,6 @@ def prepare(
     weights: ReplacementWeights | str | Path | None = None,
 ) -> PromptState:
     """The forward half: checks, one capture through `run_with_cache`, the frozen constants."""
-    from ie_core import run_with_cache
-    from ie_core.sync import unwrap
 
     inner = unwrap(model)
     ts = load_transcoders(transcoders)
@@ -238,7 +238,6 @@ def attribute(
     circuit-tracer does (its MLP output then counts as bias); `weights` is the model's HF folder
     where the backend keeps weights in other processes; `device` is where the backward passes
     run (default: the CPU; e.g. "cuda" for large models)."""
-    from ie_core.sync import unwrap
 
     _check_knobs(max_feature_nodes, max_n_logits, desired_logit_prob, batch_size)
     ts = load_transcoders(transcoders)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ie_core.active_steering import with_active
-from ie_core.errors import PointUnavailableError
+from ie_core.errors import PointUnavailableError, UnsupportedOperationError
 from ie_core.experiments.jacobian_lens import JacobianLens
 from ie_core.grammar import AddressLike, to_address
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK
@@ -68,8 +68,6 @@ def stream_lens(
     model, steering = unwrap(model), with_active(model, steering)
     stream = getattr(model, "lens_generation_stream", None)
     if stream is None:
-        from ie_core.errors import UnsupportedOperationError
-
         raise UnsupportedOperationError(
             f"{type(model).__name__} has no streaming lens read-out; use backend 'eager' or "
             "'vllm', or capture_generation then decode_residuals"

@@ -29,6 +29,7 @@ from ie_core.errors import (
     UnsupportedModelError,
 )
 from ie_core.grammar import FAMILIES, POINTS, Address, Width, get_point
+from ie_core.ops import Additive, steer_at
 from ie_core.runner import run
 
 PROMPT = "The capital of France is"
@@ -105,7 +106,6 @@ def _check_served(model: Any, ids: list[int], served: list[Address]) -> list[Mis
 
 def _check_writable(model: Any, ids: list[int], address: Address, writable: bool) -> str:
     """A small additive write at `address` is accepted exactly when the claim says writable."""
-    from ie_core.ops import Additive, steer_at
 
     if get_point(address.name).width not in _FIXED_WIDTHS:
         return ""  # attention maps and stream stacks: no single vector to write

@@ -11,13 +11,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from ie_core.admission import admit_writes
 from ie_core.errors import BadPromptError, SteeringSpecError
-from ie_core.ops.apply import check_ops_fit
-from ie_core.protocol import Prompt, SteeringArg, prompt_batch, prompt_ids, steering_tuple
+from ie_core.grammar import Address
+from ie_core.ops import Steering
+from ie_core.protocol import Prompt, SteeringArg, prompt_batch, prompt_ids
 from ie_core.steer_scope import mask_positions
 
 from ie_eager.hooks import Write
 from ie_eager.resolve import Resolver
+from ie_eager.resolved import Resolved
 
 __all__ = ["EagerAdmission"]
 
@@ -53,20 +56,26 @@ class EagerAdmission:
         return rows
 
     def writes(self, steering: SteeringArg, prompts: list[list[int]]) -> list[Write]:
-        """Each steering address resolved, writable, of its width, its ops fit for the dtype."""
-        writes: list[Write] = []
+        """Each steering address admitted (`ie_core.admission`), its positions per prompt."""
         special = set(getattr(self.tokenizer, "all_special_ids", []) or [])
-        for spec in steering_tuple(steering):
-            for address in spec.addresses():
-                r = self.resolver.resolve(address)
-                if not r.writable or r.kind == "attention":
-                    raise SteeringSpecError(f"{address} is capture-only and cannot be steered")
-                if r.width is not None:
-                    spec.check_width(r.width)
-                check_ops_fit(spec.ops, self.dtype, str(address))
-                masked = tuple(mask_positions(spec.mask, p, special) for p in prompts)
-                writes.append(Write(r, spec.ops, masked, spec.width))
-        return writes
+        return [
+            Write(
+                w.site,
+                w.spec.ops,
+                tuple(mask_positions(w.spec.mask, p, special) for p in prompts),
+                w.spec.width,
+            )
+            for w in admit_writes(steering, self, self.dtype)
+        ]
+
+    def check_spec(self, spec: Steering) -> None:
+        """Eager runs every op, a `Hook` included."""
+
+    def writable_site(self, address: Address) -> tuple[Resolved, int | None]:
+        r = self.resolver.resolve(address)
+        if not r.writable or r.kind == "attention":
+            raise SteeringSpecError(f"{address} is capture-only and cannot be steered")
+        return r, r.width
 
     def eos_ids(self) -> set[int]:
         """Every end-of-sequence id the generation config, model config or tokenizer names."""

@@ -12,16 +12,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+from ie_core.admission import admit_writes
 from ie_core.errors import (
     PointUnavailableError,
     PromptTooLongError,
     SteeringSpecError,
     UnsupportedOperationError,
 )
-from ie_core.grammar import AddressLike, check_layer, get_point, to_address
+from ie_core.grammar import Address, AddressLike, check_layer, get_point, to_address
 from ie_core.model_info import ModelInfo
-from ie_core.ops.apply import check_ops_fit
-from ie_core.protocol import Prompt, SteeringArg, prompt_batch, prompt_ids, steering_tuple
+from ie_core.ops import Steering
+from ie_core.protocol import Prompt, SteeringArg, prompt_batch, prompt_ids
 from ie_core.steer_scope import mask_positions
 
 from ie_vllm.host.policy import SitePolicy
@@ -135,34 +136,35 @@ class Admission:
     def steer_specs(
         self, steering: SteeringArg, prompt_ids: Sequence[int]
     ) -> tuple[SteerSpec, ...]:
-        """The write specs the workers register: each address checked, writable, of its width, its
-        ops' values within the activations' dtype (the same refusal as eager's)."""
+        """The write specs the workers register: each address admitted (`ie_core.admission`:
+        writable here, of its width, its ops' values within the activations' dtype, the same
+        checks as eager's), its positions in this prompt."""
+        special = self.tokenizer.all_special_ids
         specs: list[SteerSpec] = []
-        for s in steering_tuple(steering):
-            if any(op.kind == "hook" for op in s.ops):
-                raise UnsupportedOperationError(
-                    f"a Hook at {s.point} runs a Python function, and backend {self.backend!r} "
-                    "runs its forward in vLLM's worker processes, where ie-vllm does not ship "
-                    "your callables (they would run outside this process's state and locks); "
-                    "express the intervention as ops (Patch, Scale, Additive, ...), which every "
-                    "backend runs, or use backend='eager' for your own hooks"
-                )
-            for addr in s.addresses():
-                text = self.check(addr)
-                if not self.policy.can_write(text):
-                    raise SteeringSpecError(
-                        f"{text} cannot be written on backend {self.backend!r}: "
-                        f"{self.write_reason(text)}"
-                    )
-                s.check_width(self.info.widths[text])
-                check_ops_fit(s.ops, self.engine.dtype, text)
-            masked = mask_positions(s.mask, prompt_ids, self.tokenizer.all_special_ids)
-            until = len(prompt_ids) if s.mask.prefill_only else None
-            specs.extend(
-                SteerSpec(str(a), s.ops, tuple(sorted(masked)), until) for a in s.addresses()
-            )
+        for w in admit_writes(steering, self, self.engine.dtype):
+            masked = mask_positions(w.spec.mask, prompt_ids, special)
+            until = len(prompt_ids) if w.spec.mask.prefill_only else None
+            specs.append(SteerSpec(w.site, w.spec.ops, tuple(sorted(masked)), until))
         self.policy.check_steering(tuple(specs))
         return tuple(specs)
+
+    def check_spec(self, spec: Steering) -> None:
+        if any(op.kind == "hook" for op in spec.ops):
+            raise UnsupportedOperationError(
+                f"a Hook at {spec.point} runs a Python function, and backend {self.backend!r} "
+                "runs its forward in vLLM's worker processes, where ie-vllm does not ship "
+                "your callables (they would run outside this process's state and locks); "
+                "express the intervention as ops (Patch, Scale, Additive, ...), which every "
+                "backend runs, or use backend='eager' for your own hooks"
+            )
+
+    def writable_site(self, address: Address) -> tuple[str, int]:
+        text = self.check(address)
+        if not self.policy.can_write(text):
+            raise SteeringSpecError(
+                f"{text} cannot be written on backend {self.backend!r}: {self.write_reason(text)}"
+            )
+        return text, self.info.widths[text]
 
     def write_reason(self, address: str) -> str:
         point = get_point(to_address(address).name)

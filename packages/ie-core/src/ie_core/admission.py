@@ -1,0 +1,59 @@
+"""The steering checks every backend's admission runs, in one order, so no backend accepts a
+spec another refuses: each spec's own check, then per address the backend's writable site, the
+width the site fixes, and the ops' values against the activations' dtype.
+
+A backend supplies `WriteSites` (how it finds a writable site and words its refusals) and maps
+each `AdmittedWrite` to its own write (eager's hook, vLLM's worker spec).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ie_core.grammar import Address
+from ie_core.ops import Steering
+from ie_core.ops.apply import check_ops_fit
+from ie_core.protocol import SteeringArg, steering_tuple
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["AdmittedWrite", "WriteSites", "admit_writes"]
+
+
+class WriteSites(Protocol):
+    """A backend's side of the checks."""
+
+    def check_spec(self, spec: Steering) -> None:
+        """Refuse a spec the backend cannot run at all, before any of its addresses."""
+
+    def writable_site(self, address: Address) -> tuple[Any, int | None]:
+        """The backend's handle on `address` and its width (None: any width), or raise with
+        the backend's reason when the address is unknown, unserved or not writable."""
+        ...
+
+
+@dataclass(frozen=True)
+class AdmittedWrite:
+    """One address of one spec that passed: the spec, the address and the backend's site."""
+
+    spec: Steering
+    address: Address
+    site: Any
+
+
+def admit_writes(
+    steering: SteeringArg, sites: WriteSites, dtype: torch.dtype
+) -> tuple[AdmittedWrite, ...]:
+    """Every (spec, address) of `steering`, checked in the order the module docstring gives."""
+    admitted: list[AdmittedWrite] = []
+    for spec in steering_tuple(steering):
+        sites.check_spec(spec)
+        for address in spec.addresses():
+            site, width = sites.writable_site(address)
+            if width is not None:
+                spec.check_width(width)
+            check_ops_fit(spec.ops, dtype, str(address))
+            admitted.append(AdmittedWrite(spec, address, site))
+    return tuple(admitted)

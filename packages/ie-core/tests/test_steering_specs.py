@@ -186,6 +186,12 @@ def op_fields(draw, elements=ELEMENTS, scalars=SCALARS, width=None):  # type: ig
             "bias": draw(scalars),
             "value": draw(scalars),
         },
+        "conditional": lambda: {
+            "op": {"kind": "additive", "vector": draw(vector), "coeff": draw(scalars)},
+            "probe": draw(vector),
+            "bias": draw(scalars),
+            "threshold": draw(scalars),
+        },
     }[kind]()
     return kind, fields
 

@@ -133,6 +133,11 @@ class SteeringSpecError(ValueError, InterpError):
     """A steering spec refused at construction or when bound to a model (width, values, op)."""
 
 
+class ConditionPointError(SteeringSpecError):
+    """A `Conditional` whose condition reads another point than the one it steers (a condition
+    is computed from the rows it writes, at the same step)."""
+
+
 class NotAwaitedError(InterpError, TypeError, AttributeError):
     """An async model method's result used without `await` (see ie_core.awaitable)."""
 

@@ -62,12 +62,9 @@ class StaticPolicy(SitePolicy):
                 "compiled steering tables select rows by prompt mask only; use backend='vllm' or "
                 "'eager', or mask the prompt positions you want left alone"
             )
-        if any(getattr(op, "threshold", 0.0) for s in specs for op in s.ops):
-            raise UnsupportedOperationError(
-                "a JumpReLU FeatureClamp is not available on backend 'vllm-static': its feature "
-                "jumps at the threshold, which the compiled kernel's clamp form cannot express "
-                "(ReLU clamps can); use backend='vllm' or 'eager', or feature_steer"
-            )
+        for why in (op.static_refusal() for s in specs for op in s.ops):
+            if why:  # the op says why the compiled tables cannot run it (a JumpReLU, a condition)
+                raise UnsupportedOperationError(why)
         ops_at: dict[str, int] = {}
         masks = {frozenset(s.masked) for s in specs if s.masked}
         for s in specs:

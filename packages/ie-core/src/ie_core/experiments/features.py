@@ -1,6 +1,7 @@
 """Dictionary features on any backend: `feature_activations` (dense or top-k per token, with the
 reconstruction statistics on request) and the feature steering ops `feature_steer` (an
-`Additive` with the decoder row), `feature_clamp` and `feature_ablate` (a `FeatureClamp`).
+`Additive` with the decoder row), `feature_clamp` and `feature_ablate` (a `FeatureClamp`), and
+`when_feature` (any op, applied only where a feature fires: a `Conditional`).
 
 A backend with in-worker reductions (`dictionary_features`, the vLLM backends) encodes where the
 rows live and ships only the result; any other backend captures the point and encodes here with
@@ -15,10 +16,11 @@ from typing import Any
 
 import torch
 
-from ie_core.errors import DictionaryShapeError, UnsupportedOperationError
+from ie_core.errors import DictionaryShapeError, SteeringSpecError, UnsupportedOperationError
 from ie_core.experiments.sae_math import reduce_rows
 from ie_core.experiments.saes import SAE
-from ie_core.ops import Additive, FeatureClamp
+from ie_core.ops import Additive, Conditional, FeatureClamp, Op
+from ie_core.ops.values import real_number
 from ie_core.protocol import InterpModel, Prompt, SteeringArg
 from ie_core.runner import run
 from ie_core.sync import ModelLike, unwrap
@@ -151,6 +153,44 @@ def feature_ablate(sae: SAE, feature: int) -> FeatureClamp:
     return feature_clamp(sae, feature, 0.0)
 
 
+def when_feature(sae: SAE, feature: int, op: Op, threshold: float = 0.0) -> Conditional:
+    """`op` only on the tokens where `feature`'s activation is above `threshold` (place it at
+    `sae.address`, where the feature reads; any other point is refused).
+
+    ReLU / JumpReLU features are functions of their own encoder column, so the condition is the
+    probe `h . W_enc[:, feature] + b` with b = b_enc[feature] (- b_dec . W_enc[:, feature] where
+    the dictionary subtracts b_dec first): a(h) > t >= 0 holds exactly where that score passes
+    max(t, the JumpReLU threshold)."""
+    sae.check_feature(feature)
+    why = _condition_refusal(sae)
+    if why:
+        raise UnsupportedOperationError(f"a feature condition on this dictionary: {why}")
+    t = real_number(threshold, "threshold")
+    if t < 0:
+        raise SteeringSpecError(
+            f"threshold {t} is below 0, and a feature's activation never is, so the condition "
+            "would always hold; apply the op unconditionally instead"
+        )
+    w = sae.weights
+    enc = w["W_enc"][:, feature].double()
+    bias = float(w["b_enc"][feature])
+    if sae.meta.b_dec_in:
+        bias -= float(w["b_dec"].double() @ enc)
+    if sae.meta.activation == "jumprelu":
+        t = max(t, float(w["threshold"][feature]))
+    return Conditional(op, enc.tolist(), bias, t, "relu", read=sae.address)
+
+
+def _condition_refusal(sae: SAE) -> str:
+    if sae.meta.activation == "topk":
+        return ("a TopK feature depends on every other feature (membership of the top k), so "
+                "it is not a function of its own encoder column; use a linear probe "
+                "(Conditional) instead")  # fmt: skip
+    if sae.meta.normalize != "none":
+        return "input normalisation makes the feature non-linear in the row; use a Conditional"
+    return ""
+
+
 def _clamp_refusal(sae: SAE) -> str:
     if sae.is_transcoder:
         return ("a transcoder reads one point and writes another; steer its output with "
@@ -170,4 +210,5 @@ __all__ = [
     "feature_activations",
     "feature_clamp",
     "feature_steer",
+    "when_feature",
 ]

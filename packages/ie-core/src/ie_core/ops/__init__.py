@@ -5,6 +5,7 @@ ops on tensors (and imports torch)."""
 
 from ie_core.ops.additive import Additive
 from ie_core.ops.base import AffineForm, Op
+from ie_core.ops.conditional import Conditional
 from ie_core.ops.feature_clamp import ROW_NORM_MAX, FeatureClamp, delta_bound
 from ie_core.ops.heads import check_heads
 from ie_core.ops.hook import Hook
@@ -24,6 +25,7 @@ __all__ = [
     "ROW_NORM_MAX",
     "Additive",
     "AffineForm",
+    "Conditional",
     "FeatureClamp",
     "Hook",
     "LensAblate",

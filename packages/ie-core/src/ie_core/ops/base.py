@@ -52,6 +52,14 @@ class Op:
     def check_width(self, width: int, where: str) -> None:
         """Refuse what only the point's width on a model can show (heads that do not split it)."""
 
+    def check_site(self, address: str) -> None:
+        """Refuse a site the op cannot run at (a condition made for another point)."""
+
+    def static_refusal(self) -> str | None:
+        """Why vllm-static's compiled affine tables cannot run this op, with what to use
+        instead; None where they can."""
+        return None
+
     def delta(self, h: Tensor) -> Tensor:
         """The fp32 delta for rows `h` ([..., width], fp32) of an op that adds one."""
         raise TypeError(f"{self.kind} replaces rows; it has no delta (use apply)")

@@ -96,6 +96,15 @@ class FeatureClamp(Op):
         act = p.relu() * (p > self.threshold)
         return ((self.value - act).unsqueeze(-1) * h64.new_tensor(self.decoder)).float()
 
+    def static_refusal(self) -> str | None:
+        if self.threshold == 0.0:
+            return None
+        return (
+            "a JumpReLU FeatureClamp is not available on backend 'vllm-static': its feature "
+            "jumps at the threshold, which the compiled kernel's clamp form cannot express "
+            "(ReLU clamps can); use backend='vllm' or 'eager', or feature_steer"
+        )
+
     def affine(self, like: Tensor) -> AffineForm | None:
         """Affine where the threshold is 0: (v - relu(p + c)) * d = (-clamp(p, -c, inf) + v - c) * d
         with p = h . encoder (raw); a JumpReLU threshold is not affine."""

@@ -9,6 +9,7 @@ from typing import Any
 from ie_core.errors import SteeringSpecError
 from ie_core.ops.additive import Additive
 from ie_core.ops.base import Op
+from ie_core.ops.conditional import Conditional
 from ie_core.ops.feature_clamp import FeatureClamp
 from ie_core.ops.hook import Hook
 from ie_core.ops.lens_ablate import LensAblate
@@ -33,6 +34,7 @@ _ALL: tuple[type[Op], ...] = (
     Scale,
     FeatureClamp,
     Hook,
+    Conditional,
 )
 
 # Ops that travel as JSON, by kind; a `Hook` holds a Python function and never leaves its process.

@@ -105,6 +105,9 @@ class Steering:
             raise SteeringSpecError(f"mask must be a PositionMask, got {type(self.mask).__name__}")
         if self.stream is not None:
             object.__setattr__(self, "stream", integer(self.stream, "stream"))
+        for op in ops:  # an op tied to a point (a condition read there) refuses the others
+            for address in self.addresses():
+                op.check_site(str(address))
 
     @property
     def width(self) -> int | None:

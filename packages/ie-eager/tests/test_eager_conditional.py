@@ -1,0 +1,190 @@
+"""Conditional steering on eager against its definition: a plain HF forward whose block output is
+steered by a forward hook written here (score = h . probe + bias in float64, the vector added on
+the rows whose score passes the threshold). fp32; tolerance 1e-5 relative to the rows' scale.
+Negative controls: a condition that never holds equals plain, one that always holds equals the
+unconditional op. Bad input is refused before any forward."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from eager_support import PROMPT, synthetic_model
+from ie_core.errors import ConditionPointError, DictionaryShapeError, SteeringSpecError
+from ie_core.experiments.features import when_feature
+from ie_core.experiments.sae_math import encode
+from ie_core.experiments.saes import from_tensors
+from ie_core.ops import Additive, Conditional, op_from_dict, steer_at
+from ie_core.protocol import SamplingParams
+from ie_core.runner import run
+from ie_eager.backend import EagerModel
+
+LAYER = 1
+READ = f"resid_post.{LAYER + 1}"
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def model() -> EagerModel:
+    return synthetic_model("llama")
+
+
+def _vec(width: int, seed: int) -> torch.Tensor:
+    return torch.randn(width, generator=torch.Generator().manual_seed(seed))
+
+
+def _hand_forward(model: EagerModel, ids: list[int], probe: torch.Tensor, bias: float,
+                  threshold: float, vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(the next block's output, the rows the condition held on) from a plain HF forward."""
+    hf: Any = model.hf_model
+    held: list[torch.Tensor] = []
+    out: list[torch.Tensor] = []
+
+    def steer(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        score = output.double() @ probe.double() + bias
+        hit = score > threshold
+        held.append(hit[0])
+        return torch.where(hit.unsqueeze(-1), output + vector, output)
+
+    def keep(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
+        out.append(output[0])
+
+    handles = [hf.model.layers[LAYER].register_forward_hook(steer),
+               hf.model.layers[LAYER + 1].register_forward_hook(keep)]  # fmt: skip
+    try:
+        with torch.no_grad():
+            hf(input_ids=torch.tensor([ids]), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return out[0], held[0]
+
+
+def _capture(model: EagerModel, ids: list[int], steering: Any = None) -> torch.Tensor:
+    return run(model.capture([ids], [READ], steering=steering))[READ][0]
+
+
+def _scaled(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max()) / max(1.0, float(b.abs().max()))
+
+
+def _setup(model: EagerModel) -> tuple[list[int], torch.Tensor, torch.Tensor, float]:
+    """Prompt ids, a probe, a vector and a threshold midway between two middle scores (so no row
+    sits at the threshold and about half the rows pass)."""
+    ids = model.to_tokens(PROMPT)
+    probe, vector = _vec(model.d_model, 1), _vec(model.d_model, 2) * 4
+    rows = run(model.capture([ids], [f"resid_post.{LAYER}"]))[f"resid_post.{LAYER}"][0]
+    scores = (rows.double() @ probe.double()).sort().values
+    mid = len(scores) // 2
+    return ids, probe, vector, float(scores[mid - 1] + scores[mid]) / 2
+
+
+def test_conditional_steering_equals_its_definition_row_by_row(model: EagerModel) -> None:
+    ids, probe, vector, threshold = _setup(model)
+    bias = 0.25
+    op = Conditional(Additive(vector, 1.0), probe, bias, threshold + bias)
+    got = _capture(model, ids, steer_at(f"resid_post.{LAYER}", op))
+    want, held = _hand_forward(model, ids, probe, bias, threshold + bias, vector)
+    assert 0 < int(held.sum()) < len(ids)  # some rows steered, some not
+    assert _scaled(got, want) <= TOL
+    plain = _capture(model, ids)
+    assert _scaled(got, plain) > 100 * TOL  # the steering moved the rows it hit
+    # The same op after the wire form (what ie serve and the vLLM worker receive).
+    again = op_from_dict(op.to_wire())
+    assert again == op
+    assert torch.equal(_capture(model, ids, steer_at(f"resid_post.{LAYER}", again)), got)
+
+
+def test_condition_never_holding_is_plain_and_always_holding_is_unconditional(
+    model: EagerModel,
+) -> None:
+    ids, probe, vector, _ = _setup(model)
+    at = f"resid_post.{LAYER}"
+    plain = _capture(model, ids)
+    never = Conditional(Additive(vector, 1.0), probe, threshold=1e30)
+    assert torch.equal(_capture(model, ids, steer_at(at, never)), plain)
+    # sigmoid(.) > -1 on every row.
+    always = Conditional(Additive(vector, 1.0), probe, threshold=-1.0, activation="sigmoid")
+    unconditional = _capture(model, ids, steer_at(at, Additive(vector, 1.0)))
+    assert torch.equal(_capture(model, ids, steer_at(at, always)), unconditional)
+    assert _scaled(unconditional, plain) > 100 * TOL
+
+
+def test_conditional_generation_equals_full_forwards_with_the_hand_hook(model: EagerModel) -> None:
+    """Generated tokens are judged by their own rows: KV-cached generation equals greedy decoding
+    by repeated full forwards with the hand hook (tokens exactly)."""
+    ids, probe, vector, threshold = _setup(model)
+    op = Conditional(Additive(vector, 1.0), probe, 0.0, threshold)
+    params = SamplingParams(max_new_tokens=5, stop_at_eos=False)
+    got = run(model.generate(ids, params, steering=steer_at(f"resid_post.{LAYER}", op))).token_ids
+    hf: Any = model.hf_model
+    seq = list(ids)
+
+    def steer(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        hit = (output.double() @ probe.double()) > threshold
+        return torch.where(hit.unsqueeze(-1), output + vector, output)
+
+    handle = hf.model.layers[LAYER].register_forward_hook(steer)
+    try:
+        for _ in range(5):
+            with torch.no_grad():
+                logits = hf(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1]
+            seq.append(int(logits.argmax()))
+    finally:
+        handle.remove()
+    assert list(got) == seq[len(ids) :]
+
+
+def test_feature_condition_equals_the_dictionary_encode(model: EagerModel) -> None:
+    """when_feature: the op applies exactly where the JumpReLU feature's activation passes."""
+    at = f"resid_post.{LAYER}"
+    d, n = model.d_model, 16
+    g = torch.Generator().manual_seed(5)
+    weights = {"W_enc": torch.randn(d, n, generator=g) / d**0.5, "b_enc": torch.randn(n, generator=g) / 8,
+               "W_dec": torch.randn(n, d, generator=g), "b_dec": torch.randn(d, generator=g) / 8,
+               "threshold": torch.full((n,), 0.05)}  # fmt: skip
+    sae = from_tensors(weights, address=at, activation="jumprelu", b_dec_in=True)
+    ids = model.to_tokens(PROMPT)
+    rows = run(model.capture([ids], [at]))[at][0]
+    acts = encode(rows, sae.weights, sae.meta).double()
+    f = int(((acts > 0).sum(0) - len(ids) / 2).abs().argmin())  # fires on about half the rows
+    t = float(acts[:, f][acts[:, f] > 0].median()) / 2
+    vector = _vec(d, 3) * 4
+    op = when_feature(sae, f, Additive(vector, 1.0), t)
+    assert op.holds(rows).tolist() == (acts[:, f] > t).tolist()
+    assert 0 < int((acts[:, f] > t).sum()) < len(ids)
+    got = _capture(model, ids, steer_at(at, op))
+    want, held = _hand_forward(model, ids, torch.tensor(op.probe), op.bias, op.threshold, vector)
+    assert held.tolist() == (acts[:, f] > t).tolist()
+    assert _scaled(got, want) <= TOL
+    with pytest.raises(DictionaryShapeError, match="outside"):
+        when_feature(sae, n, Additive(vector, 1.0))
+    with pytest.raises(ConditionPointError, match=at):
+        steer_at(f"resid_post.{LAYER + 1}", op)
+
+
+def test_bad_conditions_are_refused_before_any_forward(model: EagerModel) -> None:
+    ids = model.to_tokens(PROMPT)
+    d = model.d_model
+    vec = _vec(d, 4)
+    calls: list[int] = []
+    hook = model.hf_model.register_forward_pre_hook(lambda *a: calls.append(1))  # type: ignore[union-attr]
+    try:
+        with pytest.raises(SteeringSpecError, match="probe is 7 wide"):
+            Conditional(Additive(vec, 1.0), [1.0] * 7)
+        narrow = Conditional(Additive([1.0] * 7, 1.0), [1.0] * 7)
+        with pytest.raises(SteeringSpecError, match="width 7"):
+            run(model.capture([ids], [READ], steering=steer_at(f"resid_post.{LAYER}", narrow)))
+        with pytest.raises(SteeringSpecError, match="threshold must be finite"):
+            Conditional(Additive(vec, 1.0), vec, threshold=math.nan)
+        with pytest.raises(SteeringSpecError, match="activation"):
+            Conditional(Additive(vec, 1.0), vec, activation="softplus")
+        with pytest.raises(SteeringSpecError, match="probe is 7 wide"):
+            op_from_dict({"kind": "conditional", "op": Additive(vec).to_wire(), "probe": [1.0] * 7})
+        with pytest.raises(ConditionPointError, match=r"resid_post\.0"):
+            steer_at(f"resid_post.{LAYER}", Conditional(Additive(vec), vec, read="resid_post.0"))
+    finally:
+        hook.remove()
+    assert calls == []

@@ -126,6 +126,24 @@ def test_policy_narrows_reads_writes_and_bounds_steering() -> None:
         )
 
 
+def test_policy_refuses_a_conditional_op_with_the_reason_and_the_backend_to_use() -> None:
+    """A Conditional is not affine (the row decides whether it writes): refused at admission,
+    before any forward, by the op's own reason; a ReLU FeatureClamp still passes."""
+    from ie_core.errors import UnsupportedOperationError
+    from ie_core.ops import Conditional, FeatureClamp
+
+    config = StaticConfig(("resid_post.1",), ("resid_post.1",))
+    policy = StaticPolicy(("resid_post.1",), ("resid_post.1",), config)
+    cond = Conditional(Additive((1.0, 0.0)), (0.0, 1.0), threshold=0.5)
+    with pytest.raises(UnsupportedOperationError, match=r"Conditional.*affine.*backend='vllm'"):
+        policy.check_steering((SteerSpec("resid_post.1", (cond,)),))
+    policy.check_steering((SteerSpec("resid_post.1", (FeatureClamp((1.0,), (1.0,)),)),))
+    with pytest.raises(UnsupportedOperationError, match="JumpReLU"):
+        policy.check_steering(
+            (SteerSpec("resid_post.1", (FeatureClamp((1.0,), (1.0,), threshold=0.1),)),)
+        )
+
+
 def test_a_read_site_whose_write_was_refused_is_still_read() -> None:
     """The worker's refusals also hold refused writes: they must not hide a declared read."""
     config = StaticConfig(("resid_mid.0",), ())

@@ -24,11 +24,18 @@ from ie_dashboard import guards, render, views
 from ie_dashboard.body import MAX_BODY, BodyError, parse_json, read_limited
 from ie_dashboard.config import READ_ONLY_ENV, TOKEN_ENV, write_token
 from ie_dashboard.db import Database
-from ie_dashboard.ingest import upsert_cell, upsert_validator
+from ie_dashboard.graphs import GraphError, check_graph
+from ie_dashboard.ingest import upsert_cell, upsert_graph, upsert_validator
 from ie_dashboard.links import Links
 from ie_dashboard.migrations import applied_versions
 from ie_dashboard.registry import seed_registry
-from ie_dashboard.tables import BenchmarkCellRow, ValidatorPointRow, ValidatorRunRow, WorkloadRow
+from ie_dashboard.tables import (
+    BenchmarkCellRow,
+    GraphRow,
+    ValidatorPointRow,
+    ValidatorRunRow,
+    WorkloadRow,
+)
 
 LIVE = Links()
 _FROM_ENV = object()
@@ -129,6 +136,14 @@ def _pages(app: FastAPI, database: Database) -> None:
     @app.get("/fragments/run", response_class=HTMLResponse)
     def run_fragment(model: str, engine: str) -> HTMLResponse:
         return _page(database, lambda s: render.run_fragment(s, LIVE, model, engine))
+
+    @app.get("/graphs", response_class=HTMLResponse)
+    def graph_list() -> HTMLResponse:
+        return _page(database, lambda s: render.graph_list(s, LIVE))
+
+    @app.get("/graphs/{graph_id}", response_class=HTMLResponse)
+    def graph_page(graph_id: int) -> HTMLResponse:
+        return _page(database, lambda s: render.graph_page(s, LIVE, graph_id))
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -252,6 +267,23 @@ def _read_api(app: FastAPI, database: Database) -> None:
                 q = q.where(ValidatorRunRow.engine == engine)
             return [_run_json(s, r, points) for r in s.exec(q)]
 
+    @app.get("/api/graphs")
+    def graph_rows() -> list[dict[str, Any]]:
+        with database.read() as s:
+            return [_graph_json(r) for r in s.exec(select(GraphRow).order_by(col(GraphRow.id)))]
+
+    @app.get("/api/graphs/{graph_id}")
+    def graph_one(graph_id: int) -> dict[str, Any]:
+        with database.read() as s:
+            row = s.get(GraphRow, graph_id)
+            if row is None:
+                raise views.NotFound(f"no attribution graph {graph_id}")
+            return {**_graph_json(row), "graph": json.loads(row.raw_json)}
+
+
+def _graph_json(row: GraphRow) -> dict[str, Any]:
+    return row.model_dump(exclude={"raw_json", "graph_key"})
+
 
 def _arch_json(arch: views.Architecture) -> dict[str, Any]:
     return {
@@ -367,6 +399,39 @@ def _openapi_with_bodies(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return openapi
 
 
+def _graph_doc() -> dict[str, Any]:
+    """The graph's body in OpenAPI: the viewer's format is checked by hand (`graphs.py`)."""
+    body = {
+        "type": "object",
+        "required": ["metadata", "nodes", "links"],
+        "properties": {
+            "metadata": {"type": "object"},
+            "nodes": {"type": "array", "items": {"type": "object"}},
+            "links": {"type": "array", "items": {"type": "object"}},
+        },
+    }
+    return {
+        "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
+        "security": [{"bearer": []}],
+    }
+
+
+async def _parse_graph(request: Request) -> Any:
+    """The body as a checked graph: 413 over the body or graph size limits, else 400 with why."""
+    try:
+        raw = await read_limited(request.stream(), request.headers.get("content-length"))
+        data = parse_json(raw)
+        check_graph(data)
+    except BodyError as exc:
+        status = 413 if exc.status == 413 else 400
+        raise ApiError(status, {"detail": f"invalid attribution graph: {exc.message}"}) from None
+    except GraphError as exc:
+        raise ApiError(
+            exc.status, {"detail": f"invalid attribution graph: {exc.message}"}
+        ) from None
+    return data
+
+
 def _refuse_if_read_only(database: Database) -> None:
     if database.read_only:
         raise ApiError(
@@ -401,6 +466,23 @@ def _ingest_api(app: FastAPI, database: Database) -> None:
         _authorize(request)
         result = await _parse(request, ValidatorResult, "validator result")
         row_id, created = await run_in_threadpool(_store, database, upsert_validator, result)
+        return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)
+
+    @app.post(
+        "/api/graphs",
+        status_code=201,
+        responses={
+            **_INGEST_ERRORS,  # type: ignore[dict-item]
+            "400": {"description": "not JSON, or not an attribution graph (the reason says which)"},
+            "413": {"description": "body over the size limit, or more nodes / links than accepted"},
+        },
+        openapi_extra=_graph_doc(),
+    )
+    async def post_graph(request: Request) -> JSONResponse:
+        _refuse_if_read_only(database)
+        _authorize(request)
+        data = await _parse_graph(request)
+        row_id, created = await run_in_threadpool(_store, database, upsert_graph, data)
         return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)
 
     app.openapi = _openapi_with_bodies(app)  # type: ignore[method-assign]

@@ -6,6 +6,7 @@ ie dashboard [serve] [--host H] [--port P] [--db PATH]   serve (seeds an empty d
 ie dashboard seed [--db PATH] [--root DIR]                refresh from ie-core and committed JSON
 ie dashboard export [--out visualizer-web] [--db PATH]    write the static site
 ie dashboard screenshots [--out docs/img] [--db PATH]     PNGs of the three pages
+ie dashboard graph GRAPH.json... [--db PATH]              store `ie trace` graphs (exit 1 on a bad file)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ie_core.tooling.cli import DefaultsHelpFormatter, SuggestingParser
 
 from ie_dashboard.config import DATABASE_ENV, READ_ONLY_ENV, database_url, default_db_path
 
-COMMANDS = ("serve", "seed", "export", "screenshots")
+COMMANDS = ("serve", "seed", "export", "screenshots", "graph")
 
 
 def _positive(text: str) -> int:
@@ -97,7 +98,43 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="also each page at these window widths, e.g. 400,1400 (writes PAGE-WIDTH.png)",
     )
+    graph = sub.add_parser(
+        "graph",
+        formatter_class=DefaultsHelpFormatter,
+        help="store attribution graphs written by `ie trace --out` (shown under /graphs)",
+        description="Store attribution graph JSON files (`ie trace`'s output) in the database. "
+        "Each file is checked whole first; a malformed one is reported with its reason and "
+        "nothing of it is stored. The same file twice is one graph.",
+    )
+    graph.add_argument("files", nargs="+", type=Path, help="graph JSON files")
+    graph.add_argument("--db", help=db_help)
     return parser
+
+
+def _ingest_graphs(args: argparse.Namespace) -> int:
+    """One transaction per file, so one bad file neither blocks nor half-writes the others."""
+    from ie_dashboard.body import MAX_BODY, BodyError, parse_json
+    from ie_dashboard.db import Database
+    from ie_dashboard.graphs import GraphError
+    from ie_dashboard.ingest import upsert_graph
+
+    db = Database(database_url(args.db))
+    db.migrate()
+    failed = 0
+    for path in args.files:
+        try:
+            if path.stat().st_size > MAX_BODY:
+                raise GraphError(f"{path.stat().st_size:,} bytes; the limit is {MAX_BODY:,}")
+            data = parse_json(path.read_bytes())
+            with db.write() as session:
+                row_id, created = upsert_graph(session, data, source=str(path))
+        except (OSError, BodyError, GraphError) as exc:
+            print(f"ie dashboard graph: {path}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{path}: graph {row_id} ({'stored' if created else 'already stored'})")
+    db.dispose()
+    return 1 if failed else 0
 
 
 def _fresh_db(tmp: str, root: Path | None):  # type: ignore[no-untyped-def]
@@ -166,6 +203,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.command == "serve":
         return _serve(args)
+    if args.command == "graph":
+        return _ingest_graphs(args)
     if args.command == "seed":
         db = Database(database_url(args.db))
         report = seed(db, args.root or find_repo_root())

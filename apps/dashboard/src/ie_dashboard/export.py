@@ -14,7 +14,7 @@ from ie_dashboard import render, validator_runs, views
 from ie_dashboard.app import _arch_json, _cell_json, _run_json
 from ie_dashboard.db import Database
 from ie_dashboard.links import Links
-from ie_dashboard.tables import BenchmarkCellRow, ValidatorRunRow
+from ie_dashboard.tables import BenchmarkCellRow, GraphRow, ValidatorRunRow
 
 MARKER = ".ie-dashboard-export"
 SITE_README = """# visualizer-web
@@ -88,6 +88,10 @@ def export_site(db: Database, out: Path) -> int:
                 )
         page("throughput/index.html", lambda links: render.throughput(s, links))
         page("validation/index.html", lambda links: render.validation(s, links))
+        page("graphs/index.html", lambda links: render.graph_list(s, links))
+        for g in s.exec(select(GraphRow).order_by(col(GraphRow.id))):
+            assert g.id is not None
+            page(f"graphs/{g.id}.html", lambda links, i=g.id: render.graph_page(s, links, i))
         site = Links.for_static_page()
         for model, engine in validator_runs.validation_matrix(s).cells:
             page(

@@ -8,6 +8,7 @@ before the key is looked up), so concurrent ingests of one cell neither fail nor
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -15,10 +16,12 @@ from typing import Any
 from ie_core.tooling.records import BenchmarkCell, ValidatorResult
 from sqlmodel import Session, delete, select
 
-from ie_dashboard.keys import cell_key, run_key
+from ie_dashboard.graphs import check_graph
+from ie_dashboard.keys import cell_key, graph_key, run_key
 from ie_dashboard.postgres import claim
 from ie_dashboard.tables import (
     BenchmarkCellRow,
+    GraphRow,
     ValidatorPointRow,
     ValidatorRunRow,
     WorkloadRow,
@@ -146,4 +149,32 @@ def upsert_validator(session: Session, result: ValidatorResult, source: str) -> 
                 engine_hook=p.engine_hook,
             )
         )
+    return row.id, created
+
+
+def upsert_graph(session: Session, data: Any, source: str) -> tuple[int, bool]:
+    """Store an attribution graph (parsed JSON); returns (row id, created).
+
+    Checked first (`graphs.check_graph` raises GraphError with the reason), so a malformed graph
+    writes nothing.
+    """
+    doc = check_graph(data)
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    key = graph_key(doc.slug, hashlib.sha256(canonical.encode()).hexdigest())
+    claim(session, f"graph {key}")
+    row = session.exec(select(GraphRow).where(GraphRow.graph_key == key)).first()
+    created = row is None
+    if row is None:
+        row = GraphRow(graph_key=key, slug=doc.slug, n_nodes=0, n_links=0, raw_json="{}")
+    row.scan = doc.scan
+    row.prompt = doc.prompt
+    row.node_threshold = doc.node_threshold
+    row.n_nodes = len(doc.nodes)
+    row.n_links = len(doc.links)
+    row.raw_json = canonical
+    row.source = source
+    row.ingested_at = _now()
+    session.add(row)
+    session.flush()
+    assert row.id is not None
     return row.id, created

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["cell_key", "run_key"]
+__all__ = ["cell_key", "graph_key", "run_key"]
 
 
 def _encode(*fields: str) -> str:
@@ -24,3 +24,9 @@ def cell_key(model: str, variant: str, profile: str, started: str) -> str:
 def run_key(hf_id: str, engine: str, captured_at: str) -> str:
     """A validator result: (model id, engine, UTC capture time)."""
     return _encode(hf_id, engine, captured_at)
+
+
+def graph_key(slug: str, digest: str) -> str:
+    """An attribution graph: (slug, SHA-256 of its canonical JSON); slugs default to a file's
+    stem ("graph"), so the content decides identity and a re-traced graph is a new row."""
+    return _encode(slug, digest)

@@ -90,3 +90,13 @@ class Links:
         if self.static:
             return None
         return self._q("fragments/run", model=model, engine=engine)
+
+    def graphs(self) -> str:
+        return self._file("graphs/index.html") if self.static else f"{self.root}graphs"
+
+    def graph(self, graph_id: int) -> str:
+        return (
+            self._file(f"graphs/{graph_id}.html")
+            if self.static
+            else f"{self.root}graphs/{graph_id}"
+        )

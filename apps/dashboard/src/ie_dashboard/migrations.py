@@ -232,6 +232,26 @@ def _unambiguous_keys(conn: Connection) -> None:
         )
 
 
+def _graph_tables(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "attribution_graphs",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("graph_key", sa.String, nullable=False, unique=True),
+        sa.Column("slug", sa.String, nullable=False, index=True),
+        sa.Column("scan", sa.String, nullable=False),
+        sa.Column("prompt", sa.String, nullable=False),
+        sa.Column("node_threshold", sa.Float, nullable=True),
+        sa.Column("n_nodes", sa.Integer, nullable=False),
+        sa.Column("n_links", sa.Integer, nullable=False),
+        sa.Column("raw_json", sa.String, nullable=False),
+        sa.Column("source", sa.String, nullable=False),
+        sa.Column("ingested_at", sa.String, nullable=False),
+    )
+    md.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "registry: points, traits, architectures", _registry_tables),
     Migration(2, "benchmark cells and workloads", _benchmark_tables),
@@ -239,6 +259,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "cell id, profile and status on cells; family and error on runs", _cell_and_run_facts),
     Migration(5, "the engine's own hook name per validator point", _engine_hook),
     Migration(6, "natural keys as JSON arrays instead of a '|' join", _unambiguous_keys),
+    Migration(7, "attribution graphs (ie trace's JSON)", _graph_tables),
 )  # fmt: skip
 
 

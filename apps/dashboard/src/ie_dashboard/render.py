@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from functools import cache
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
-from ie_dashboard import charts, diagram, provenance, quantized, snippets, validator_runs, views
+from ie_dashboard import (
+    charts,
+    diagram,
+    graphs,
+    provenance,
+    quantized,
+    snippets,
+    validator_runs,
+    views,
+)
 from ie_dashboard.links import Links
 from ie_dashboard.notes import point_note
+from ie_dashboard.tables import GraphRow
 
 DEFAULT_ARCH = "llama"
 GLYPHS = {
@@ -171,6 +182,29 @@ def run_fragment(session: Session, links: Links, model: str, engine: str) -> str
 def validation_run(session: Session, links: Links, model: str, engine: str) -> str:
     detail = validator_runs.run_detail(session, model, engine)
     return _render("validation_run.html", links, page="validation", detail=detail)
+
+
+def graph_list(session: Session, links: Links) -> str:
+    rows = session.exec(select(GraphRow).order_by(col(GraphRow.id).desc())).all()
+    return _render("graphs.html", links, page="graphs", rows=rows)
+
+
+def graph_page(session: Session, links: Links, graph_id: int) -> str:
+    row = session.get(GraphRow, graph_id)
+    if row is None:
+        raise views.NotFound(f"no attribution graph {graph_id}; /graphs lists the stored ones")
+    # Stored rows were checked at ingest; checking again keeps the page and the API on one reading.
+    doc = graphs.check_graph(json.loads(row.raw_json))
+    return _render(
+        "graph.html",
+        links,
+        page="graphs",
+        row=row,
+        doc=doc,
+        drawing=graphs.layout(doc),
+        logits=graphs.logit_rows(doc),
+        features=graphs.top_features(doc),
+    )
 
 
 def error(links: Links, status: int, message: str) -> str:

@@ -131,3 +131,19 @@ class ValidatorPointRow(SQLModel, table=True):
     status: str
     reason: str = ""
     engine_hook: str = ""  # the peer engine's own name for the point
+
+
+class GraphRow(SQLModel, table=True):
+    __tablename__ = "attribution_graphs"  # type: ignore[assignment]
+
+    id: int | None = Field(default=None, primary_key=True)
+    graph_key: str = Field(unique=True)  # keys.graph_key: the same graph twice is one row
+    slug: str = Field(index=True)
+    scan: str = ""
+    prompt: str = ""
+    node_threshold: float | None = None
+    n_nodes: int
+    n_links: int
+    raw_json: str  # the checked graph as posted, re-read by the graph page
+    source: str = ""
+    ingested_at: str = ""

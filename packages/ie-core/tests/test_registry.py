@@ -13,9 +13,9 @@ from ie_core.tooling.docs import render_supported_points
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_there_are_34_points_with_unique_names() -> None:
-    assert len(POINTS) == 34
-    assert len({p.name for p in POINTS}) == 34
+def test_there_are_38_points_with_unique_names() -> None:
+    assert len(POINTS) == 38
+    assert len({p.name for p in POINTS}) == 38
 
 
 def test_vllm_serves_28_and_refuses_the_rest_with_a_reason() -> None:

@@ -49,6 +49,6 @@ def test_every_package_builds_and_ie_core_imports_without_torch(tmp_path: Path) 
         "print(len(POINTS), parse_address('resid_post.10'))"
     )
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["34", "resid_post.10"]
+    assert out.stdout.split() == ["38", "resid_post.10"]
     cli = subprocess.run([str(venv / "bin" / "ie")], capture_output=True, text=True, check=True)
     assert "demo  (not installed: ie-eager" in cli.stdout

@@ -79,10 +79,15 @@ _TL_BASE: Table = MappingProxyType(
         "embeddings": Hook("hook_embed"),
         "resid_pre": Hook("blocks.{L}.hook_resid_pre"),
         "attn_in": Hook("blocks.{L}.ln1.hook_out"),
+        "q": Hook("blocks.{L}.attn.hook_q"),
+        "k": Hook("blocks.{L}.attn.hook_k"),
         "q_norm_in": Hook("blocks.{L}.attn.hook_q"),
         "q_norm_out": Hook("blocks.{L}.attn.hook_q_normed", layout="bhsd"),
         "k_norm_in": Hook("blocks.{L}.attn.hook_k"),
         "k_norm_out": Hook("blocks.{L}.attn.hook_k_normed", layout="bhsd"),
+        # The bridge fires these after the rotary, [batch, seq, heads, head_dim].
+        "q_rot": Hook("blocks.{L}.attn.hook_rot_q"),
+        "k_rot": Hook("blocks.{L}.attn.hook_rot_k"),
         "value": Hook("blocks.{L}.attn.hook_v"),
         "attn_scores": Hook("blocks.{L}.attn.hook_attn_scores"),
         "attn_probs": Hook("blocks.{L}.attn.hook_pattern"),
@@ -156,6 +161,10 @@ TRANSFORMER_LENS: Mapping[str, Table] = MappingProxyType(
                 "and the attention gate together (twice the width); the query alone before its "
                 "norm is no hook"
             ),
+            q=Gap(
+                "TransformerLens' hook_q on Qwen3-Next is q_proj's output, which holds the query "
+                "and the attention gate together (twice the width); the query alone is no hook"
+            ),
         ),
         "bloom": _table(_TL_BASE, **_TL_BLOOM),
         "granite": _table(
@@ -228,6 +237,8 @@ def _llama_like(prefix: str = "model") -> dict[str, Entry]:
         "embeddings": Hook(f"{prefix}.embed_tokens.output"),
         "resid_pre": Hook(f"{layer}.input"),
         "attn_in": Hook(f"{layer}.self_attn.input"),
+        "q": Hook(f"{layer}.self_attn.q_proj.output"),
+        "k": Hook(f"{layer}.self_attn.k_proj.output"),
         "q_norm_in": Hook(f"{layer}.self_attn.q_norm.input"),
         "q_norm_out": Hook(f"{layer}.self_attn.q_norm.output"),
         "k_norm_in": Hook(f"{layer}.self_attn.k_norm.input"),

@@ -1,4 +1,4 @@
-"""interp-engine core: addresses, the 34 points, families, the backend protocol, steering specs,
+"""interp-engine core: addresses, the 38 points, families, the backend protocol, steering specs,
 `load_model` and the free functions. Importing this package never imports torch."""
 
 from importlib.metadata import version

@@ -25,7 +25,7 @@ from ie_core.ops import SteeringOp
 from ie_core.ops.apply import apply_ops
 from torch import nn
 
-from ie_eager import attention
+from ie_eager import attention, rotary
 from ie_eager.resolve import Resolved, Tap
 
 _ORDER = {name: i for i, name in enumerate(POINTS_BY_NAME)}
@@ -111,8 +111,12 @@ class Session:
         sites: dict[tuple[int, str], list[_Action]] = defaultdict(list)
         modules: dict[tuple[int, str], nn.Module] = {}
         attn: dict[int, tuple[nn.Module, list[Resolved]]] = {}
+        rotaries: dict[int, tuple[nn.Module, list[_Action]]] = {}
 
         def add(tap: Tap, action: _Action) -> None:
+            if action.resolved is not None and action.resolved.kind == "rotary":
+                rotaries.setdefault(id(tap.module), (tap.module, []))[1].append(action)
+                return
             sites[tap.site].append(action)
             modules[tap.site] = tap.module
 
@@ -144,6 +148,9 @@ class Session:
                 )
         for module, items in attn.values():
             self._install_attention(module, items)
+        for module, actions in rotaries.values():
+            actions.sort(key=lambda a: a.order)
+            self._install_rotary(module, actions)
 
     @staticmethod
     def _key(r: Resolved, phase: int, i: int) -> tuple[int, int, int]:
@@ -314,6 +321,51 @@ class Session:
             for r in items:
                 t = scores if r.address.name == "attn_scores" else probs.to(dtype)
                 self.captured[r.address] = t if self.keep_graph else t.detach().clone()
+
+        self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))
+
+    def _install_rotary(self, module: nn.Module, actions: list[_Action]) -> None:
+        names = ", ".join(str(a.resolved.address) for a in actions if a.resolved is not None)
+        if not rotary.install(module):
+            raise PointUnavailableError(
+                f"{names}: {type(module).__name__}'s modeling module has no "
+                f"{rotary.NAME} to observe; read q / k instead"
+            )
+        calls: list[int] = []
+        tokens: list[Any] = []
+
+        def edit(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            calls.append(1)
+            if calls[1:]:
+                raise PointUnavailableError(
+                    f"{names}: {type(module).__name__} applies the rotary embedding more than "
+                    "once per forward, so no one call holds the whole rotated heads; read q / k"
+                )
+            for t in (q, k):
+                if t.dim() != 4:
+                    raise PointUnavailableError(
+                        f"{names}: the rotary call returned a {t.dim()}-d tensor, not "
+                        "[batch, heads, seq, head_dim]; read q / k"
+                    )
+            items = self._run(actions, {0: q, 1: k})
+            return items[0], items[1]
+
+        def pre(mod: nn.Module, args: tuple, kwargs: dict) -> None:
+            if not self._mine():
+                return
+            calls.clear()
+            tokens.append(rotary.CURRENT.set(edit))
+
+        def post(mod: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            if not self._mine() or not tokens:
+                return
+            rotary.CURRENT.reset(tokens.pop())
+            if not calls and output is not None:  # None: the forward raised; keep its error
+                raise PointUnavailableError(
+                    f"{names}: {type(mod).__name__} made no {rotary.NAME} call in this forward "
+                    "(no rotary embedding on this layer); read q / k"
+                )
 
         self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))

@@ -22,11 +22,12 @@ from ie_core.grammar import (
 )
 from torch import nn
 
+from ie_eager import rotary
 from ie_eager import structure as st
 from ie_eager.resolved import Resolved, Tap
 from ie_eager.resolved import block_tap as _block_tap
 from ie_eager.resolved import tap_on as _tap
-from ie_eager.selectors import Grouped, GroupSlice, LastSlice, Selector, Stream, Whole
+from ie_eager.selectors import Broadcast, Grouped, GroupSlice, LastSlice, Selector, Stream, Whole
 from ie_eager.structure import Block, Structure
 
 __all__ = [
@@ -41,7 +42,7 @@ __all__ = [
 # Points inside softmax attention: refused on the linear-attention / SSM layers of hybrid families.
 ATTENTION_INTERNALS = frozenset(
     {"q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out", "value", "attn_scores", "attn_probs"}
-    | {"z", "attn_gate"}
+    | {"z", "attn_gate", "q", "k", "q_rot", "k_rot"}
 )
 # Residual points that, on a multi-stream trunk, are one of n_streams copies and take a stream.
 STREAM_POINTS = ("resid_pre", "resid_mid", "resid_post")
@@ -406,6 +407,12 @@ class Resolver:
         fused = b.sub(b.attn, st.FUSED_QKV_NAMES)
         if fused is None:
             raise self._missing(point, "no value projection (v_proj or a fused qkv) found")
+        sel = self._fused_part(point, fused, 2)
+        return Resolved(address, "tap", _tap(b, fused, "out", select=sel), kv_width, True)  # type: ignore[arg-type]
+
+    def _fused_part(self, point: Point, fused: tuple[str, nn.Module], part: int) -> Selector:
+        """The selector of q (0), k (1) or v (2) in a fused projection's output."""
+        sh = self.s.shapes
         total = st.out_features(fused[1])
         hd, heads, kv = sh.head_dim, sh.n_heads, sh.n_kv_heads
         if total != (heads + 2 * kv) * hd:
@@ -421,18 +428,70 @@ class Resolver:
         )
         name = fused[0].rsplit(".", 1)[-1]
         if name == "query_key_value" and getattr(config, "new_decoder_architecture", False):
-            sel: Selector = Grouped(
-                kv, heads // kv + 2, heads // kv + 1, hd
-            )  # Falcon: per KV group
-        elif name == "query_key_value" and kv == heads:
-            sel = Grouped(heads, 3, 2, hd)  # GPT-NeoX / BLOOM: [q, k, v] interleaved per head
-        elif name == "query_key_value":
+            g = heads // kv  # Falcon: per KV group [q x g, k, v]
+            index: int | slice = slice(0, g) if part == 0 else g + part - 1
+            return Grouped(kv, g + 2, index, hd)
+        if name == "query_key_value" and kv == heads:
+            return Grouped(heads, 3, part, hd)  # GPT-NeoX / BLOOM: [q, k, v] interleaved per head
+        if name == "query_key_value":
             raise self._refuse(
                 point, "fused query_key_value with grouped KV heads has no known layout"
             )
-        else:
-            sel = LastSlice((heads + kv) * hd, total)  # contiguous q | k | v (GPT-2, Phi-3)
-        return Resolved(address, "tap", _tap(b, fused, "out", select=sel), kv_width, True)  # type: ignore[arg-type]
+        # Contiguous q | k | v (GPT-2, Phi-3, BigCode).
+        bounds = (0, heads * hd, (heads + kv) * hd, total)
+        return LastSlice(bounds[part], bounds[part + 1])
+
+    def _qk(self, point: Point, address: Address, b: Block) -> Resolved:
+        """Pre-rotary queries / keys: the projection's output (TransformerLens hook_q / hook_k),
+        a slice of a fused one, or the query half of Qwen3-Next's per-head [q | gate]."""
+        if self.family is not None and not self.family.has_point(point):
+            raise self._missing(point, "")
+        sh, is_q = self.s.shapes, point.name == "q"
+        heads = sh.n_heads if is_q else sh.n_kv_heads
+        width = heads * sh.head_dim
+        proj = b.sub(b.attn, st.Q_PROJ_NAMES if is_q else st.K_PROJ_NAMES)
+        if proj is not None and st.out_features(proj[1]) == width:
+            return Resolved(address, "tap", _tap(b, proj, "out"), width, True)  # type: ignore[arg-type]
+        if is_q and proj is not None and st.out_features(proj[1]) == 2 * width:
+            sel: Selector = GroupSlice(heads, 0, sh.head_dim)
+            return Resolved(address, "tap", _tap(b, proj, "out", select=sel), width, True)  # type: ignore[arg-type]
+        fused = b.sub(b.attn, st.FUSED_QKV_NAMES)
+        if fused is None:
+            raise self._missing(
+                point, f"no {point.name}_proj of width {width} (or a fused qkv) in the attention"
+            )
+        sel = self._fused_part(point, fused, 0 if is_q else 1)
+        return Resolved(address, "tap", _tap(b, fused, "out", select=sel), width, True)  # type: ignore[arg-type]
+
+    def _rotary(self, point: Point, address: Address, b: Block) -> Resolved:
+        """Post-rotary queries / keys: the outputs of the one `apply_rotary_pos_emb(q, k, ...)`
+        call the family's attention makes, read and written where the attention receives them."""
+        if self.family is not None and not self.family.has_point(point):
+            raise self._missing(point, "")
+        if b.attn is None:
+            raise self._missing(point, "no attention module in this block")
+        sh, is_q = self.s.shapes, point.name == "q_rot"
+        width = (sh.n_heads if is_q else sh.n_kv_heads) * sh.head_dim
+        config = self.config.get_text_config() if self.config is not None else None
+        encoding = getattr(config, "position_embedding_type", "rope")
+        if encoding not in ("rope", "rotary") or getattr(config, "alibi", False):
+            raise self._refuse(
+                point,
+                f"this model's attention adds no rotary embedding (position_embedding_type="
+                f"{encoding!r}, alibi={getattr(config, 'alibi', False)}), so nothing is rotated; "
+                f"read {point.name[0]}",
+            )
+        if not rotary.has_call(b.attn[1]):
+            raise self._missing(
+                point,
+                f"{type(b.attn[1]).__name__}'s modeling module has no apply_rotary_pos_emb(q, k, "
+                f"cos, sin) to observe; read {point.name[0]}",
+            )
+        sel: Selector = Whole(heads_first=True)
+        if not is_q and getattr(config, "new_decoder_architecture", False):
+            sel = Broadcast(sh.n_heads // sh.n_kv_heads)  # Falcon rotates keys already broadcast
+        t = _tap(b, b.attn, "out", item=0 if is_q else 1, select=sel)
+        return Resolved(address, "rotary", t, width, True)  # type: ignore[arg-type]
 
     def _mla_value(self, address: Address, b: Block, mla: tuple[str, nn.Module]) -> Resolved:
         """MLA (DeepSeek-V3): kv_b_proj decompresses the shared latent into per-head [k_nope | v];
@@ -491,7 +550,9 @@ TRUNK_RESOLVERS: dict[str, Callable[[Resolver, Point, Address], Resolved]] = {
 LAYER_RESOLVERS: dict[str, _LayerResolver] = {
     "resid_pre": Resolver._resid_pre,
     "attn_in": Resolver._attn_in,
+    **dict.fromkeys(("q", "k"), Resolver._qk),
     **dict.fromkeys(("q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out"), Resolver._qk_norm),
+    **dict.fromkeys(("q_rot", "k_rot"), Resolver._rotary),
     "value": Resolver._value,
     "attn_scores": Resolver._attention,
     "attn_probs": Resolver._attention,

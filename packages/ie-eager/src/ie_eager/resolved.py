@@ -13,7 +13,7 @@ from ie_eager.selectors import Selector, Whole
 from ie_eager.structure import Block
 
 Io = Literal["in", "out"]
-Kind = Literal["tap", "sum", "branch", "attention"]
+Kind = Literal["tap", "sum", "branch", "attention", "rotary"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,8 @@ class Resolved:
     """How one address is produced. kind: `tap` reads `tap` (times `scale`); `sum` is `base` plus
     `tap` (times `scale`), added in the model's own order; `branch` is (`base` + `tap`) times
     `scale`, two modules the block sums inline (Granite-4.0-H's routed and shared MLPs; `base`
-    runs first, and a write changes only `tap`); `attention` records the softmax."""
+    runs first, and a write changes only `tap`); `attention` records the softmax; `rotary` acts on item 0 (queries) or 1 (keys) of the
+    attention's rotary call, whose module is `tap.module`."""
 
     address: Address
     kind: Kind

@@ -109,4 +109,23 @@ class Stream:
         return out
 
 
-Selector = Whole | Grouped | LastSlice | GroupSlice | Stream
+@dataclass(frozen=True)
+class Broadcast:
+    """KV heads broadcast to every query head, [batch, kv * groups, seq, head_dim] (Falcon's new
+    decoder expands keys before the rotary): one copy per KV head is read, a write fills all."""
+
+    groups: int
+
+    def get(self, t: torch.Tensor) -> torch.Tensor:
+        b, h, s, hd = t.shape
+        return (
+            t.reshape(b, h // self.groups, self.groups, s, hd)[:, :, 0].transpose(1, 2).flatten(-2)
+        )
+
+    def put(self, t: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        b, h, s, hd = t.shape
+        kv = new.reshape(b, s, h // self.groups, hd).transpose(1, 2).unsqueeze(2)
+        return kv.expand(b, h // self.groups, self.groups, s, hd).reshape(t.shape)
+
+
+Selector = Broadcast | Whole | Grouped | LastSlice | GroupSlice | Stream

@@ -1,4 +1,4 @@
-"""The grammar: addresses (`resid_post.10`), the 34 points, the families, and the peer engines'
+"""The grammar: addresses (`resid_post.10`), the 38 points, the families, and the peer engines'
 spellings of them. Layered bottom-up: `address`, `points`, `peer_names`, `naming`; `families` reads
 the points. Torch-free."""
 

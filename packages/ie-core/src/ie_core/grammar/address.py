@@ -1,6 +1,6 @@
 """Addresses: `name[.LAYER][.stream-N]` and the `path.<module path>` escape hatch.
 
-The grammar is purely syntactic; whether a name is one of the 34 points, and whether it takes a
+The grammar is purely syntactic; whether a name is one of the 38 points, and whether it takes a
 layer, is checked by `ie_core.grammar.naming.to_address(..., check=True)` against the registry.
 """
 

@@ -36,6 +36,9 @@ class Trait(StrEnum):
     TIED_EMBEDDINGS = "tied_embeddings"
     SPARSE_ONLY = "sparse_only"
     SHARED_KV = "shared_kv"
+    LATENT_ATTENTION = "latent_attention"
+    SPLIT_ROTARY = "split_rotary"
+    NOPE = "nope"
 
 
 # Dense-MLP internals: one [batch, seq, d_mlp] tensor exists only on layers with a dense MLP.
@@ -64,7 +67,30 @@ TRAIT_NOTES: dict[Trait, str] = {
     Trait.LAYERNORM: "LayerNorm with bias rather than RMSNorm",
     Trait.TIED_EMBEDDINGS: "unembed shares the embedding matrix",
     Trait.SHARED_KV: "keys and values are one shared projection (K = V, with RoPE on its rope slice), so there is no separate value tensor",
+    Trait.LATENT_ATTENTION: "queries and keys are decompressed from low-rank latents, with RoPE on a separate slice of each head, so there is no plain per-head query or key projection output",
+    Trait.SPLIT_ROTARY: "the attention rotates a slice of each head and concatenates the pass-through rest itself, so no one rotary call returns the whole rotated head",
+    Trait.NOPE: "attention layers add no position information (NoPE): no rotary, learned positions or ALiBi",
     Trait.SPARSE_ONLY: "every MLP is a sparse mixture of experts: expert activations are per expert, so there is no dense mlp_pre / mlp_pre_linear / mlp_act",
+}
+
+
+# Requirements met unless the family has one of these traits: `per_head_qk` (a plain per-head
+# query / key projection output) and `rotary` (one rotary call returning the whole rotated head).
+_ABSENT_WITH: dict[str, frozenset[Trait]] = {
+    "per_head_qk": frozenset({Trait.LATENT_ATTENTION}),
+    "rotary": frozenset(
+        {
+            Trait.LEARNED_POSITIONS,
+            Trait.ALIBI,
+            Trait.NOPE,
+            Trait.LATENT_ATTENTION,
+            Trait.SPLIT_ROTARY,
+        }
+    ),
+}
+_INSTEAD = {
+    "per_head_qk": "read attn_in, value or the attention's modules by path",
+    "rotary": "read q / k (the queries and keys attention dots, up to the rotary where it has one)",
 }
 
 
@@ -90,6 +116,8 @@ class Family:
             return True
         if point.requires == "sequential_block":
             return Trait.PARALLEL_BLOCK not in self.traits
+        if point.requires in _ABSENT_WITH:
+            return not self.traits & _ABSENT_WITH[point.requires]
         return Trait(point.requires) in self.traits
 
     @property
@@ -106,6 +134,9 @@ class Family:
             return f"in {self.name} {TRAIT_NOTES[Trait.SPARSE_ONLY]}"
         if point.name == "value" and Trait.SHARED_KV in self.traits:
             return f"in {self.name} {TRAIT_NOTES[Trait.SHARED_KV]}"
+        if point.requires in _ABSENT_WITH:
+            trait = min(self.traits & _ABSENT_WITH[point.requires])
+            return f"in {self.name} {TRAIT_NOTES[trait]}; {_INSTEAD[point.requires]}"
         trait = Trait(point.requires or "")
         return f"{self.name} has no {trait.value.replace('_', ' ')} ({TRAIT_NOTES[trait]})"
 
@@ -135,7 +166,7 @@ FAMILIES: tuple[Family, ...] = (
        "The classic: LayerNorm, learned positions added outside the embedding, Conv1D fused QKV.", "openai-community/gpt2"),
     _f("gpt-neox", "GPT-NeoX / Pythia", "GPTNeoXForCausalLM", "parallel_block layernorm fused_qkv",
        "Parallel attention + MLP; fused QKV interleaved per head.", "EleutherAI/pythia-160m EleutherAI/pythia-1.4b"),
-    _f("gpt-j", "GPT-J", "GPTJForCausalLM", "parallel_block layernorm",
+    _f("gpt-j", "GPT-J", "GPTJForCausalLM", "parallel_block layernorm split_rotary",
        "Parallel block with one shared LayerNorm and partial rotary.", "EleutherAI/gpt-j-6b"),
     _f("opt", "OPT", "OPTForCausalLM", "learned_positions layernorm tied_embeddings",
        "Learned positions with an offset of 2; ReLU MLP.", "facebook/opt-125m facebook/opt-1.3b"),
@@ -167,7 +198,7 @@ FAMILIES: tuple[Family, ...] = (
        "Non-parametric LayerNorm (no gain, no bias) and optional clipping of q, k, v.", "allenai/OLMo-1B-hf allenai/OLMo-7B-0724-hf"),
     _f("olmo2", "OLMo-2", "Olmo2ForCausalLM", "gated_mlp qk_norm sandwich_norm",
        "Norms after attention and MLP only (no pre-norm); QK-norm over the whole projection.", "allenai/OLMo-2-1124-7B"),
-    _f("phi", "Phi-1/2", "PhiForCausalLM", "parallel_block layernorm",
+    _f("phi", "Phi-1/2", "PhiForCausalLM", "parallel_block layernorm split_rotary",
        "Parallel block with one LayerNorm, partial rotary, dense biases.", "microsoft/phi-2"),
     _f("phi3", "Phi-3", "Phi3ForCausalLM", "gated_mlp fused_qkv",
        "Fused qkv_proj and gate_up_proj in contiguous thirds / halves.", "microsoft/Phi-3-mini-4k-instruct"),
@@ -181,15 +212,15 @@ FAMILIES: tuple[Family, ...] = (
        "Parallel block; fused QKV grouped per KV head in the new decoder.", "tiiuae/falcon-7b"),
     _f("gpt-bigcode", "GPTBigCode / StarCoder", "GPTBigCodeForCausalLM", "gqa learned_positions layernorm fused_qkv tied_embeddings",
        "GPT-2 layout with multi-query attention: one key/value head in a fused c_attn.", "bigcode/gpt_bigcode-santacoder bigcode/starcoderbase-1b"),
-    _f("stablelm", "StableLM", "StableLmForCausalLM", "gqa gated_mlp layernorm",
+    _f("stablelm", "StableLM", "StableLmForCausalLM", "gqa gated_mlp layernorm split_rotary",
        "LayerNorm with a SwiGLU MLP, partial rotary and q/k/v biases.", "stabilityai/stablelm-2-1_6b stabilityai/stablelm-3b-4e1t"),
     _f("deepseek-v4", "DeepSeek-V4 (hyper-connections)", "DeepseekV4ForCausalLM",
-       "moe shared_experts gated_mlp multi_stream attention_sinks sliding_window sparse_only shared_kv",
+       "moe shared_experts gated_mlp multi_stream attention_sinks sliding_window sparse_only shared_kv latent_attention",
        "Several residual streams mixed by hyper-connections; residual points take a stream.", "deepseek-ai/DeepSeek-V4-Flash"),
     _f("qwen3-next", "Qwen3-Next / Qwen3.5", "Qwen3NextForCausalLM",
        "gqa gated_mlp qk_norm moe shared_experts hybrid_linear_attention gated_attention",
        "Hybrid gated-delta linear attention with gated softmax attention every fourth layer.", "Qwen/Qwen3-Next-80B-A3B-Instruct"),
-    _f("deepseek-v3", "DeepSeek-V3 (MLA)", "DeepseekV3ForCausalLM", "moe shared_experts gated_mlp",
+    _f("deepseek-v3", "DeepSeek-V3 (MLA)", "DeepseekV3ForCausalLM", "moe shared_experts gated_mlp latent_attention",
        "Multi-head latent attention: keys and values decompressed per head from one shared latent.", "deepseek-ai/DeepSeek-V3 moonshotai/Kimi-K2-Instruct"),
     _f("gpt-oss", "gpt-oss", "GptOssForCausalLM", "gqa moe sliding_window attention_sinks sparse_only",
        "MoE with learned attention sinks: probability rows need not sum to 1.", "openai/gpt-oss-20b"),
@@ -200,7 +231,7 @@ FAMILIES: tuple[Family, ...] = (
     _f("lfm2", "LFM2", "Lfm2ForCausalLM", "gqa gated_mlp qk_norm hybrid_linear_attention",
        "Hybrid of gated short convolutions and QK-norm attention; final norm named embedding_norm.", "LiquidAI/LFM2-1.2B"),
     _f("granitemoehybrid", "Granite-4.0-H (hybrid MoE)", "GraniteMoeHybridForCausalLM",
-       "gqa gated_mlp moe shared_experts sparse_only hybrid_linear_attention multipliers",
+       "gqa gated_mlp moe shared_experts sparse_only hybrid_linear_attention multipliers nope",
        "Mamba2 layers between attention layers; routed experts plus a shared MLP summed inside the layer; Granite multipliers.", "ibm-granite/granite-4.0-h-tiny ibm-granite/granite-4.0-h-small"),
 )  # fmt: skip
 

@@ -5,6 +5,8 @@ The names come from the one mapping table, each point's `PeerNames` in `ie_core.
 A name two points share in TransformerLens (`hook_attn_out`, `hook_mlp_out`) is the tensor TL adds
 to the residual, so it maps to the `_post` point. Classic HookedTransformer spells the norm outputs
 `hook_normalized` where the table (TransformerBridge) says `hook_out`; both are accepted.
+TL's `hook_q` / `hook_k` (the projections' outputs) are also `q_norm_in` / `k_norm_in` on QK-norm
+families, but every family has `q` / `k`, so the names map there.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from ie_core.grammar.address import Address
 from ie_core.grammar.points import POINTS, POINTS_BY_NAME
 
 _LAYER = "{L}"
+# Points that share a TL name with a point every family has, and so never take it as input.
+_NEVER_TAKE = frozenset({"q_norm_in", "k_norm_in"})
 _NORM_OUT = re.compile(r"^(blocks\.\{L\}\.ln[12]|ln_final)\.hook_out$")
 
 
@@ -47,6 +51,8 @@ def peer_names() -> tuple[PeerName, ...]:
             if pattern is None:
                 continue
             for spelling in _spellings(engine, pattern):
+                if point.name in _NEVER_TAKE and spelling in by_pattern:
+                    continue
                 by_pattern[spelling] = PeerName(engine, spelling, point.name, point.per_layer)
     return tuple(by_pattern.values())
 
@@ -135,7 +141,7 @@ def nearest(text: str) -> str:
     candidates.update({peer.pattern: peer.point for peer in peer_names()})
     close = difflib.get_close_matches(generic, list(candidates), n=1, cutoff=0.5)
     if not close:
-        return "see `ie points` or docs/SUPPORTED_POINTS.md for the 34 points."
+        return "see `ie points` or docs/SUPPORTED_POINTS.md for the 38 points."
     point = candidates[close[0]]
     ours = f"{point}.{layer.group(1)}" if layer and _is_layer(point) else point
     if close[0] == point:

@@ -104,7 +104,7 @@ def points_command(argv: list[str]) -> int:
     """`ie points`: the points cheat sheet as markdown, or what one backend serves on one family."""
     parser = SuggestingParser(
         prog="ie points",
-        description="The 34 points as markdown; with --backend and --family, what that backend "
+        description="The 38 points as markdown; with --backend and --family, what that backend "
         "serves on that family and why not; with --sweep, regenerate a backend's committed answers.",
     )
     group = parser.add_mutually_exclusive_group()

@@ -463,6 +463,8 @@ LAYER_RESOLVERS: dict[str, Callable[[Sites], None]] = {
     **dict.fromkeys(
         ("attn_gate", "mlp_pre", "mlp_pre_linear", "expert_weights", "expert_indices"), _no_module
     ),
+    # Not yet served on vLLM (issue #47 step 2): refused with the registry's reason.
+    **dict.fromkeys(("q", "k", "q_rot", "k_rot"), _no_module),
     **dict.fromkeys(
         (
             "resid_streams",

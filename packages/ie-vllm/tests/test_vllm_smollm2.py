@@ -419,3 +419,110 @@ def test_circuit_graph_on_vllm_equals_eager(smollm2: Any, smollm2_eager: Any) ->
     a, bias, inputs = got.adjacency[rows], got.node_bias[rows], got.node_inputs[rows]
     gap = (a.sum(1) + bias - inputs).abs() / (a.abs().sum(1) + bias.abs() + inputs.abs())
     assert float(gap.max()) <= WITHIN
+
+
+# -- conditional steering (#46): the worker applies the op through ie_core.ops.apply --
+
+COND_AT = "resid_post.8"
+
+
+def _midway(scores: torch.Tensor, k: int) -> float:
+    """A threshold in the k-th widest gap between interior sorted scores, so that no row sits
+    near it (vLLM's rows differ from eager's by 1e-4 relative) and rows fall on both sides."""
+    s = scores.double().sort().values[1:-1]
+    gaps = s[1:] - s[:-1]
+    i = int(gaps.argsort(descending=True)[k % len(gaps)])
+    return float(s[i] + s[i + 1]) / 2
+
+
+def test_conditional_steering_matches_eager_with_never_and_always_controls(
+    smollm2: Any, smollm2_eager: Any
+) -> None:
+    from ie_core.ops import Conditional
+
+    d = smollm2.d_model
+    ids = smollm2.to_tokens("My favourite food is pizza with extra cheese and basil")
+    probe, vector = _unit(d, 21), 6.0 * _unit(d, 22)
+    rows = run(smollm2_eager.capture([ids], [COND_AT]))[COND_AT][0]
+    threshold = _midway(rows @ probe, 0)
+    op = Conditional(Additive(vector, 1.0), probe, 0.0, threshold)
+    held = op.holds(rows)
+    assert 0 < int(held.sum()) < len(ids)
+    points = [COND_AT, "resid_post.20"]
+    got = run(smollm2.capture([ids], points, steering=steer_at(COND_AT, op)))
+    want = run(smollm2_eager.capture([ids], points, steering=steer_at(COND_AT, op)))
+    assert max(scaled_diffs(got, want, points).values()) <= CROSS
+    plain = run(smollm2.capture([ids], points))
+    moved = (got[COND_AT] - plain[COND_AT])[0].abs().amax(-1)
+    assert (moved[~held] == 0).all() and (moved[held] > 0.1).all()  # the definition, row by row
+    never = Conditional(Additive(vector, 1.0), probe, threshold=1e30)
+    assert (
+        max(
+            scaled_diffs(
+                run(smollm2.capture([ids], points, steering=steer_at(COND_AT, never))),
+                plain,
+                points,
+            ).values()
+        )
+        <= WITHIN
+    )
+    always = Conditional(Additive(vector, 1.0), probe, threshold=-1.0, activation="sigmoid")
+    uncond = run(smollm2.capture([ids], points, steering=steer_at(COND_AT, Additive(vector))))
+    assert (
+        max(
+            scaled_diffs(
+                run(smollm2.capture([ids], points, steering=steer_at(COND_AT, always))),
+                uncond,
+                points,
+            ).values()
+        )
+        <= WITHIN
+    )
+    params = SamplingParams(max_new_tokens=5, stop_at_eos=False)
+    spec = steer_at(COND_AT, op)
+    assert (
+        run(smollm2.generate(ids, params, steering=spec)).token_ids
+        == run(smollm2_eager.generate(ids, params, steering=spec)).token_ids
+    )
+
+
+def test_sixteen_concurrent_conditions_each_equal_their_serial_run(smollm2: Any) -> None:
+    from ie_core.ops import Conditional
+
+    d = smollm2.d_model
+    prompts = [
+        smollm2.to_tokens(f"Request {i}: the weather today is mild and {i * 3}") for i in range(16)
+    ]
+    scores = [
+        run(smollm2.capture([p], [COND_AT]))[COND_AT][0] @ _unit(d, 30 + i % 4)
+        for i, p in enumerate(prompts)
+    ]
+    specs = [
+        steer_at(
+            COND_AT,
+            Conditional(
+                Additive(_unit(d, 40 + i), 8.0), _unit(d, 30 + i % 4), 0.0, _midway(scores[i], i)
+            ),
+        )
+        for i in range(16)
+    ]
+    points = [COND_AT, "resid_post.15"]
+
+    async def together() -> list[Any]:
+        return list(
+            await asyncio.gather(
+                *(
+                    smollm2.capture([p], points, steering=s)
+                    for p, s in zip(prompts, specs, strict=True)
+                )
+            )
+        )
+
+    batched = run(together())
+    for i in range(16):
+        alone = run(smollm2.capture([prompts[i]], points, steering=specs[i]))
+        assert max(scaled_diffs(batched[i], alone, points).values()) <= WITHIN, i
+    plain = run(smollm2.capture([prompts[0]], [COND_AT]))[COND_AT]
+    moved = (batched[0][COND_AT] - plain)[0].abs().amax(-1)
+    assert 0 < int((moved > 0.1).sum()) < len(prompts[0])  # steered some rows, not all
+    assert run(smollm2.stats())["registered"] == 0

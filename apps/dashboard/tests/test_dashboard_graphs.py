@@ -114,6 +114,22 @@ def test_traced_graph_is_drawn_with_its_numbers(
         row = table[table.index(f"<code>{n['node_id']}</code>") :].split("</tr>")[0]
         assert fmt_num(n["influence"]) in row and fmt_num(n["activation"]) in row
 
+    # A node's details (the htmx fragment, and the same through the page's ?node= deep link):
+    # its strongest incoming edge with the graph's weight.
+    target = max(logits, key=lambda n: n["token_prob"])["node_id"]
+    into = max((e for e in graph["links"] if e["target"] == target), key=lambda e: abs(e["weight"]))
+    assert f'hx-get="/fragments/graph-node?graph={graph_id}&amp;node={target}"' in text
+    frag = client.get("/fragments/graph-node", params={"graph": graph_id, "node": target})
+    assert frag.status_code == 200
+    assert (
+        f'<code>{into["source"]}</code></a></td><td class="num">{fmt_num(into["weight"])}'
+        in frag.text
+    )
+    deep = client.get(f"/graphs/{graph_id}", params={"node": target}).text
+    assert 'class="nodedetail"' in deep and fmt_num(into["weight"]) in deep
+    missing = client.get("/fragments/graph-node", params={"graph": graph_id, "node": "nope"})
+    assert missing.status_code == 404
+
     api = client.get(f"/api/graphs/{graph_id}").json()
     assert api["n_nodes"] == len(graph["nodes"]) and api["n_links"] == len(graph["links"])
     assert api["graph"]["links"] == graph["links"]
@@ -212,6 +228,8 @@ def test_huge_graph_is_413_and_a_good_one_survives(client: TestClient, db: Datab
     assert client.post("/api/graphs", json=_tiny(), headers={}).status_code == 401
     with db.read() as s:
         assert [row.slug for row in s.exec(select(GraphRow))] == ["t"]
-    assert client.get("/graphs/999").status_code == 404
+    for bad_id in (999, 0, -1, 2**63, 10**30):
+        assert client.get(f"/graphs/{bad_id}").status_code == 404
+        assert client.get(f"/api/graphs/{bad_id}").status_code == 404
     page = client.get("/graphs/1")
     assert page.status_code == 200 and 'data-weight="0.5"' in page.text

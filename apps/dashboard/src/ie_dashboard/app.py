@@ -142,8 +142,12 @@ def _pages(app: FastAPI, database: Database) -> None:
         return _page(database, lambda s: render.graph_list(s, LIVE))
 
     @app.get("/graphs/{graph_id}", response_class=HTMLResponse)
-    def graph_page(graph_id: int) -> HTMLResponse:
-        return _page(database, lambda s: render.graph_page(s, LIVE, graph_id))
+    def graph_page(graph_id: int, node: str | None = None) -> HTMLResponse:
+        return _page(database, lambda s: render.graph_page(s, LIVE, graph_id, node))
+
+    @app.get("/fragments/graph-node", response_class=HTMLResponse)
+    def graph_node(graph: int, node: str) -> HTMLResponse:
+        return _page(database, lambda s: render.graph_node_fragment(s, LIVE, graph, node))
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -275,9 +279,7 @@ def _read_api(app: FastAPI, database: Database) -> None:
     @app.get("/api/graphs/{graph_id}")
     def graph_one(graph_id: int) -> dict[str, Any]:
         with database.read() as s:
-            row = s.get(GraphRow, graph_id)
-            if row is None:
-                raise views.NotFound(f"no attribution graph {graph_id}")
+            row = render.graph_row(s, graph_id)
             return {**_graph_json(row), "graph": json.loads(row.raw_json)}
 
 

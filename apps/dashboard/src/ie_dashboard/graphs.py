@@ -274,3 +274,23 @@ def top_features(doc: GraphDoc, k: int = 20) -> list[GraphNode]:
     keeps the node, so the smallest is the most influential."""
     feats = [n for n in doc.nodes if n.kind not in ("embedding", "logit") and "error" not in n.kind]
     return sorted(feats, key=lambda n: (n.influence is None, n.influence or 0.0, n.node_id))[:k]
+
+
+@dataclass(frozen=True)
+class NodeDetail:
+    nodes: tuple[GraphNode, ...]  # more than one where the id repeats (see check_graph)
+    incoming: tuple[GraphLink, ...]
+    outgoing: tuple[GraphLink, ...]
+
+
+def node_detail(doc: GraphDoc, node_id: str, k: int = 10) -> NodeDetail | None:
+    """A node's own numbers and its strongest `k` incoming and outgoing edges; None if absent."""
+    nodes = tuple(n for n in doc.nodes if n.node_id == node_id)
+    if not nodes:
+        return None
+    strongest = sorted(doc.links, key=lambda link: -abs(link.weight))
+    return NodeDetail(
+        nodes,
+        tuple(link for link in strongest if link.target == node_id)[:k],
+        tuple(link for link in strongest if link.source == node_id)[:k],
+    )

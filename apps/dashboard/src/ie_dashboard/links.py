@@ -94,9 +94,13 @@ class Links:
     def graphs(self) -> str:
         return self._file("graphs/index.html") if self.static else f"{self.root}graphs"
 
-    def graph(self, graph_id: int) -> str:
-        return (
-            self._file(f"graphs/{graph_id}.html")
-            if self.static
-            else f"{self.root}graphs/{graph_id}"
-        )
+    def graph(self, graph_id: int, node: str | None = None) -> str:
+        """A graph's page; live, `node` deep-links to that node's details (static: the page)."""
+        if self.static:
+            return self._file(f"graphs/{graph_id}.html")
+        return self._q(f"graphs/{graph_id}", node=node)
+
+    def graph_node_fragment(self, graph_id: int, node: str) -> str | None:
+        if self.static:
+            return None
+        return self._q("fragments/graph-node", graph=graph_id, node=node)

@@ -189,12 +189,33 @@ def graph_list(session: Session, links: Links) -> str:
     return _render("graphs.html", links, page="graphs", rows=rows)
 
 
-def graph_page(session: Session, links: Links, graph_id: int) -> str:
-    row = session.get(GraphRow, graph_id)
+# Row ids are 32-bit on PostgreSQL; a larger id in a URL would fail in the driver (a 500), so it
+# is a plain "no such graph" before any lookup.
+MAX_ROW_ID = 2**31 - 1
+
+
+def graph_row(session: Session, graph_id: int) -> GraphRow:
+    row = session.get(GraphRow, graph_id) if 0 < graph_id <= MAX_ROW_ID else None
     if row is None:
         raise views.NotFound(f"no attribution graph {graph_id}; /graphs lists the stored ones")
+    return row
+
+
+def _graph_doc(session: Session, graph_id: int) -> tuple[GraphRow, graphs.GraphDoc]:
+    row = graph_row(session, graph_id)
     # Stored rows were checked at ingest; checking again keeps the page and the API on one reading.
-    doc = graphs.check_graph(json.loads(row.raw_json))
+    return row, graphs.check_graph(json.loads(row.raw_json))
+
+
+def _node_detail(doc: graphs.GraphDoc, node: str) -> graphs.NodeDetail:
+    detail = graphs.node_detail(doc, node)
+    if detail is None:
+        raise views.NotFound(f"graph {doc.slug!r} has no node {node!r}")
+    return detail
+
+
+def graph_page(session: Session, links: Links, graph_id: int, node: str | None = None) -> str:
+    row, doc = _graph_doc(session, graph_id)
     return _render(
         "graph.html",
         links,
@@ -204,7 +225,13 @@ def graph_page(session: Session, links: Links, graph_id: int) -> str:
         drawing=graphs.layout(doc),
         logits=graphs.logit_rows(doc),
         features=graphs.top_features(doc),
+        detail=_node_detail(doc, node) if node else None,
     )
+
+
+def graph_node_fragment(session: Session, links: Links, graph_id: int, node: str) -> str:
+    row, doc = _graph_doc(session, graph_id)
+    return _render("_graph_node.html", links, row=row, doc=doc, detail=_node_detail(doc, node))
 
 
 def error(links: Links, status: int, message: str) -> str:

@@ -526,3 +526,33 @@ def test_sixteen_concurrent_conditions_each_equal_their_serial_run(smollm2: Any)
     moved = (batched[0][COND_AT] - plain)[0].abs().amax(-1)
     assert 0 < int((moved > 0.1).sum()) < len(prompts[0])  # steered some rows, not all
     assert run(smollm2.stats())["registered"] == 0
+
+
+def test_probe_scores_in_the_worker_equal_a_hand_computation_on_captured_rows(
+    smollm2: Any,
+) -> None:
+    from ie_core.errors import SteeringSpecError
+
+    d, at = smollm2.d_model, "resid_post.5"
+    ids = smollm2.to_tokens("The probe reads every token of this sentence")
+    rows = run(smollm2.capture([ids], [at]))[at].double()
+    w = _unit(d, 50)
+    got = run(smollm2.probe_scores([ids], at, w, bias=0.3, activation="sigmoid"))
+    assert got.shape == (1, len(ids))
+    assert float((got.double() - torch.sigmoid(rows @ w.double() + 0.3)).abs().max()) <= WITHIN
+    m = torch.stack([_unit(d, 51), _unit(d, 52)], 1)
+    got2 = run(smollm2.probe_scores([ids], at, m, bias=[0.1, -0.1]))
+    want2 = rows @ m.double() + torch.tensor([0.1, -0.1], dtype=torch.float64)
+    assert got2.shape == (1, len(ids), 2)
+    assert float((got2.double() - want2).abs().max()) / max(1.0, float(want2.abs().max())) <= WITHIN
+    # Under steering the probe reads the steered rows (the op runs before the reducer).
+    spec = steer_at(at, Additive(10.0 * w))
+    steered = run(smollm2.probe_scores([ids], at, w, steering=spec)).double()
+    want3 = run(smollm2.capture([ids], [at], steering=spec))[at].double() @ w.double()
+    assert float((steered - want3).abs().max()) / max(1.0, float(want3.abs().max())) <= WITHIN
+    assert float((steered - got.logit()).abs().min()) > 1.0  # negative control: steering moved it
+    with pytest.raises(SteeringSpecError, match="7 wide"):
+        run(smollm2.probe_scores([ids], at, torch.ones(7)))
+    with pytest.raises(SteeringSpecError, match="finite"):
+        run(smollm2.probe_scores([ids], at, w, bias=float("nan")))
+    assert run(smollm2.stats())["registered"] == 0

@@ -332,6 +332,10 @@ class VLLMModel(DescribedModel):
         """Dictionary features reduced in the worker (see `ie_vllm.host.features`)."""
         return await features.dictionary_features(self, tokens, saes, **kw)
 
+    async def probe_scores(self, tokens: Any, address: Any, weight: Any, **kw: Any) -> Any:
+        """A linear probe's per-token scores computed in the worker (`ie_vllm.host.features`)."""
+        return await features.probe_scores(self, tokens, address, weight, **kw)
+
     def dictionary_generation_stream(self, prompt: Any, saes: Any, params: Any, **kw: Any) -> Any:
         """Top-k dictionary features per generated token (see `ie_vllm.host.features`)."""
         return features.dictionary_generation_stream(self, prompt, saes, params, **kw)

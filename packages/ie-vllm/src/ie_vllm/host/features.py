@@ -1,6 +1,7 @@
 """vLLM's dictionary read-out: each dictionary is sent to the workers once (by content key) and
 every request names it in an `sae` reducer, so the encode and the top-k run in the worker and only
-`[rows, k]` (or the dense features when no k is given) cross to the host."""
+`[rows, k]` (or the dense features when no k is given) cross to the host; and a linear probe's
+per-token scores (`probe_scores`), computed in the worker so the rows never cross."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import torch
+from ie_core.errors import SteeringSpecError
 from ie_core.experiments.saes import SAE
+from ie_core.ops.conditional import ACTIVATIONS
+from ie_core.ops.values import as_row, real_number
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
 
 from ie_vllm import payload
@@ -21,6 +25,7 @@ __all__ = [
     "dictionary_generation_stream",
     "dictionary_reducers",
     "generate_with_features",
+    "probe_scores",
     "send_dictionaries",
 ]
 
@@ -81,6 +86,74 @@ async def dictionary_features(
 
     results = await model.flow.on_engine(all_prompts())
     return {name: _stack(name, results) for name in saes}
+
+
+def probe_reducer(
+    model: ModelParts, address: Any, weight: Any, bias: Any = 0.0, activation: str = "linear"
+) -> ReducerSpec:
+    """A `probe` reducer: `weight` a `[width]` vector or `[width, n]` matrix, `bias` a number or
+    `[n]`; the width and values are checked here, before any forward."""
+    (text,) = model.admission.captures([address])
+    w = torch.as_tensor(weight, dtype=torch.float64)
+    if w.ndim not in (1, 2) or w.numel() == 0:
+        raise SteeringSpecError(
+            f"a probe is a [width] vector or [width, n] matrix, got {tuple(w.shape)}"
+        )
+    width = model.admission.info.widths[text]
+    if w.shape[0] != width:
+        raise SteeringSpecError(
+            f"the probe is {w.shape[0]} wide but {text} is {width} wide on this model; fit the "
+            "probe on this point's rows"
+        )
+    rows = [as_row(c, "probe") for c in (w.T if w.ndim == 2 else w[None])]
+    n = None if w.ndim == 1 else w.shape[1]
+    if n is None:
+        b: Any = real_number(bias, "bias")
+    else:
+        bt = torch.as_tensor(bias, dtype=torch.float64)
+        b = [real_number(x, "bias") for x in (bt.expand(n) if bt.ndim == 0 else bt).tolist()]
+        if len(b) != n:
+            raise SteeringSpecError(f"the bias has {len(b)} entries for a probe of {n} outputs")
+    if activation not in ACTIVATIONS:
+        raise SteeringSpecError(
+            f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}"
+        )
+    weight_out: Any = list(rows[0]) if n is None else [list(r) for r in zip(*rows, strict=True)]
+    params = {"weight": weight_out, "bias": b, "activation": activation}
+    return ReducerSpec("probe", "probe", text, params)
+
+
+async def probe_scores(
+    model: ModelParts,
+    tokens: Any,
+    address: Any,
+    weight: Any,
+    bias: Any = 0.0,
+    activation: str = "linear",
+    *,
+    steering: SteeringArg = None,
+) -> torch.Tensor:
+    """activation(h . weight + bias) per token of each prompt at `address`: `[batch, seq]` for a
+    vector, `[batch, seq, n]` for a matrix; only the scores leave the worker."""
+    model.admission.require_points("probe_scores")
+    prompts = model.admission.prompts(tokens)
+    if len({len(p) for p in prompts}) > 1:
+        raise ValueError(
+            f"prompts of different lengths {[len(p) for p in prompts]} cannot share one "
+            "[batch, seq] tensor; score them one at a time or pad them to one length"
+        )
+    for ids in prompts:
+        model.admission.check_length(ids, 1)
+    reducer = probe_reducer(model, address, weight, bias, activation)
+    one = SamplingParams(max_new_tokens=1, stop_at_eos=False)
+
+    async def one_prompt(ids: tuple[int, ...]) -> dict[str, torch.Tensor]:
+        steer = model.admission.steer_specs(steering, ids)
+        _, rows = await model.flow.run(ids, one, (), steer, reducers=(reducer,))
+        return rows
+
+    results = await model.flow.on_engine(gather(*(one_prompt(p) for p in prompts)))
+    return _stack("probe", results)["scores"]
 
 
 def _stack(name: str, results: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -3,8 +3,8 @@ function of one point's rows, run where the rows live, whose small result is sto
 as captured rows are) and collected instead of the dense rows.
 
 `REDUCERS` maps a kind to its function. Kinds here: `cast` (rows in another dtype, for harvest
-shards) and `sae` (dictionary features: dense, or top-k ids / values, optionally the
-reconstruction statistics). Dictionaries are sent once per worker process by content key
+shards), `sae` (dictionary features: dense, or top-k ids / values, optionally the
+reconstruction statistics) and `probe` (a linear probe's per-token scores). Dictionaries are sent once per worker process by content key
 (`put_dictionary`) and named by that key in a reducer's params, never shipped per request.
 Jobs at one site in one forward that share a kind and params run as one batched call.
 """
@@ -52,7 +52,24 @@ def _cast(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, torch.Tens
     return {"rows": rows.to(_CAST_DTYPES[str(params["dtype"])])}
 
 
-REDUCERS: dict[str, Reducer] = {"sae": _sae, "cast": _cast}
+_PROBE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "linear": lambda x: x,
+    "relu": torch.relu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
+
+def _probe(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """activation(rows @ weight + bias) in fp32: `[rows]` for a vector, `[rows, n]` for a
+    `[width, n]` matrix (the host checked the shapes before the request was sent)."""
+    x = rows.float()
+    w = torch.tensor(params["weight"], dtype=torch.float32, device=x.device)
+    b = torch.tensor(params["bias"], dtype=torch.float32, device=x.device)
+    return {"scores": _PROBE_ACTIVATIONS[str(params["activation"])](x @ w + b)}
+
+
+REDUCERS: dict[str, Reducer] = {"sae": _sae, "cast": _cast, "probe": _probe}
 
 
 def run(jobs: Sequence[tuple[ReducerSpec, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:

@@ -20,8 +20,8 @@ MLP_X = (810, 1220)
 ATTN_ROWS = (
     ("attn_out", "attn_out_post"),
     ("attn_in", "value", "attn_gate", "z"),
-    ("k_norm_in", "k_norm_out", "attn_probs"),
-    ("q_norm_in", "q_norm_out", "attn_scores"),
+    ("k", "k_norm_in", "k_norm_out", "k_rot", "attn_probs"),
+    ("q", "q_norm_in", "q_norm_out", "q_rot", "attn_scores"),
     ("attn_stream_collapse", "attn_stream_write", "attn_stream_mix"),
 )
 MLP_ROWS = (

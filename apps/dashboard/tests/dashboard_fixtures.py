@@ -132,3 +132,42 @@ def write_json(path: Path, data: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))
     return path
+
+
+def make_graph(slug: str = "tiny") -> dict[str, Any]:
+    """A small attribution graph in `ie trace`'s JSON (circuit-tracer's viewer format): three
+    prompt tokens, two features, an error node and two logits, edges of both signs."""
+
+    def node(node_id: str, layer: str, pos: int, kind: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "node_id": node_id, "layer": layer, "ctx_idx": pos, "feature_type": kind,
+            "feature": extra.pop("feature", None), "influence": extra.pop("influence", None),
+            "activation": extra.pop("activation", None), "token_prob": 0.0, "clerp": "",
+            **extra,
+        }  # fmt: skip
+
+    nodes = [
+        node("E_5_0", "E", 0, "embedding"),
+        node("E_9_1", "E", 1, "embedding"),
+        node("E_2_2", "E", 2, "embedding"),
+        node("0_3_1", "0", 1, "cross layer transcoder", feature=9, influence=0.31, activation=1.5),
+        node(
+            "1_4_2", "1", 2, "cross layer transcoder", feature=19, influence=0.12, activation=2.25
+        ),
+        node("0_1_2", "1", 2, "mlp reconstruction error"),
+        node("3_42_2", "3", 2, "logit", token_prob=0.61, clerp='Output " Paris" (p=0.610)'),
+        node("3_17_2", "3", 2, "logit", token_prob=0.2, clerp='Output " Lyon" (p=0.200)'),
+    ]
+    links = [
+        {"source": "E_9_1", "target": "0_3_1", "weight": 0.75},
+        {"source": "0_3_1", "target": "1_4_2", "weight": 1.25},
+        {"source": "E_2_2", "target": "1_4_2", "weight": -0.5},
+        {"source": "1_4_2", "target": "3_42_2", "weight": 2.5},
+        {"source": "0_1_2", "target": "3_42_2", "weight": 0.25},
+        {"source": "1_4_2", "target": "3_17_2", "weight": -0.375},
+    ]
+    metadata = {
+        "slug": slug, "scan": "ie-synthetic/llama", "prompt": "Paris is in",
+        "prompt_tokens": ["Paris", " is", " in"], "node_threshold": 0.8, "schema_version": 1,
+    }  # fmt: skip
+    return {"metadata": metadata, "qParams": {}, "nodes": nodes, "links": links}

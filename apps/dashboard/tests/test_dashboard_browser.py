@@ -11,10 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 from browser_install import ensure_chromium
-from dashboard_fixtures import make_cell, make_result, write_json
+from dashboard_fixtures import make_cell, make_graph, make_result, write_json
 from ie_dashboard.app import create_app
 from ie_dashboard.config import database_url
 from ie_dashboard.db import Database
+from ie_dashboard.ingest import upsert_graph
 from ie_dashboard.screenshots import CHROMIUM, CHROMIUM_ARGS
 from ie_dashboard.seed import seed
 from ie_dashboard.serve import background_server
@@ -38,6 +39,8 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     write_json(root / "validator/results/ie-synthetic__llama/nnsight.json", make_result())
     db = Database(database_url(root / "browser.sqlite"))
     assert seed(db, root).errors == []
+    with db.write() as session:
+        upsert_graph(session, make_graph(), source="test")
     with background_server(create_app(db, token=None)) as url:
         yield url
     db.dispose()
@@ -91,3 +94,18 @@ def test_validation_drill_down(base_url: str, page) -> None:  # type: ignore[no-
     page.click("table.matrix td.g a")
     page.locator("#run .run").wait_for(timeout=10_000)
     assert "resid_post.3" in page.inner_text("#run")
+
+
+def test_graph_page_draws_and_a_click_shows_a_node(base_url: str, page) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{base_url}/graphs", wait_until="networkidle")
+    page.click("table.graphs a")
+    page.locator("svg.graph").wait_for(timeout=10_000)
+    assert page.locator("svg.graph circle.node").count() == 8
+    assert page.locator("svg.graph line.edge").count() == 6
+    box = page.locator("svg.graph").bounding_box()
+    assert box is not None and box["width"] > 100 and box["height"] > 100  # drawn, not just markup
+    page.click('svg.graph circle[data-node="1_4_2"]')
+    page.locator("#node-detail .nodedetail").wait_for(timeout=10_000)
+    detail = page.inner_text("#node-detail")
+    assert "activation 2.25" in detail and "0_3_1" in detail and "3_42_2" in detail
+    assert page.url.endswith("node=1_4_2")  # the click's deep link

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 from browser_install import ensure_chromium
+from dashboard_fixtures import make_graph
 from ie_dashboard.app import create_app
 from ie_dashboard.config import database_url
 from ie_dashboard.db import Database
+from ie_dashboard.ingest import upsert_graph
 from ie_dashboard.screenshots import CHROMIUM, CHROMIUM_ARGS
 from ie_dashboard.seed import seed
 from ie_dashboard.serve import background_server
@@ -24,6 +26,8 @@ PAGES = (
     "/compare?a=llama&b=gemma2",
     "/throughput",
     "/validation",
+    "/graphs",
+    "/graphs/1",
 )
 
 pytestmark = [
@@ -36,6 +40,8 @@ pytestmark = [
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     db = Database(database_url(tmp_path_factory.mktemp("widths") / "d.sqlite"))
     seed(db, ROOT)
+    with db.write() as session:
+        upsert_graph(session, make_graph(), source="test")
     with background_server(create_app(db, token=None)) as url:
         yield url
     db.dispose()

@@ -509,3 +509,42 @@ def test_bad_dictionary_requests_are_a_400_naming_the_problem(
     r = _post(server, path, body)
     assert r.status_code == 400, r.text
     assert needle in r.json()["error"]["message"]
+
+
+def test_conditional_steering_over_http_equals_eager(server: str, remote: Any, ref: Any) -> None:
+    """A Conditional travels as its wire form (the op nested) through the remote backend, the
+    raw /v1/ie/capture route and the OpenAI completions route; a NaN threshold and a probe of the
+    wrong width are a 400 naming the problem, before any forward."""
+    from ie_core.ops import Conditional
+
+    ids = ref.to_tokens(PROMPT)
+    probe = _vector(ref.d_model, 5)
+    rows = run(ref.capture([ids], ["resid_post.1"]))["resid_post.1"][0]
+    scores = (rows.double() @ probe.double()).sort().values
+    mid = len(scores) // 2
+    op = Conditional(Additive(_vector(ref.d_model, 6), 8.0), probe, 0.0,
+                     float(scores[mid - 1] + scores[mid]) / 2)  # fmt: skip
+    assert 0 < int(op.holds(rows).sum()) < len(ids)
+    spec = steer_at("resid_post.1", op)
+    points = ["resid_post.1", "resid_post.3"]
+    got = run(remote.capture([ids], points, steering=spec))
+    want = run(ref.capture([ids], points, steering=spec))
+    assert max(float((got[a] - want[a]).abs().max()) for a in points) <= TOL_EAGER
+    plain = run(ref.capture([ids], ["resid_post.1"]))["resid_post.1"]
+    moved = (got["resid_post.1"] - plain)[0].abs().amax(-1)
+    assert ((moved > 1.0) == op.holds(rows)).all()  # steered exactly where the condition holds
+    params = SamplingParams(max_new_tokens=6, stop_at_eos=False)
+    want_tokens = list(run(ref.generate(ids, params, steering=spec)).token_ids)
+    assert run(_completion(server, ids, spec)) == want_tokens
+    headers = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    wire = json.loads(json.dumps(steering_to_wire(spec)))
+    bad_nan = json.dumps(wire).replace(
+        '"threshold": ' + json.dumps(op.threshold), '"threshold": NaN'
+    )
+    narrow = json.loads(json.dumps(wire))
+    narrow[0]["ops"][0]["probe"] = [1.0] * 7
+    for body, word in ((bad_nan, "threshold"), (json.dumps(narrow), "probe")):
+        r = httpx.post(f"{server}/v1/ie/capture", headers=headers, timeout=120,
+                       content=f'{{"prompts": [{ids}], "addresses": ["resid_post.2"], "steering": {body}}}')  # fmt: skip
+        assert r.status_code == 400 and word in r.json()["error"]["message"], r.text
+    assert run(remote.stats())["registered"] == 0

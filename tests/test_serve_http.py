@@ -548,3 +548,33 @@ def test_conditional_steering_over_http_equals_eager(server: str, remote: Any, r
                        content=f'{{"prompts": [{ids}], "addresses": ["resid_post.2"], "steering": {body}}}')  # fmt: skip
         assert r.status_code == 400 and word in r.json()["error"]["message"], r.text
     assert run(remote.stats())["registered"] == 0
+
+
+def test_a_named_feature_condition_over_http_equals_eager(remote: Any, ref: Any) -> None:
+    """`{"kind": "when_feature", "sae": NAME, ...}` resolves on the server into the Conditional
+    that when_feature builds here from the same dictionary; an unknown feature index is a 400."""
+    from ie_core.experiments.features import when_feature
+    from ie_core.experiments.sae_math import encode
+    from ie_core.wire import decode_tensors
+
+    sae = _local_sae()
+    ids = ref.to_tokens(PROMPT)
+    acts = encode(run(ref.capture([ids], [SAE_POINT]))[SAE_POINT][0], sae.weights, sae.meta)
+    f = int(((acts > 0).sum(0) - len(ids) / 2).abs().argmin())  # fires on about half the rows
+    vec = _vector(ref.d_model, 8)
+    op = when_feature(sae, f, Additive(vec, 8.0), 0.0)
+    want = run(ref.capture([ids], ["resid_post.3"], steering=steer_at(SAE_POINT, op)))
+    named = {"kind": "when_feature", "sae": SAE_NAME, "feature": f, "threshold": 0.0,
+             "op": Additive(vec, 8.0).to_wire()}  # fmt: skip
+    steering = [{"point": "resid_post", "layers": [1], "ops": [named]}]
+    body = {"prompts": [ids], "addresses": ["resid_post.3"], "steering": steering}
+    r = _post(remote.server.url, "/v1/ie/capture", body)
+    assert r.status_code == 200, r.text
+    got = decode_tensors(r.content)[0]["resid_post.3"]
+    assert float((got - want["resid_post.3"]).abs().max()) <= TOL_EAGER
+    plain = run(ref.capture([ids], ["resid_post.3"]))["resid_post.3"]
+    assert float((got - plain).abs().max()) > 100 * TOL_EAGER  # a control: it steered
+    bad = {**body, "steering": [{**steering[0], "ops": [{**named, "feature": SAE_WIDTH}]}]}
+    r = _post(remote.server.url, "/v1/ie/capture", bad)
+    assert r.status_code == 400 and "outside" in r.json()["error"]["message"], r.text
+    assert run(remote.stats())["registered"] == 0

@@ -4,9 +4,11 @@ reason), and named feature ops in a request's steering resolved into the plain o
 
 A named op is a steering op object carrying `sae`: `{"kind": "feature_steer", "sae": NAME, "feature": F,
 "coeff": C}`, `{"kind": "feature_clamp", "sae": NAME, "feature": F, "value": V}` or
-`{"kind": "feature_ablate", "sae": NAME, "feature": F}`; it becomes the `Additive` /
-`FeatureClamp` that `ie_core.experiments.features` builds from the dictionary, so it is checked and applied
-exactly as the same op sent in full.
+`{"kind": "feature_ablate", "sae": NAME, "feature": F}`, or `{"kind": "when_feature", "sae": NAME,
+"feature": F, "threshold": T, "op": OP}` (OP, itself plain or named, applied only where the feature's
+activation passes T); it becomes the `Additive` / `FeatureClamp` / `Conditional` that
+`ie_core.experiments.features` builds from the dictionary, so it is checked and applied exactly as
+the same op sent in full.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from ie_core.experiments.features import (
     feature_ablate,
     feature_clamp,
     feature_steer,
+    when_feature,
 )
 from ie_core.experiments.saes import SAE, load_sae
+from ie_core.ops.kinds import op_from_dict
 from ie_core.ops.values import real_number
 
 SAES_ENV = "IE_SERVE_SAES"
-NAMED_KINDS = ("feature_steer", "feature_clamp", "feature_ablate")
+NAMED_KINDS = ("feature_steer", "feature_clamp", "feature_ablate", "when_feature")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -99,7 +103,8 @@ def _feature(data: Mapping[str, Any]) -> int:
 def named_op(data: Mapping[str, Any], saes: Mapping[str, SAE]) -> dict[str, Any]:
     """One named feature op as the plain op's wire form."""
     kind = data["kind"]
-    extra = {"feature_steer": {"coeff"}, "feature_clamp": {"value"}}.get(kind, set())
+    extra = {"feature_steer": {"coeff"}, "feature_clamp": {"value"},
+             "when_feature": {"op", "threshold"}}.get(kind, set())  # fmt: skip
     unknown = set(data) - {"kind", "sae", "feature", *extra}
     if unknown:
         raise SteeringSpecError(
@@ -113,6 +118,15 @@ def named_op(data: Mapping[str, Any], saes: Mapping[str, SAE]) -> dict[str, Any]
         if "value" not in data:
             raise SteeringSpecError("feature_clamp needs a 'value' for the feature")
         return feature_clamp(sae, f, real_number(data["value"], "value")).to_wire()
+    if kind == "when_feature":
+        inner = data.get("op")
+        if not isinstance(inner, dict):
+            raise SteeringSpecError(
+                f"when_feature needs an 'op' object to apply, got {inner!r:.40}"
+            )
+        op = op_from_dict(named_op(inner, saes) if _is_named(inner) else inner)
+        threshold = real_number(data.get("threshold", 0.0), "threshold")
+        return when_feature(sae, f, op, threshold).to_wire()
     return feature_ablate(sae, f).to_wire()
 
 

@@ -132,7 +132,7 @@ def _write(args: argparse.Namespace, results: dict[str, Any]) -> None:
         "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
         "threads": torch.get_num_threads(),
-        "args": {k: str(v) for k, v in vars(args).items()},
+        "args": {k: str(v) for k, v in vars(args).items() if k != "out"},
         "results": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

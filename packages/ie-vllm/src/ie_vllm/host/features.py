@@ -64,25 +64,12 @@ async def dictionary_features(
 ) -> dict[str, dict[str, torch.Tensor]]:
     """Per dictionary name, its outputs `[batch, seq, ...]` over one forward per prompt."""
     model.admission.require_points("feature_activations")
-    prompts = model.admission.prompts(tokens)
-    if len({len(p) for p in prompts}) > 1:
-        raise ValueError(
-            f"prompts of different lengths {[len(p) for p in prompts]} cannot share one "
-            "[batch, seq] tensor; read them one at a time or pad them to one length"
-        )
-    for ids in prompts:
-        model.admission.check_length(ids, 1)
+    prompts = _equal_length_prompts(model, tokens, "read")
     reducers = dictionary_reducers(model, saes, k, stats)
-    one = SamplingParams(max_new_tokens=1, stop_at_eos=False)
-
-    async def one_prompt(ids: tuple[int, ...]) -> dict[str, torch.Tensor]:
-        steer = model.admission.steer_specs(steering, ids)
-        _, rows = await model.flow.run(ids, one, (), steer, reducers=reducers)
-        return rows
 
     async def all_prompts() -> list[dict[str, torch.Tensor]]:
         await send_dictionaries(model, saes)
-        return await gather(*(one_prompt(p) for p in prompts))
+        return await _one_step_each(model, prompts, reducers, steering)
 
     results = await model.flow.on_engine(all_prompts())
     return {name: _stack(name, results) for name in saes}
@@ -136,24 +123,40 @@ async def probe_scores(
     """activation(h . weight + bias) per token of each prompt at `address`: `[batch, seq]` for a
     vector, `[batch, seq, n]` for a matrix; only the scores leave the worker."""
     model.admission.require_points("probe_scores")
+    prompts = _equal_length_prompts(model, tokens, "score")
+    reducer = probe_reducer(model, address, weight, bias, activation)
+    results = await model.flow.on_engine(_one_step_each(model, prompts, (reducer,), steering))
+    return _stack("probe", results)["scores"]
+
+
+def _equal_length_prompts(model: ModelParts, tokens: Any, verb: str) -> list[tuple[int, ...]]:
+    """The prompts of one `[batch, seq]` read-out, each within the engine's length."""
     prompts = model.admission.prompts(tokens)
     if len({len(p) for p in prompts}) > 1:
         raise ValueError(
             f"prompts of different lengths {[len(p) for p in prompts]} cannot share one "
-            "[batch, seq] tensor; score them one at a time or pad them to one length"
+            f"[batch, seq] tensor; {verb} them one at a time or pad them to one length"
         )
     for ids in prompts:
         model.admission.check_length(ids, 1)
-    reducer = probe_reducer(model, address, weight, bias, activation)
+    return prompts
+
+
+async def _one_step_each(
+    model: ModelParts,
+    prompts: Sequence[tuple[int, ...]],
+    reducers: Sequence[ReducerSpec],
+    steering: SteeringArg,
+) -> list[dict[str, torch.Tensor]]:
+    """One forward per prompt, all in flight together, returning each one's reducer outputs."""
     one = SamplingParams(max_new_tokens=1, stop_at_eos=False)
 
     async def one_prompt(ids: tuple[int, ...]) -> dict[str, torch.Tensor]:
         steer = model.admission.steer_specs(steering, ids)
-        _, rows = await model.flow.run(ids, one, (), steer, reducers=(reducer,))
+        _, rows = await model.flow.run(ids, one, (), steer, reducers=tuple(reducers))
         return rows
 
-    results = await model.flow.on_engine(gather(*(one_prompt(p) for p in prompts)))
-    return _stack("probe", results)["scores"]
+    return list(await gather(*(one_prompt(p) for p in prompts)))
 
 
 def _stack(name: str, results: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -7,7 +7,8 @@ in-process or in an `ie serve` server a test starts, appends one JSON line there
 (`ie_vllm.host.engine_log`). The terminal summary lists those starts, the ten slowest fixture
 setups and the total start seconds. On the whole default run (`BUDGET_RULE`) more starts than
 `engine_budget.json`'s `max_engine_starts` fail the run: exit status 1 and a red line naming the
-count and the budget.
+count and the budget. Under pytest-xdist the lanes append to the controller's file and send their
+fixture setups back; only the controller sums and judges.
 """
 
 from __future__ import annotations
@@ -103,7 +104,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_verdict] = None
 
 
+def _is_lane(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")  # a pytest-xdist worker, not the controller
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before pytest-xdist starts its lanes (its hook runs last), so they inherit the path."""
     config = session.config
     given = os.environ.get(ENV)
     if given:
@@ -127,10 +133,20 @@ def pytest_fixture_setup(
         request.config.stash[_setups].append((seconds, fixturedef.argname, fixturedef.scope, node))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """A lane finished: its fixture setups join the controller's (pytest-xdist hook)."""
+    output = getattr(node, "workeroutput", {})
+    node.config.stash[_setups].extend(tuple(s) for s in output.get("ie_setups", ()))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Runs inside the terminal reporter's own sessionfinish, before the summary is written; the
     exit status set here is the one pytest returns."""
     config = session.config
+    if _is_lane(config):
+        config.workeroutput["ie_setups"] = config.stash[_setups]  # type: ignore[attr-defined]
+        return
     if _log not in config.stash or not_whole_run(config) is not None:
         return
     path, offset = config.stash[_log]
@@ -144,7 +160,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if _log not in config.stash:
+    if _log not in config.stash or _is_lane(config):
         return
     path, offset = config.stash[_log]
     terminalreporter.write_sep("=", f"engine starts ({path})")

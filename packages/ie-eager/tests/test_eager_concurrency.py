@@ -39,7 +39,13 @@ def _specs(model: EagerModel) -> tuple:
 
 
 def _hook_count(model: EagerModel) -> int:
-    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.hf_model.modules())
+    """Hooks of this project on the model. transformers installs output recorders of its own on
+    the first forward that asks for attentions or hidden states, and keeps them; not counted."""
+    return sum(
+        getattr(hook, "__module__", "").startswith("ie_eager")
+        for m in model.hf_model.modules()
+        for hook in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())
+    )
 
 
 def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -5,12 +5,26 @@ ie-static's test_static_pipeline_parallel.py)."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 
 import psutil
 import pytest
 from ie_core import load_model
 from ie_core.errors import UnsupportedOperationError
 from ie_vllm.host.parallel_support import check_pipeline_parallel, cpu_thread_binding
+
+
+def _vllm_children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if "VLLM" in p.name()}
+
+
+@pytest.fixture
+def starts_no_engine() -> Iterator[None]:
+    """The test starts no vLLM process. Engines other tests of this lane hold (a session's
+    server, a module's engine) are there before and after, so only new ones count."""
+    before = _vllm_children()
+    yield
+    assert not _vllm_children() - before
 
 
 def test_pp1_and_unset_are_let_through() -> None:
@@ -29,10 +43,10 @@ def test_refusal_names_the_backend_and_what_to_do() -> None:
         check_pipeline_parallel({"pipeline_parallel_size": 2}, served)
 
 
+@pytest.mark.usefixtures("starts_no_engine")
 def test_vllm_generate_refuses_pp2_before_any_engine() -> None:
     with pytest.raises(UnsupportedOperationError, match="'vllm-generate'"):
         load_model("ie-synthetic/llama", backend="vllm-generate", pipeline_parallel_size=2)
-    assert not [p for p in psutil.Process().children(recursive=True) if "VLLM" in p.name()]
 
 
 def test_ie_serve_refuses_pp2_on_vllm_generate_only() -> None:
@@ -61,6 +75,7 @@ RAY_REFUSAL = (
 )
 
 
+@pytest.mark.usefixtures("starts_no_engine")
 def test_ray_executor_is_refused_on_the_cpu_build_before_any_engine() -> None:
     from ie_vllm.host.engine import on_cpu
 
@@ -69,7 +84,6 @@ def test_ray_executor_is_refused_on_the_cpu_build_before_any_engine() -> None:
     with pytest.raises(UnsupportedOperationError) as caught:
         load_model("ie-synthetic/llama", backend="vllm", distributed_executor_backend="ray")
     assert str(caught.value) == RAY_REFUSAL
-    assert not [p for p in psutil.Process().children(recursive=True) if "VLLM" in p.name()]
     from ie_vllm.server.serve_command import serve_argv
 
     for rest in (["--distributed-executor-backend", "ray"], ["--distributed-executor-backend=ray"]):
@@ -80,6 +94,7 @@ def test_ray_executor_is_refused_on_the_cpu_build_before_any_engine() -> None:
     assert "mp" in serve_argv("ie-synthetic/llama", "vllm", mp)  # negative control
 
 
+@pytest.mark.usefixtures("starts_no_engine")
 def test_data_parallel_is_refused_where_untested_before_any_engine() -> None:
     from ie_vllm.host.parallel_support import check_data_parallel
 
@@ -92,4 +107,3 @@ def test_data_parallel_is_refused_where_untested_before_any_engine() -> None:
     if importlib.util.find_spec("ie_static") is not None:
         with pytest.raises(UnsupportedOperationError, match="on backend 'vllm-static'"):
             load_model("ie-synthetic/llama", backend="vllm-static", data_parallel_size=2)
-    assert not [p for p in psutil.Process().children(recursive=True) if "VLLM" in p.name()]

@@ -212,9 +212,10 @@ def test_prompt_plus_new_tokens_over_max_model_len_is_refused(model: Any) -> Non
 
 
 def _engine_cores() -> list[psutil.Process]:
-    """vLLM's engine-core processes under this one (one engine is alive in this module)."""
+    """The engine-core processes this one started (one engine is alive in this module). Direct
+    children only: an `ie serve` another test of this lane holds has its own, one level down."""
     out = []
-    for p in psutil.Process().children(recursive=True):
+    for p in psutil.Process().children():
         with contextlib.suppress(psutil.Error):
             if p.status() != psutil.STATUS_ZOMBIE and "EngineCore" in p.name() + " ".join(
                 p.cmdline()

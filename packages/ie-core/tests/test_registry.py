@@ -18,9 +18,9 @@ def test_there_are_38_points_with_unique_names() -> None:
     assert len({p.name for p in POINTS}) == 38
 
 
-def test_vllm_serves_28_and_refuses_the_rest_with_a_reason() -> None:
+def test_vllm_serves_32_and_refuses_the_rest_with_a_reason() -> None:
     served = [p for p in POINTS if p.vllm.served]
-    assert len(served) == 28
+    assert len(served) == 32
     for p in POINTS:
         if not p.vllm.served:
             assert "use backend='eager'" in p.vllm.reason, p.name

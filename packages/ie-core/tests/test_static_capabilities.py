@@ -47,7 +47,7 @@ def expected_static(name: str, hooked: PointCapability) -> PointCapability:
     mark = next(p for p in POINTS if p.name == name).serving("vllm-static")
     if not hooked.served or mark.served:
         return hooked  # a hooked refusal is the static refusal; a hooked site is a static tap
-    return PointCapability(False, False, (), mark.reason)
+    return PointCapability(False, False, (), f"{name} is {mark.reason}")
 
 
 def test_vllm_static_was_swept_on_every_family_hooked_vllm_was() -> None:

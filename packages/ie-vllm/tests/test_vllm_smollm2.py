@@ -37,7 +37,7 @@ def test_every_servable_point_matches_eager(smollm2: Any, smollm2_eager: Any) ->
     assert ids == smollm2_eager.to_tokens(PROMPT_TEXT)
     addresses = servable_addresses(smollm2)
     names = {a.split(".")[0] for a in addresses}
-    assert len(names) == 16  # Llama: the 28 vLLM points less QK-norm (4), router, streams (7)
+    assert len(names) == 20  # Llama: the 32 vLLM points less QK-norm (4), router, streams (7)
     got = run(smollm2.capture([ids], addresses))
     want = run(smollm2_eager.capture([ids], addresses))
     diffs = scaled_diffs(got, want, addresses)
@@ -230,6 +230,32 @@ def test_steering_matches_eager_tokens_and_post_steer_tensors(
     scale = max(1.0, float(plain["resid_post.8"].abs().max()))
     want_delta = (6.0 * _unit(d, 11)).expand(1, len(ids) - 1, d)
     assert (delta - want_delta).abs().max() <= 1e-5 * scale
+
+
+def test_queries_and_keys_read_and_steer_as_on_eager(smollm2: Any, smollm2_eager: Any) -> None:
+    """q / k from the fused projection, q_rot / k_rot from attention's own arguments (#47): each
+    read equals eager, and writes at q and k_rot move the attention pattern as eager's do."""
+    ids = smollm2.to_tokens("My favourite food is")
+    reads = ["q.3", "k.3", "q_rot.3", "k_rot.3", "attn_probs.3", "attn_probs.7", "resid_post.29"]
+    plain = run(smollm2.capture([ids], reads))
+    diffs = scaled_diffs(plain, run(smollm2_eager.capture([ids], reads)), reads)
+    assert max(diffs.values()) <= CROSS, diffs
+    # Negative control: after the rotary embedding the rows past position 0 differ.
+    moved = (plain["q_rot.3"][:, 1:] - plain["q.3"][:, 1:]).abs().max()
+    assert float(moved) > 1e-2 * float(plain["q.3"].abs().max())
+    steering = [
+        steer_at("q.3", Additive(_unit(smollm2.point_width("q.3"), 21), 8.0)),
+        steer_at("k_rot.7", Additive(_unit(smollm2.point_width("k_rot.7"), 22), 8.0)),
+    ]
+    got = run(smollm2.capture([ids], reads, steering=steering))
+    want = run(smollm2_eager.capture([ids], reads, steering=steering))
+    diffs = scaled_diffs(got, want, reads)
+    assert max(diffs.values()) <= CROSS, diffs
+    for address in ("attn_probs.3", "attn_probs.7"):  # the writes really moved each pattern
+        assert (got[address] - plain[address]).abs().max() > 1e-3
+    params = SamplingParams(max_new_tokens=4, stop_at_eos=False)
+    tokens = run(smollm2.generate(ids, params, steering=steering)).token_ids
+    assert tokens == run(smollm2_eager.generate(ids, params, steering=steering)).token_ids
 
 
 def test_lens_topk_in_the_worker_matches_eager(smollm2: Any, smollm2_eager: Any) -> None:

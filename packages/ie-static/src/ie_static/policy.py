@@ -10,11 +10,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ie_core.errors import PointUnavailableError, SteeringSpecError, UnsupportedOperationError
+from ie_core.grammar import get_point, to_address
 from ie_core.ops import Patch
 from ie_vllm import SitePolicy, SteerSpec
 
 from ie_static.config import StaticConfig
 from ie_static.declared import describe
+from ie_static.serving import static_serving
+
+
+def unserved(address: str) -> str | None:
+    """Why vllm-static serves this point on no model (the worker's table may still resolve it),
+    or None: a reload that declares it would be refused too, so no reload hint is given."""
+    name = to_address(address).name
+    serving = static_serving(get_point(name))
+    return None if serving.served else f"{name} is {serving.reason}"
 
 
 def reload_hint(address: str, writes: bool) -> str:
@@ -47,12 +57,16 @@ class StaticPolicy(SitePolicy):
             return
         if address in self.refused:  # the worker's reason (e.g. a refused write) stands
             raise PointUnavailableError(self.refused[address])
+        if why := unserved(address):
+            raise PointUnavailableError(why)
         raise PointUnavailableError(
             f"{address} is not a declared site of this vllm-static engine, which taps "
             f"{describe(self.reads)}; {reload_hint(address, False)}"
         )
 
     def write_reason(self, address: str) -> str:
+        if why := unserved(address):
+            return why
         return f"this engine writes only at {describe(self.writes)}; {reload_hint(address, True)}"
 
     def check_steering(self, specs: tuple[SteerSpec, ...]) -> None:

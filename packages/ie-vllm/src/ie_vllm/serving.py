@@ -28,8 +28,6 @@ def _fused(why: str) -> Serving:
 
 _GATE_UP = _fused("vLLM fuses gate and up projections into one matmul")
 _ROUTING = _fused("routing happens inside the fused MoE kernel")
-# Queries and keys are served on eager first; vLLM's attention computes them (issue #47).
-_NOT_YET = Serving(Service.NOT_SERVED, "not yet served on vLLM (issue #47); use backend='eager'")
 
 # Every point not named here is hooked on the module that computes it.
 _NOT_HOOKED: Mapping[str, Serving] = MappingProxyType(
@@ -42,7 +40,6 @@ _NOT_HOOKED: Mapping[str, Serving] = MappingProxyType(
         "expert_weights": _ROUTING,
         "expert_indices": _ROUTING,
         "lm_head": _fused("vLLM folds the logit scale and softcap into compute_logits"),
-        **dict.fromkeys(("q", "k", "q_rot", "k_rot"), _NOT_YET),
         "attn_stream_collapse": _STREAM_COLLAPSE,
         "mlp_stream_collapse": _STREAM_COLLAPSE,
     }

@@ -35,8 +35,8 @@ from ie_vllm.worker.profiles import Profile, profile_for
 
 # Points whose vLLM tensor is one head- or neuron-shard per rank under tensor parallelism.
 SHARDED_POINTS = frozenset(
-    {"q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out", "value", "z", "mlp_act",
-     "attn_scores", "attn_probs"}
+    {"q", "k", "q_rot", "k_rot", "q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out", "value",
+     "z", "mlp_act", "attn_scores", "attn_probs"}
 )  # fmt: skip
 
 
@@ -348,13 +348,7 @@ def _attention(s: Sites, attn: nn.Module) -> None:
     profile, bt = s.profile, s.profile.batched
     qkv = getattr(attn, profile.qkv, None)
     if qkv is not None and inner is not None:
-        if profile.value_per_head and heads == kv_heads:
-            # HF GPT-NeoX lays the fused output out as [q, k, v] per head (vLLM's Transformers
-            # backend keeps HF's weights), as eager's value selector does.
-            rw = head_slice(heads, 3, 2, head_dim, bt)
-        else:
-            rw = column_slice(q_size + kv_size, q_size + 2 * kv_size, bt)
-        s.hook("value", qkv, "post", rw, width=kv_size)
+        _projections(s, qkv, heads, kv_heads, head_dim)
     o_proj = getattr(attn, profile.o_proj, None)
     if o_proj is not None:
         s.hook("z", o_proj, "pre", pre_arg("input_", 0, bt), width=q_size)
@@ -367,16 +361,34 @@ def _attention(s: Sites, attn: nn.Module) -> None:
     if inner is None:
         return
     if bt:
-        for p in ("attn_scores", "attn_probs"):
+        for p in ("attn_scores", "attn_probs", "q_rot", "k_rot"):
+            use = " to recompute it from" if p.startswith("attn") else ""
             s.refuse(
                 p,
                 f"{p} is not served by hooked vLLM on {type(attn).__name__}: vLLM runs this "
                 "family through its Transformers modeling backend, which calls the attention "
-                "layer's forward directly, so no hook sees the post-RoPE q and k to recompute "
-                "it from; use backend='eager'",
+                f"layer's forward directly, so no hook sees the post-RoPE q and k{use}; "
+                "use backend='eager'",
             )
         return
     _attention_maps(s, attn, inner, heads, kv_heads, head_dim)
+
+
+def _projections(s: Sites, qkv: nn.Module, heads: int, kv_heads: int, head_dim: int) -> None:
+    """q, k and value: slices of the fused projection's output, before any norm or rotary."""
+    q_size, kv_size = heads * head_dim, kv_heads * head_dim
+    spans = ((0, q_size), (q_size, q_size + kv_size), (q_size + kv_size, q_size + 2 * kv_size))
+    per_head = s.profile.value_per_head and heads == kv_heads
+    for slot, point in enumerate(("q", "k", "value")):
+        if point != "value" and not _family_has(s.architecture, point):
+            continue
+        if per_head:
+            # HF GPT-NeoX lays the fused output out as [q, k, v] per head (vLLM's Transformers
+            # backend keeps HF's weights), as eager's value selector does.
+            rw = head_slice(heads, 3, slot, head_dim, s.profile.batched)
+        else:
+            rw = column_slice(*spans[slot], s.profile.batched)
+        s.hook(point, qkv, "post", rw, width=q_size if point == "q" else kv_size)
 
 
 def _attention_maps(
@@ -403,6 +415,10 @@ def _attention_maps(
     )
     for p in ("attn_scores", "attn_probs"):
         s.table.widths[s.name(p)] = heads
+    # q_rot / k_rot: the same arguments, as points (a write is what attention and the cache see).
+    for point, arg, width in (("q_rot", 0, heads * head_dim), ("k_rot", 1, kv_heads * head_dim)):
+        if _family_has(s.architecture, point):
+            s.hook(point, inner, "pre", pre_arg(("query", "key")[arg], arg), width=width)
 
 
 def _sinks(attn: nn.Module) -> tuple[float, ...]:
@@ -450,11 +466,12 @@ TRUNK_RESOLVERS: dict[str, Callable[[Sites], None]] = {
 LAYER_RESOLVERS: dict[str, Callable[[Sites], None]] = {
     "resid_pre": _residual,
     **dict.fromkeys(
-        ("attn_in", "q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out", "value"),
+        ("attn_in", "q", "k", "q_norm_in", "q_norm_out", "k_norm_in", "k_norm_out", "q_rot"),
         _attention_block,
     ),
     **dict.fromkeys(
-        ("attn_scores", "attn_probs", "z", "attn_out", "attn_out_post"), _attention_block
+        ("k_rot", "value", "attn_scores", "attn_probs", "z", "attn_out", "attn_out_post"),
+        _attention_block,
     ),
     "resid_mid": _resid_mid,
     **dict.fromkeys(("mlp_in", "mlp_act", "router_logits", "mlp_out", "mlp_out_post"), _mlp),
@@ -463,8 +480,6 @@ LAYER_RESOLVERS: dict[str, Callable[[Sites], None]] = {
     **dict.fromkeys(
         ("attn_gate", "mlp_pre", "mlp_pre_linear", "expert_weights", "expert_indices"), _no_module
     ),
-    # Not yet served on vLLM (issue #47 step 2): refused with the registry's reason.
-    **dict.fromkeys(("q", "k", "q_rot", "k_rot"), _no_module),
     **dict.fromkeys(
         (
             "resid_streams",

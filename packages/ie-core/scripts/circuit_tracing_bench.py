@@ -54,13 +54,20 @@ def _measure_ie(backend: str, tc: str, prompts: list[str]) -> dict[str, object]:
     extra = {"max_model_len": 256} if backend == "vllm" else {"dtype": "float32"}
     model = load_model(smollm2.MODEL_ID, backend=backend, **extra)
     weights = str(folder) if backend == "vllm" else None
+    sys.path.insert(0, str(PARITY.parent))
+    from circuit_tracer_parity import _special_first
+    from transformers import AutoTokenizer
+
+    # The ids circuit-tracer attributes (a special token first), so both do the same work.
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    ids = [_special_first(tok, tok(p, add_special_tokens=False)["input_ids"]) for p in prompts]
     try:
         from ie_core.circuits.weights import weights_for
 
         w = weights_for(model, weights)
-        attribute(model, prompts[0], tc, weights=w)  # warm-up
+        attribute(model, ids[0], tc, weights=w)  # warm-up
         times, nodes = [], []
-        for p in prompts:
+        for p in ids:
             start = time.perf_counter()
             g = attribute(model, p, tc, weights=w)
             times.append(time.perf_counter() - start)

@@ -1,5 +1,6 @@
 """Benchmark: the full resid_pre patching grid on SmolLM2-135M (every layer x every position of a
-14-token IOI pair), on ie-eager, TransformerLens, nnsight, hooked vLLM and vllm-static.
+14-token IOI pair), on ie-eager, TransformerLens, nnsight, hooked vLLM, vllm-static and the loop a
+user writes without any of them (plain torch: one forward per layer, its positions batched).
 
 Every engine computes the same 420 cells (metric: logit(" Mary") - logit(" John") at the last
 position of the corrupt prompt with one clean row patched in), so the table carries each grid's
@@ -25,7 +26,7 @@ MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 CLEAN = "When John and Mary went to the store, John gave a drink to"
 CORRUPT = "When John and Mary went to the store, Mary gave a drink to"
 ANSWER, WRONG = " Mary", " John"
-ENGINES = ("eager", "transformer-lens", "nnsight", "vllm", "vllm-static")
+ENGINES = ("eager", "torch-batched", "transformer-lens", "nnsight", "vllm", "vllm-static")
 
 
 def _ie(backend: str) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
@@ -89,6 +90,51 @@ def _transformer_lens() -> tuple[Callable[[], torch.Tensor], Callable[[], None]]
     return sweep, lambda: None
 
 
+def _torch_batched() -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
+    """The best a user writes by hand: a batch of `seq` corrupt copies per layer, row p patched at
+    position p by one forward pre-hook on that layer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = _folder()
+    tok = AutoTokenizer.from_pretrained(folder)
+    hf = AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager"
+    )
+    hf.eval()
+    clean, corrupt = torch.tensor([_ids(tok, CLEAN)]), torch.tensor([_ids(tok, CORRUPT)])
+    a, w = _ids(tok, ANSWER)[0], _ids(tok, WRONG)[0]
+    layers = hf.model.layers
+    n_layers, seq = len(layers), clean.shape[1]
+
+    def sweep() -> torch.Tensor:
+        out = torch.zeros(n_layers, seq)
+        saved: list[torch.Tensor] = []
+        grab = [
+            blk.register_forward_pre_hook(lambda m, args: saved.append(args[0][0].clone()))
+            for blk in layers
+        ]
+        with torch.no_grad():
+            hf(clean)
+        for h in grab:
+            h.remove()
+        rows = torch.arange(seq)
+        for layer in range(n_layers):
+
+            def patch(m: Any, args: tuple, layer: int = layer) -> tuple:
+                x = args[0].clone()
+                x[rows, rows] = saved[layer][rows]
+                return (x, *args[1:])
+
+            handle = layers[layer].register_forward_pre_hook(patch)
+            with torch.no_grad():
+                logits = hf(corrupt.expand(seq, -1)).logits[:, -1]
+            handle.remove()
+            out[layer] = logits[:, a] - logits[:, w]
+        return out
+
+    return sweep, lambda: None
+
+
 def _nnsight() -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
     from nnsight import LanguageModel
 
@@ -118,13 +164,12 @@ def _nnsight() -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
 
 
 def _measure(engine: str) -> dict[str, Any]:
-    make = (
-        _transformer_lens
-        if engine == "transformer-lens"
-        else _nnsight
-        if engine == "nnsight"
-        else None
-    )
+    peers = {
+        "transformer-lens": _transformer_lens,
+        "nnsight": _nnsight,
+        "torch-batched": _torch_batched,
+    }
+    make = peers.get(engine)
     try:
         sweep, close = make() if make else _ie(engine)
         sweep()  # warm-up (compilation, caches)

@@ -93,6 +93,10 @@ def test_remote_capture_equals_eager(remote: Any, ref: Any) -> None:
     assert float((steered - expected).abs().max()) <= TOL_EAGER
     # Negative control: the steering moved the tensor by far more than the tolerance.
     assert float((steered - want["resid_post.3"]).abs().max()) > 100 * TOL_EAGER
+    # Per-prompt steering rides the plan: row 1 steered, row 0 not, in one request.
+    rows = run(remote.capture([ids, ids], ["resid_post.3"], row_steering=[None, spec]))
+    assert float((rows["resid_post.3"][0] - want["resid_post.3"][0]).abs().max()) <= TOL_EAGER
+    assert float((rows["resid_post.3"][1] - expected[0]).abs().max()) <= TOL_EAGER
 
 
 def test_remote_generate_stream_and_lens_equal_eager(remote: Any, ref: Any) -> None:

@@ -118,13 +118,10 @@ def test_cancelled_requests_release_their_registration_and_hooks(model: Any) -> 
     steered = lambda: model.generate(ids, LONG, steering=_steer(model, 2))  # noqa: E731
     cap_stream = lambda: _drain(model.capture_generation_stream(ids, POINTS, LONG))  # noqa: E731
     gen_stream = lambda: _drain(model.generate_stream(ids, LONG, steering=_steer(model, 3)))  # noqa: E731
-    cases = [
-        *[
-            ("ie_register", make)
-            for make in (capture, capture_gen, steered, cap_stream, gen_stream)
-        ],
+    cases = [  # no register phase: a request carries its spec to the workers
         *[("stream", make) for make in (capture, capture_gen, steered, cap_stream, gen_stream)],
-        *[("ie_collect", make) for make in (capture, capture_gen, cap_stream)],
+        *[("ie_drain", make) for make in (capture, capture_gen)],
+        ("ie_collect", cap_stream),
     ]
     for at, make in cases:
         run(_cancel_at(model, at, make))

@@ -1,8 +1,9 @@
 """Engine and request lifecycle against a scripted stand-in for AsyncLLM (no engine is started).
 
 The stand-in keeps what matters for cancellation and shutdown: worker calls travel one ordered
-channel and run to completion even when the caller is cancelled (as a sent ZMQ message does), and
-a stopped vLLM leaves pending calls and streams waiting forever. The real-engine versions of these
+channel and run to completion even when the caller is cancelled (as a sent ZMQ message does), a
+request's carried spec is registered at its first step (never after its key was released), and a
+stopped vLLM leaves pending calls and streams waiting forever. The real-engine versions of these
 checks are in test_vllm_lifecycle.py.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +26,7 @@ from ie_core.errors import (
     SteeringSpecError,
 )
 from ie_vllm import payload
+from ie_vllm.worker.layout import SPEC_ARG
 from vllm_support import requires_vllm
 
 pytestmark = requires_vllm
@@ -40,6 +43,7 @@ class _FakeLLM:
         self.errored = False
         self.hang = False
         self.registry: dict[str, list[str]] = {}  # key -> captured addresses
+        self.retired: set[str] = set()  # released keys: never registered again
         self.shut_down = False
         self.calls: asyncio.Queue[tuple[str, tuple[Any, ...], asyncio.Future[Any]]] = (
             asyncio.Queue()
@@ -53,21 +57,31 @@ class _FakeLLM:
             if self.hang:
                 continue  # never answered, like a call pending on a stopped vLLM
             value: Any = len(self.registry)
-            if method == "ie_register":
-                self.registry.update((w["key"], w["captures"]) for w in args[0])
-            elif method == "ie_release":
+            if method == "ie_release":
                 for key in args[0]:
-                    self.registry.pop(key, None)
+                    self._retire(key)
             elif method == "ie_collect":
                 key, start, stop, release = args
                 rows = {a: torch.zeros(stop - start, 4) for a in self.registry.get(key, ())}
                 if release:
-                    self.registry.pop(key, None)
+                    self._retire(key)
                 value = payload.encode(rows)
+            elif method == "ie_drain":
+                drained = {}
+                for key, stop in args[0]:
+                    drained.update(
+                        {f"{key}/{a}": torch.zeros(stop, 4) for a in self.registry.get(key, ())}
+                    )
+                    self._retire(key)
+                value = {"rows": payload.encode(drained), "refused": {}}
             elif method == "ie_stats":
                 value = {"registered": len(self.registry)}
             if not result.done():
                 result.set_result(value)
+
+    def _retire(self, key: str) -> None:
+        self.registry.pop(key, None)
+        self.retired.add(key)
 
     async def collective_rpc(self, method: str, args: tuple[Any, ...]) -> list[Any]:
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -76,10 +90,14 @@ class _FakeLLM:
 
     async def generate(self, prompt: Any, params: Any, request_id: str) -> AsyncIterator[Any]:
         tokens: list[int] = []
+        carried = (params.extra_args or {}).get(SPEC_ARG)
         for i in range(params.max_tokens):
             await asyncio.sleep(STEP)
             while self.hang:
                 await asyncio.sleep(3600)
+            if i == 0 and carried is not None and request_id not in self.retired:
+                # As the worker does at the request's first forward.
+                self.registry[request_id] = json.loads(carried)["captures"]
             tokens.append(5 + i)
             yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(tokens))])
 
@@ -137,19 +155,23 @@ async def _cancel_when(llm: _FakeLLM, at: str, make: Callable[[], Awaitable[Any]
 
 
 def test_a_request_cancelled_at_any_step_leaves_no_registration() -> None:
-    for at in ("ie_register", "stream", "ie_collect"):
+    for at in ("stream", "ie_drain", "ie_collect"):
         asyncio.run(_cancel_each_request_at(at))
 
 
 async def _cancel_each_request_at(at: str) -> None:
     model = _model()
     llm = model.engine.llm
-    makes: list[Callable[[], Awaitable[Any]]] = [
+    finished = [  # collected by the coalesced drain
         lambda: model.capture([[1, 2, 3]], ["resid_post.0"], steering=STEER),
         lambda: model.capture_generation([1, 2, 3], ["resid_post.0"], LONG),
-        lambda: _drain(model.capture_generation_stream([1, 2], ["resid_post.0"], LONG)),
     ]
-    if at != "ie_collect":  # a steered generate collects nothing
+    streamed = [lambda: _drain(model.capture_generation_stream([1, 2], ["resid_post.0"], LONG))]
+    makes: list[Callable[[], Awaitable[Any]]] = {
+        "ie_drain": finished,
+        "ie_collect": streamed,
+    }.get(at, finished + streamed)
+    if at == "stream":  # a steered generate collects nothing
         makes += [
             lambda: model.generate([1, 2, 3], LONG, steering=STEER),
             lambda: _drain(model.generate_stream([1, 2], LONG, steering=STEER)),

@@ -322,6 +322,39 @@ def test_patch_sweep_equals_eager_and_self_patch_is_the_identity(
     assert (heads.values - want_heads.values).abs().max() <= CROSS * scale
 
 
+def test_a_sweeps_control_plane_does_not_grow_with_its_cells(
+    smollm2: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each cell's spec rides in its request's extra_args and finished cells' rows come back in
+    coalesced drains, so a four-times-larger grid costs about the same worker calls (it cost two
+    per cell when each spec was registered and collected by its own call)."""
+    from collections import Counter
+
+    from ie_core.sync import unwrap
+
+    llm = unwrap(smollm2).flow.engine.llm
+    calls: Counter[str] = Counter()
+    real = llm.collective_rpc
+
+    async def counted(method: str, *args: Any, **kwargs: Any) -> Any:
+        calls[method] += 1
+        return await real(method, *args, **kwargs)
+
+    monkeypatch.setattr(llm, "collective_rpc", counted)
+    metric = logit_diff(" Paris", " Rome")
+    small = patch_sweep(smollm2, CLEAN, CORRUPT, metric=metric, layers=(6,))
+    few = sum(calls.values())
+    calls.clear()
+    big = patch_sweep(smollm2, CLEAN, CORRUPT, metric=metric, layers=(3, 6, 9, 12))
+    cells = big.values.numel()
+    assert cells >= 4 * 8
+    assert "ie_register" not in calls and "ie_collect" not in calls, calls
+    assert sum(calls.values()) <= max(few + 4, cells // 4), (few, dict(calls), cells)
+    # The same cell computed in a small and a large batch is the same number.
+    scale = float(big.values.abs().max())
+    assert (big.values[1] - small.values[0]).abs().max() <= WITHIN * scale
+
+
 def _mixed(i: int, d: int, source: Any) -> tuple[list[str], Any]:
     """Request i of the isolation test: a patch, a scale, steering, or nothing."""
     kind = i % 4
@@ -394,15 +427,24 @@ def test_harvest_rows_match_one_window_captures_and_resume(
 def test_the_leak_check_catches_a_request_left_registered(
     smollm2: Any, request: pytest.FixtureRequest
 ) -> None:
-    """Negative control of conftest's `_leaves_nothing_registered` on this module's engine: a key
-    registered and not released is named, with the test, by the same two calls the check makes."""
+    """Negative control of conftest's `_leaves_nothing_registered` on this module's engine: a
+    request whose carried spec the worker registered, never collected nor released, is named with
+    the test by the same two calls the check makes."""
+    from ie_core import SamplingParams
     from ie_core.sync import unwrap
     from ie_vllm.specs import RequestSpec
 
     assert "_leaves_nothing_registered" in request.fixturenames  # the check runs after each test
     flow = unwrap(smollm2).flow
     before = registered_keys(smollm2)
-    run(flow.on_engine(flow.register(RequestSpec(key="leak-probe", captures=("resid_post.1",)))))
+
+    async def leak() -> None:
+        spec = RequestSpec(key="leak-probe", captures=("resid_post.1",), prompt_len=3)
+        sub = await flow.submission((1, 2, 3), SamplingParams(max_new_tokens=1), spec)
+        async for _ in flow.engine.stream(sub):
+            pass
+
+    run(flow.on_engine(leak()))
     try:
         leaked = registered_keys(smollm2)
         assert leaked == sorted([*before, "leak-probe"])

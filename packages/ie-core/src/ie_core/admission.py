@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ie_core.errors import SteeringSpecError
 from ie_core.grammar import Address
 from ie_core.ops import Steering
 from ie_core.ops.apply import check_ops_fit
@@ -19,7 +20,7 @@ from ie_core.protocol import SteeringArg, steering_tuple
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["AdmittedWrite", "WriteSites", "admit_writes"]
+__all__ = ["AdmittedWrite", "WriteSites", "admit_writes", "check_row_steering"]
 
 
 class WriteSites(Protocol):
@@ -57,3 +58,12 @@ def admit_writes(
             check_ops_fit(spec.ops, dtype, str(address))
             admitted.append(AdmittedWrite(spec, address, site))
     return tuple(admitted)
+
+
+def check_row_steering(row_steering: Any, n_prompts: int) -> None:
+    """Per-prompt steering names one entry (specs, or none) for each prompt of the batch."""
+    if row_steering and len(row_steering) != n_prompts:
+        raise SteeringSpecError(
+            f"row_steering has {len(row_steering)} entries for {n_prompts} prompts; give one "
+            "entry (a spec, a list of specs, or None) per prompt, in the batch's order"
+        )

@@ -209,6 +209,8 @@ class InterpModel(Protocol):
         addresses: Sequence[AddressLike],
         *,
         steering: SteeringArg = None,
+        grad: bool = False,
+        row_steering: Sequence[SteeringArg] | None = None,
     ) -> ActivationCache: ...
     async def capture_generation(
         self,

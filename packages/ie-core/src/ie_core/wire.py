@@ -24,8 +24,10 @@ SAFETENSORS = "application/vnd.safetensors"
 # must be strings, numbers or lists of them).
 STEERING_XARG = "ie_steering"
 # Keys the server sets itself; a client that sends them is refused (they would address another
-# request's registration).
-RESERVED_XARGS = ("ie_key",)
+# request's registration). The vLLM worker reads the request's registry key and its spec there.
+KEY_XARG = "ie_key"
+SPEC_XARG = "ie_spec"
+RESERVED_XARGS = (KEY_XARG, SPEC_XARG)
 
 
 @dataclass(frozen=True)
@@ -158,10 +160,12 @@ def decode_tensors(data: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 __all__ = [
+    "KEY_XARG",
     "PREFIX",
     "RESERVED_XARGS",
     "ROUTES",
     "SAFETENSORS",
+    "SPEC_XARG",
     "STEERING_XARG",
     "Route",
     "decode_tensors",

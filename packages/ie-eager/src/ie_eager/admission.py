@@ -6,12 +6,12 @@ input with the same words and none reaches into the model's internals.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from ie_core.admission import admit_writes
+from ie_core.admission import admit_writes, check_row_steering
 from ie_core.errors import BadPromptError, SteeringSpecError
 from ie_core.grammar import Address
 from ie_core.ops import Steering
@@ -66,6 +66,17 @@ class EagerAdmission:
                 w.spec.width,
             )
             for w in admit_writes(steering, self, self.dtype)
+        ]
+
+    def row_writes(
+        self, row_steering: Sequence[SteeringArg], prompts: list[list[int]]
+    ) -> list[Write]:
+        """Each prompt's own steering, admitted as `writes`, applied to its batch row only."""
+        check_row_steering(row_steering, len(prompts))
+        return [
+            replace(w, batch_rows=(b,))
+            for b, steering in enumerate(row_steering)
+            for w in self.writes(steering, prompts)
         ]
 
     def check_spec(self, spec: Steering) -> None:

@@ -15,19 +15,18 @@ from ie_core.errors import (
     PointUnavailableError,
     UnsupportedOperationError,
 )
-from ie_core.grammar import AddressLike, Family, family_for_architecture, to_address
+from ie_core.front import ModelFront
+from ie_core.grammar import AddressLike, Family, family_for_architecture
 from ie_core.models import resolve_model_path
+from ie_core.plan import CAPTURE, GENERATE, Outcome, Plan
 from ie_core.prompts import position_limit, text_ids
 from ie_core.protocol import (
     Generation,
-    GenerationCapture,
     Prompt,
     SamplingParams,
     SteeringArg,
     StreamChunk,
     TopK,
-    renamed_sampling,
-    sampling_params,
 )
 from ie_core.steer_scope import pin_prompt
 from ie_core.text_stream import TextStream
@@ -43,10 +42,6 @@ from ie_eager.progress_bar import generation_bar
 from ie_eager.resolve import Resolved, Resolver, Tap
 from ie_eager.structure import Structure, analyze
 
-_GREEDY = SamplingParams()
-# The protocol's check, under a name the `sampling_params=` keyword of generate cannot shadow.
-_checked_sampling = sampling_params
-
 
 def _text_config(config: Any) -> Any:
     return config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -61,11 +56,12 @@ def _n_layers(config: Any) -> int:
     raise ValueError(f"{type(config).__name__} has no layer count")
 
 
-class EagerModel:
+class EagerModel(ModelFront):
     """A loaded HF causal LM speaking `ie_core.protocol.InterpModel`.
 
     Methods are async (the protocol is), but run their torch work directly: on a CPU one forward
-    occupies the caller until it finishes. `capture(..., grad=True)` keeps the autograd graph."""
+    occupies the caller until it finishes. `capture(..., grad=True)` keeps the autograd graph.
+    The request methods come from `ModelFront`; this class executes their plans."""
 
     backend = "eager"
 
@@ -218,11 +214,15 @@ class EagerModel:
         *,
         steering: SteeringArg = None,
         grad: bool = False,
+        row_steering: Sequence[SteeringArg] = (),
     ) -> tuple[torch.Tensor, ActivationCache]:
-        """One forward: (logits `[batch, seq, vocab]`, cache). Eager-only convenience."""
+        """One forward: (logits `[batch, seq, vocab]`, cache). Eager-only convenience.
+
+        `row_steering[b]` steers prompt b alone (after `steering`, which steers every prompt)."""
         rows = self.admission.batch_ids(tokens)
         reads = [self.resolver.resolve(a) for a in addresses]
         writes = self.admission.writes(steering, rows)
+        writes += self.admission.row_writes(row_steering, rows)
         ids = torch.tensor(rows, dtype=torch.long, device=self.device)
         context = torch.enable_grad() if grad else torch.no_grad()
         with context, Session(self.hf_model, reads, writes, keep_graph=grad) as session:
@@ -236,45 +236,45 @@ class EagerModel:
         cache = ActivationCache({r.address: session.captured[r.address] for r in reads})
         return (logits if grad else logits.detach()), cache
 
-    async def capture(
-        self,
-        tokens: Any,
-        addresses: Sequence[AddressLike],
-        *,
-        steering: SteeringArg = None,
-        grad: bool = False,
-    ) -> ActivationCache:
-        """Activations at `addresses` as `[batch, seq, ...]` (attention `[batch, heads, q, k]`).
+    # -- plans (the protocol's requests are ie_core.front.ModelFront's) --
 
-        With `grad=True` the forward runs with autograd on and tensors keep their graph."""
-        if isinstance(addresses, str):
-            addresses = [addresses]
-        return self.forward_with_cache(tokens, addresses, steering=steering, grad=grad)[1]
+    async def execute(self, plan: Plan) -> Outcome:
+        if plan.kind == CAPTURE:
+            cache = self.forward_with_cache(
+                plan.prompt,
+                plan.captures,
+                steering=plan.steering,
+                grad=plan.grad,
+                row_steering=plan.row_steering,
+            )[1]
+            return Outcome(cache=cache)
+        assert plan.sampling is not None
+        generation = self._generate(plan.prompt, plan.sampling, plan.steering)
+        if plan.kind == GENERATE:
+            return Outcome(generation)
+        full = list(generation.prompt_ids) + list(generation.token_ids[:-1])
+        pinned = pin_prompt(plan.steering, len(generation.prompt_ids), len(full))
+        cache = self.forward_with_cache([full], plan.captures, steering=pinned)[1]
+        return Outcome(generation, cache)
 
-    async def capture_attention(
-        self, tokens: Prompt, layers: Sequence[int] | None = None
-    ) -> ActivationCache:
-        layer_list = range(self.n_layers) if layers is None else layers
-        addresses = [to_address(("attn_probs", i)) for i in layer_list]
-        return self.forward_with_cache(tokens, addresses)[1]
+    async def execute_stream(self, plan: Plan) -> AsyncIterator[StreamChunk]:
+        assert plan.sampling is not None
+        ids = self.admission.prompt_ids(plan.prompt)
+        text = TextStream(lambda out: self.tokenizer.decode(out, skip_special_tokens=True))
+        for step in self._decode(ids, plan.sampling, plan.steering):
+            yield StreamChunk(step.token, text.push(step.token), step.logprobs)
 
-    # -- generation --
+    def attention_layers(self) -> Sequence[int]:
+        return range(self.n_layers)
 
     def _decode(
         self, ids: list[int], params: SamplingParams, steering: SteeringArg
     ) -> Iterator[DecodeStep]:
         return decode_steps(self.hf_model, self.admission, ids, params, steering)
 
-    async def generate(
-        self,
-        tokens: Prompt,
-        sampling: SamplingParams = _GREEDY,
-        *,
-        steering: SteeringArg = None,
-        sampling_params: SamplingParams | None = None,
+    def _generate(
+        self, tokens: Prompt, sampling: SamplingParams, steering: SteeringArg
     ) -> Generation:
-        # Checked first: the progress bar reads max_new_tokens before the decode loop runs.
-        sampling = _checked_sampling(renamed_sampling(sampling, sampling_params, _GREEDY))
         ids = self.admission.prompt_ids(tokens)
         steps = list(generation_bar(self._decode(ids, sampling, steering), sampling.max_new_tokens))
         out = [s.token for s in steps]
@@ -285,36 +285,6 @@ class EagerModel:
             self.tokenizer.decode(out, skip_special_tokens=True),
             logprobs or None,
         )
-
-    async def generate_stream(
-        self,
-        tokens: Prompt,
-        sampling: SamplingParams = _GREEDY,
-        *,
-        steering: SteeringArg = None,
-        sampling_params: SamplingParams | None = None,
-    ) -> AsyncIterator[StreamChunk]:
-        sampling = renamed_sampling(sampling, sampling_params, _GREEDY)
-        ids = self.admission.prompt_ids(tokens)
-        text = TextStream(lambda out: self.tokenizer.decode(out, skip_special_tokens=True))
-        for step in self._decode(ids, sampling, steering):
-            yield StreamChunk(step.token, text.push(step.token), step.logprobs)
-
-    async def capture_generation(
-        self,
-        tokens: Prompt,
-        addresses: Sequence[AddressLike],
-        sampling: SamplingParams = _GREEDY,
-        *,
-        steering: SteeringArg = None,
-        sampling_params: SamplingParams | None = None,
-    ) -> GenerationCapture:
-        sampling = renamed_sampling(sampling, sampling_params, _GREEDY)
-        generation = await self.generate(tokens, sampling, steering=steering)
-        full = list(generation.prompt_ids) + list(generation.token_ids[:-1])
-        pinned = pin_prompt(steering, len(generation.prompt_ids), len(full))
-        cache = self.forward_with_cache([full], addresses, steering=pinned)[1]
-        return GenerationCapture(generation, cache)
 
     # -- lens --
 

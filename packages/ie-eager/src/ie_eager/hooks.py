@@ -54,6 +54,8 @@ class Write:
     ops: tuple[SteeringOp, ...]
     masked: tuple[frozenset[int], ...]
     width: int | None  # None: every op fits any width (Scale, Hook)
+    # The batch rows it steers (one prompt's own steering in a batch); None: every row.
+    batch_rows: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -261,7 +263,7 @@ class Session:
             h = h * r.scale
         if r.kind == "sum":
             h = base + h
-        steered = apply_ops(h, w.ops, self._rows(w, h), self._positions(h))
+        steered = self._apply(w, h)
         _check_finite(r, h, steered)
         if r.kind == "sum":
             steered = steered - base
@@ -270,6 +272,18 @@ class Session:
         if r.kind == "branch":
             steered = steered - base  # the routed MLP's share stays; the shared MLP's output moves
         return r.tap.select.put(raw, steered.to(raw.dtype).reshape(flat.shape))
+
+    def _apply(self, w: Write, h: torch.Tensor) -> torch.Tensor:
+        rows = self._rows(w, h)
+        if w.batch_rows is None:
+            return apply_ops(h, w.ops, rows, self._positions(h))
+        idx = torch.tensor(w.batch_rows, device=h.device)
+        part = h.index_select(0, idx)
+        out = h.clone()
+        out[idx] = apply_ops(
+            part, w.ops, None if rows is None else rows[idx], self._positions(part)
+        )
+        return out
 
     def _positions(self, h: torch.Tensor) -> torch.Tensor:
         """Absolute positions of `h`'s rows ([batch, seq]): the forward starts at `offset`."""

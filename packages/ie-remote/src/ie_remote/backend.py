@@ -22,14 +22,14 @@ from ie_core.errors import (
     PointUnavailableError,
     UnsupportedOperationError,
 )
+from ie_core.front import ModelFront
 from ie_core.grammar import AddressLike, to_address
 from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.ops import SteeringOp, op_from_dict
+from ie_core.plan import CAPTURE, GENERATE, Outcome, Plan, plain_prompt
 from ie_core.prompts import text_ids
 from ie_core.protocol import (
     Generation,
-    GenerationCapture,
-    Prompt,
     SamplingParams,
     SteeringArg,
     StreamChunk,
@@ -40,7 +40,6 @@ from ie_core.wire import (
     SAFETENSORS,
     decode_tensors,
     encode_tensors,
-    sampling_to_wire,
     steering_to_wire,
 )
 
@@ -89,16 +88,7 @@ def _raise_for(response: httpx.Response) -> None:
     raise RemoteError(f"HTTP {response.status_code} from {response.url}: {message}")
 
 
-def _plain(value: Any) -> Any:
-    """Prompts as JSON: tensors and arrays become lists; the server normalises the rest."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, str | int):
-        return value
-    return [_plain(v) for v in value]
-
-
-class RemoteModel(DescribedModel):
+class RemoteModel(ModelFront, DescribedModel):
     """A model served by `ie serve`; build with `load_model(url, backend="remote")`."""
 
     backend = BACKEND
@@ -179,92 +169,28 @@ class RemoteModel(DescribedModel):
         _raise_for(response)
         return response
 
-    async def capture(
-        self,
-        tokens: Prompt | Sequence[Sequence[int]],
-        addresses: Sequence[AddressLike],
-        *,
-        steering: SteeringArg = None,
-        grad: bool = False,
-    ) -> ActivationCache:
-        if grad:
+    async def execute(self, plan: Plan) -> Outcome:
+        """One POST of the plan's JSON to its route; tensors come back as safetensors."""
+        if plan.grad:
             raise GradientUnavailableError(
                 "backend 'remote' returns tensors over HTTP, which carry no autograd graph; "
                 "load the model with backend='eager' and capture(..., grad=True)"
             )
-        if isinstance(addresses, str):
-            addresses = [addresses]
-        body = {
-            "prompts": _plain(tokens),
-            "addresses": [str(to_address(a)) for a in addresses],
-            "steering": steering_to_wire(steering),
-        }
-        tensors, _ = decode_tensors((await self._post(ROUTES["capture"].url, body)).content)
-        return ActivationCache(tensors)
+        _refuse_logprobs(plan.sampling)
+        response = await self._post(ROUTES[plan.kind].url, plan.to_wire())
+        if plan.kind == GENERATE:
+            data = response.json()
+            return Outcome(_generation(data))
+        tensors, meta = decode_tensors(response.content)
+        if plan.kind == CAPTURE:
+            return Outcome(cache=ActivationCache(tensors))
+        return Outcome(_generation(meta), ActivationCache(tensors))
 
-    async def capture_generation(
-        self,
-        tokens: Prompt,
-        addresses: Sequence[AddressLike],
-        sampling: SamplingParams = DEFAULT_SAMPLING,
-        *,
-        steering: SteeringArg = None,
-    ) -> GenerationCapture:
-        _refuse_logprobs(sampling)
-        body = {
-            "prompt": _plain(tokens),
-            "addresses": [str(to_address(a)) for a in addresses],
-            "sampling": sampling_to_wire(sampling),
-            "steering": steering_to_wire(steering),
-        }
-        tensors, meta = decode_tensors(
-            (await self._post(ROUTES["capture_generation"].url, body)).content
-        )
-        gen = Generation(tuple(meta["prompt_ids"]), tuple(meta["token_ids"]), meta["text"])
-        return GenerationCapture(gen, ActivationCache(tensors))
-
-    async def capture_attention(
-        self, tokens: Prompt, layers: Sequence[int] | None = None
-    ) -> ActivationCache:
-        if layers is None:
-            parsed = [to_address(a) for a in self.info.widths]
-            layers = sorted(
-                a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None
-            )
-        return await self.capture(tokens, [f"attn_probs.{layer}" for layer in layers])
-
-    async def generate(
-        self,
-        tokens: Prompt,
-        sampling: SamplingParams = DEFAULT_SAMPLING,
-        *,
-        steering: SteeringArg = None,
-    ) -> Generation:
-        _refuse_logprobs(sampling)
-        body = {
-            "prompt": _plain(tokens),
-            "sampling": sampling_to_wire(sampling),
-            "steering": steering_to_wire(steering),
-        }
-        data = (await self._post(ROUTES["generate"].url, body)).json()
-        return Generation(tuple(data["prompt_ids"]), tuple(data["token_ids"]), data["text"])
-
-    async def generate_stream(
-        self,
-        tokens: Prompt,
-        sampling: SamplingParams = DEFAULT_SAMPLING,
-        *,
-        steering: SteeringArg = None,
-    ) -> AsyncIterator[StreamChunk]:
-        _refuse_logprobs(sampling)
-        body = {
-            "prompt": _plain(tokens),
-            "sampling": sampling_to_wire(sampling),
-            "steering": steering_to_wire(steering),
-        }
+    async def execute_stream(self, plan: Plan) -> AsyncIterator[StreamChunk]:
+        _refuse_logprobs(plan.sampling)
         async with (
             self.server.client() as client,
-            client.stream("POST", ROUTES["generate_stream"].url, json=body) as response,
+            client.stream("POST", ROUTES["generate_stream"].url, json=plan.to_wire()) as response,
         ):
             if response.status_code >= 400:
                 await response.aread()
@@ -276,6 +202,10 @@ class RemoteModel(DescribedModel):
                 if "error" in item:
                     raise RemoteError(f"the server's stream failed: {item['error']['message']}")
                 yield StreamChunk(int(item["token_id"]), str(item["text"]))
+
+    def attention_layers(self) -> Sequence[int]:
+        parsed = [to_address(a) for a in self.info.widths]
+        return sorted(a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None)
 
     async def decode_residuals(self, rows: Any) -> Any:
         response = await self._post(ROUTES["decode_residuals"].url, encode_tensors({"rows": rows}))
@@ -318,7 +248,7 @@ class RemoteModel(DescribedModel):
         """Per key of `names`, the served dictionary's outputs (`ids` / `values` or `acts`, and
         `sq_error` / `sq_norm` with stats), encoded in the server's worker."""
         served = list(dict.fromkeys(names.values()))
-        body = {"prompts": _plain(tokens), "saes": served, "k": k, "stats": stats,
+        body = {"prompts": plain_prompt(tokens), "saes": served, "k": k, "stats": stats,
                 "steering": steering_to_wire(steering)}  # fmt: skip
         tensors, _ = decode_tensors((await self._post(ROUTES["features"].url, body)).content)
         out: dict[str, dict[str, Any]] = {}
@@ -353,9 +283,13 @@ class RemoteModel(DescribedModel):
         return None  # the server outlives its clients; stop it where it was started
 
 
-def _refuse_logprobs(sampling: SamplingParams) -> None:
+def _generation(data: Mapping[str, Any]) -> Generation:
+    return Generation(tuple(data["prompt_ids"]), tuple(data["token_ids"]), data["text"])
+
+
+def _refuse_logprobs(sampling: SamplingParams | None) -> None:
     """The HTTP routes do not carry per-step logprobs yet: refuse rather than drop them."""
-    if isinstance(sampling, SamplingParams) and sampling.logprobs is not None:
+    if sampling is not None and sampling.logprobs is not None:
         raise UnsupportedOperationError(
             "backend 'remote' does not carry per-step logprobs over HTTP; load the model "
             "in-process (backend='vllm' or 'eager') for SamplingParams(logprobs=k)"

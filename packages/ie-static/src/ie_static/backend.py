@@ -131,18 +131,17 @@ class StaticModel(VLLMModel):
     def points(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(to_address(a).name for a in self.reads))
 
-    async def capture_attention(self, tokens: Any, layers: Sequence[int] | None = None) -> Any:
-        """Attention probabilities at declared `attn_probs` layers (recomputed from q and k)."""
-        if layers is None:
-            parsed = [to_address(a) for a in self.reads]
-            layers = [a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None]
-            if not layers:
-                raise PointUnavailableError(
-                    "capture_attention reads attn_probs, and this vllm-static engine declared "
-                    "no attn_probs sites; "
-                    f"{reload_hint('attn_probs', False)}"
-                )
-        return await super().capture_attention(tokens, layers)
+    def attention_layers(self) -> Sequence[int]:
+        """The declared `attn_probs` layers (attention recomputed from q and k)."""
+        parsed = [to_address(a) for a in self.reads]
+        layers = [a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None]
+        if not layers:
+            raise PointUnavailableError(
+                "capture_attention reads attn_probs, and this vllm-static engine declared "
+                "no attn_probs sites; "
+                f"{reload_hint('attn_probs', False)}"
+            )
+        return layers
 
     # --- self-test -------------------------------------------------------------------------
 

@@ -39,6 +39,11 @@ class StaticChannel:
             self._free.append(slot)
             self._available.release()
 
+    async def attach(self, spec: RequestSpec) -> dict[str, str]:
+        """Registered by RPC before submission: the slot's tables are filled between steps."""
+        await self.register([spec])
+        return {}
+
     async def register(self, specs: Sequence[RequestSpec]) -> None:
         slots = [await self._acquire(s.key) if s.steering else -1 for s in specs]
         # On failure or cancel the slots stay held: the worker may still register them, and
@@ -50,6 +55,9 @@ class StaticChannel:
         if release:  # on failure the caller's `release` frees the slot
             self._free_slot(key)
         return rows
+
+    async def finish(self, key: str, stop: int) -> dict[str, Any]:
+        return await self.collect(key, 0, stop, True)
 
     async def release(self, keys: Sequence[str]) -> None:
         try:

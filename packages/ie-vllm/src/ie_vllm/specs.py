@@ -1,7 +1,9 @@
 """The wire specs of one request: what to capture, how to steer, what to reduce in the worker.
 
-The host builds them (`ie_vllm.host.admission`), sends them to every worker in plain data
-(`to_wire`, each op as `Op.to_wire` writes it for HTTP), and the worker rebuilds them (`from_wire`) into its registry (`ie_vllm.worker.extension`).
+The host builds them (`ie_vllm.host.admission`); the request carries its spec to every worker as
+JSON in vLLM's per-request `extra_args` (`to_json`, each op as `Op.to_wire` writes it for HTTP),
+and the worker rebuilds it (`from_json`) into its registry when the request first reaches a
+forward (`ie_vllm.worker.extension`).
 """
 
 from __future__ import annotations
@@ -73,6 +75,13 @@ class RequestSpec:
             ],
             "reducers": [r.to_wire() for r in self.reducers],
         }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_wire(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> RequestSpec:
+        return cls.from_wire(json.loads(text))
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> RequestSpec:

@@ -26,6 +26,8 @@ from ie_core.sync import ModelLike, unwrap
 TokenLike = int | str | Sequence[int]
 # Cells decoded per lens call: bounds the [cells, vocab] logits held at once.
 DECODE_CHUNK = 64
+# Requests on one prompt captured per call: bounds one batched forward's activations on eager.
+BATCH_CELLS = 64
 # How clean positions pair with corrupt ones: "start", "end", or (clean, corrupt) pairs.
 Align = str | Sequence[tuple[int, int]]
 
@@ -151,17 +153,35 @@ class SweepResult:
 async def final_logits(
     model: ModelLike, prompts: Sequence[Prompt], steerings: Sequence[Steering | None]
 ) -> torch.Tensor:
-    """`[n, vocab]` fp32 logits at the last position of each (prompt, steering) request, every
-    request in flight at once; the model's own lens turns the last residual row into logits."""
+    """`[n, vocab]` fp32 logits at the last position of each (prompt, steering) request; the
+    model's own lens turns the last residual row into logits.
+
+    Requests on the same prompt run as one capture of up to `BATCH_CELLS` rows, each row with its
+    own steering (`row_steering`): one batched forward on eager, requests in flight together on
+    vLLM, one HTTP request on remote."""
     model = unwrap(model)
     last = f"resid_post.{model.n_layers - 1}"
+    ids = [tuple(prompt_token_ids(model, p)) for p in prompts]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, key in enumerate(ids):
+        groups.setdefault(key, []).append(i)
+    chunks = [
+        (key, members[lo : lo + BATCH_CELLS])
+        for key, members in groups.items()
+        for lo in range(0, len(members), BATCH_CELLS)
+    ]
 
-    async def one(prompt: Prompt, steering: Steering | None) -> torch.Tensor:
-        cache = await model.capture([prompt_token_ids(model, prompt)], [last], steering=steering)
-        return cache[last][0, -1]
+    async def batch(key: tuple[int, ...], members: list[int]) -> torch.Tensor:
+        rows = [steerings[i] for i in members]
+        cache = await model.capture([list(key)] * len(members), [last], row_steering=rows)
+        return cache[last][:, -1]
 
-    rows = await asyncio.gather(*(one(p, s) for p, s in zip(prompts, steerings, strict=True)))
-    return await decode_rows(model, torch.stack(list(rows)))
+    parts = await asyncio.gather(*(batch(key, members) for key, members in chunks))
+    order = [i for _, members in chunks for i in members]
+    stacked = torch.cat(list(parts))
+    rows = torch.empty_like(stacked)
+    rows[torch.tensor(order, device=stacked.device)] = stacked
+    return await decode_rows(model, rows)
 
 
 async def decode_rows(model: ModelLike, rows: torch.Tensor) -> torch.Tensor:

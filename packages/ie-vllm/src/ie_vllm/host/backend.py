@@ -14,25 +14,26 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from ie_core.admission import check_row_steering
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import PointCapability
 from ie_core.errors import (
     BadPromptError,
     GradientUnavailableError,
 )
+from ie_core.front import ModelFront
 from ie_core.grammar import POINTS, AddressLike, to_address
 from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.models import resolve_model_path
+from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Outcome, Plan
 from ie_core.prompts import text_ids
 from ie_core.protocol import (
     Generation,
-    GenerationCapture,
     Prompt,
     SamplingParams,
     SteeringArg,
     StreamChunk,
     TopK,
-    steering_tuple,
 )
 from ie_core.runner import run
 
@@ -45,7 +46,8 @@ from ie_vllm.host.engine import Engine
 from ie_vllm.host.parallel_support import check_data_parallel, check_pipeline_parallel
 from ie_vllm.host.policy import SitePolicy
 from ie_vllm.host.request import Flow, gather
-from ie_vllm.host.variant import GENERATE, HOOKED, Variant, variant_for
+from ie_vllm.host.variant import GENERATE as GENERATE_BACKEND
+from ie_vllm.host.variant import HOOKED, Variant, variant_for
 from ie_vllm.pipeline import merge_infos, merge_stats
 
 _log = logging.getLogger(__name__)
@@ -53,7 +55,7 @@ _log = logging.getLogger(__name__)
 DEFAULT_SAMPLING = SamplingParams()
 
 
-class VLLMModel(DescribedModel):
+class VLLMModel(ModelFront, DescribedModel):
     """One vLLM engine behind the InterpModel protocol. Build with `load_hooked` / `load_generate`.
 
     `channel` carries requests to the workers and `policy` narrows what is served (see
@@ -166,31 +168,62 @@ class VLLMModel(DescribedModel):
 
     # --- protocol ------------------------------------------------------------------------------
 
-    async def capture(
-        self,
-        tokens: Prompt | Sequence[Sequence[int]],
-        addresses: Sequence[AddressLike],
-        *,
-        steering: SteeringArg = None,
-        grad: bool = False,
-    ) -> ActivationCache:
-        """One forward per prompt (all submitted together); tensors `[batch, seq, ...]`."""
+    async def execute(self, plan: Plan) -> Outcome:
+        """Capture: one forward per prompt, all submitted together; the GENERATE kinds: one
+        request, read over prompt + generated[:-1] as vLLM runs it (prefill, then decode)."""
+        if plan.kind == CAPTURE:
+            return Outcome(cache=await self._capture(plan))
+        assert plan.sampling is not None
+        if plan.kind == CAPTURE_GENERATION:
+            self.admission.require_points("capture_generation")
+        elif plan.steering:
+            self.admission.require_points("steering")
+        req = self.admission.request(
+            plan.prompt, plan.sampling.max_new_tokens, plan.captures, plan.steering
+        )
+        last: list[Any] = []
+        token_ids, rows = await self.flow.on_engine(
+            self.flow.run(req.ids, plan.sampling, req.captures, req.steer, last)
+        )
+        generation = self._generation(req.ids, token_ids, plan.sampling, last)
+        if plan.kind == GENERATE:
+            return Outcome(generation)
+        return Outcome(generation, ActivationCache({a: rows[a].unsqueeze(0) for a in req.captures}))
+
+    async def execute_stream(self, plan: Plan) -> AsyncIterator[StreamChunk]:
+        assert plan.sampling is not None
+        if plan.steering:
+            self.admission.require_points("steering")
+        req = self.admission.request(plan.prompt, plan.sampling.max_new_tokens, (), plan.steering)
+        async for item in self.flow.bridge(
+            self.flow.stream_tokens(req.ids, plan.sampling, req.steer)
+        ):
+            yield item
+
+    def attention_layers(self) -> Sequence[int]:
+        self.admission.require_points("capture_attention")
+        parsed = [to_address(a) for a in self.info.widths]
+        return [a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None]
+
+    async def _capture(self, plan: Plan) -> ActivationCache:
         self.admission.require_points("capture")
-        self._refuse_grad(grad, "capture")
-        prompts = self.admission.prompts(tokens)
+        self._refuse_grad(plan.grad, "capture")
+        prompts = self.admission.prompts(plan.prompt)
         _refuse_ragged([len(p) for p in prompts])
-        captures = self.admission.captures(addresses)
+        captures = self.admission.captures(plan.captures)
         one = SamplingParams(max_new_tokens=1, stop_at_eos=False)
 
+        check_row_steering(plan.row_steering, len(prompts))
         for ids in prompts:
             self.admission.check_length(ids, 1)  # capture samples one token
+        steers = [self.admission.steer_specs(plan.steering_of(b), p) for b, p in enumerate(prompts)]
 
-        async def one_prompt(ids: tuple[int, ...]) -> dict[str, torch.Tensor]:
-            steer = self.admission.steer_specs(steering, ids)
+        async def one_prompt(ids: tuple[int, ...], steer: Any) -> dict[str, torch.Tensor]:
             _, rows = await self.flow.run(ids, one, captures, steer)
             return rows
 
-        results = await self.flow.on_engine(gather(*(one_prompt(p) for p in prompts)))
+        work = gather(*(one_prompt(p, s) for p, s in zip(prompts, steers, strict=True)))
+        results = await self.flow.on_engine(work)
         return self._batch_cache(captures, results, [len(p) for p in prompts])
 
     def _refuse_grad(self, grad: object, what: str) -> None:
@@ -222,24 +255,6 @@ class VLLMModel(DescribedModel):
             out[address] = torch.stack(parts)
         return ActivationCache(out)
 
-    async def capture_generation(
-        self,
-        tokens: Prompt,
-        addresses: Sequence[AddressLike],
-        sampling: SamplingParams = DEFAULT_SAMPLING,
-        *,
-        steering: SteeringArg = None,
-    ) -> GenerationCapture:
-        """Generate, capturing over prompt + generated[:-1] as vLLM runs it (prefill, then decode)."""
-        self.admission.require_points("capture_generation")
-        req = self.admission.request(tokens, sampling.max_new_tokens, addresses, steering)
-        last: list[Any] = []
-        token_ids, rows = await self.flow.on_engine(
-            self.flow.run(req.ids, sampling, req.captures, req.steer, last)
-        )
-        cache = ActivationCache({a: rows[a].unsqueeze(0) for a in req.captures})
-        return GenerationCapture(self._generation(req.ids, token_ids, sampling, last), cache)
-
     async def capture_generation_stream(
         self,
         tokens: Prompt,
@@ -257,46 +272,6 @@ class VLLMModel(DescribedModel):
         async for item in self.flow.bridge(
             self.flow.stream_capture(req.ids, sampling, req.captures, req.steer)
         ):
-            yield item
-
-    async def capture_attention(
-        self, tokens: Prompt, layers: Sequence[int] | None = None
-    ) -> ActivationCache:
-        """Attention probabilities `[batch, heads, q, k]`, recomputed from post-RoPE q and k."""
-        self.admission.require_points("capture_attention")
-        if layers is None:
-            parsed = [to_address(a) for a in self.info.widths]
-            layers = [a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None]
-        cache = await self.capture(tokens, [f"attn_probs.{layer}" for layer in layers])
-        return cache
-
-    async def generate(
-        self,
-        tokens: Prompt,
-        sampling: SamplingParams = DEFAULT_SAMPLING,
-        *,
-        steering: SteeringArg = None,
-    ) -> Generation:
-        if steering_tuple(steering):
-            self.admission.require_points("steering")
-        req = self.admission.request(tokens, sampling.max_new_tokens, (), steering)
-        last: list[Any] = []
-        token_ids, _ = await self.flow.on_engine(
-            self.flow.run(req.ids, sampling, (), req.steer, last)
-        )
-        return self._generation(req.ids, token_ids, sampling, last)
-
-    async def generate_stream(
-        self,
-        tokens: Prompt,
-        sampling: SamplingParams = DEFAULT_SAMPLING,
-        *,
-        steering: SteeringArg = None,
-    ) -> AsyncIterator[StreamChunk]:
-        if steering_tuple(steering):
-            self.admission.require_points("steering")
-        req = self.admission.request(tokens, sampling.max_new_tokens, (), steering)
-        async for item in self.flow.bridge(self.flow.stream_tokens(req.ids, sampling, req.steer)):
             yield item
 
     def _generation(
@@ -390,7 +365,7 @@ def load_hooked(model_id: str, **kw: Any) -> VLLMModel:
 
 def load_generate(model_id: str, **kw: Any) -> VLLMModel:
     """Entry point `vllm-generate`: vLLM at its own defaults; capture and steering refused."""
-    return _load(model_id, GENERATE, **kw)
+    return _load(model_id, GENERATE_BACKEND, **kw)
 
 
 async def create(model_id: str, backend: str = HOOKED, **kw: Any) -> VLLMModel:

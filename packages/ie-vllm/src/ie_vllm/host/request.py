@@ -1,5 +1,6 @@
-"""One request on the engine: register its captures and steering in the workers, submit it,
-collect its rows, release it (shielded, so a cancelled caller leaves nothing behind).
+"""One request on the engine: attach its captures and steering (they ride with the request to
+the workers), submit it, collect its rows, release it (shielded, so a cancelled caller leaves
+nothing behind).
 
 `VLLMModel` validates and shapes; this module only moves a request through the engine, on the
 engine's own loop (`Flow.on_engine`), from whichever loop the caller awaits on.
@@ -56,9 +57,16 @@ class Flow:
         """An async iterator living on the engine loop, driven from the caller's loop."""
         return _bridge(agen, self.engine.loop, self.on_engine)
 
-    async def register(self, spec: RequestSpec) -> None:
-        """Register in every worker; call inside the try whose finally runs `release`."""
-        await self.channel.register([spec])
+    async def submission(
+        self, ids: tuple[int, ...], sampling: SamplingParams, spec: RequestSpec | None
+    ) -> Submission:
+        """The request, carrying `spec` (None: untracked) to every worker; call inside the try
+        whose finally runs `release`."""
+        key = spec.key if spec is not None else new_key()
+        params = self.params(key, sampling)
+        if spec is not None:
+            params.extra_args.update(await self.channel.attach(spec))
+        return Submission(ids, params, key, key if spec is not None else None)
 
     async def release(self, key: str) -> None:
         """Release a key in every worker, even while the caller is being cancelled.
@@ -85,25 +93,24 @@ class Flow:
         outputs: list[Any] | None = None,
         reducers: tuple[ReducerSpec, ...] = (),
     ) -> tuple[tuple[int, ...], dict[str, torch.Tensor]]:
-        """Register, submit, wait, collect. Returns generated ids and rows per captured address
+        """Attach, submit, wait, collect. Returns generated ids and rows per captured address
         (and `label|output` per reducer); the last CompletionOutput goes to `outputs` when given
         (per-step logprobs)."""
         tracked = bool(captures or steer or reducers)
         key = new_key()
-        sub = Submission(prompt_ids, self.params(key, sampling), key, key if tracked else None)
+        spec = RequestSpec(key, captures, steer, len(prompt_ids), reducers) if tracked else None
         token_ids: tuple[int, ...] = ()
         try:
-            if tracked:
-                spec = RequestSpec(key, captures, steer, len(prompt_ids), reducers)
-                await self.register(spec)
+            sub = await self.submission(prompt_ids, sampling, spec)
             async for out in self.engine.stream(sub):
                 token_ids = tuple(out.outputs[0].token_ids)
                 if outputs is not None:
                     outputs[:] = [out.outputs[0]]
             rows: dict[str, torch.Tensor] = {}
             if tracked:
-                n_rows = len(prompt_ids) + len(token_ids) - 1
-                rows = await self.channel.collect(key, 0, n_rows, True)
+                # Rows of the positions the request fed: a stop string found after the engine
+                # ran one more step leaves a row past them in the worker.
+                rows = await self.channel.finish(key, len(prompt_ids) + len(token_ids) - 1)
                 tracked = False
             return token_ids, rows
         finally:
@@ -122,12 +129,12 @@ class Flow:
         """Each generated token with `collect(key, start, stop)` of the positions computed since
         the previous one (the worker keeps the request registered until the stream ends)."""
         key = new_key()
-        sub = Submission(ids, self.params(key, sampling), key, key)
         have = 0
         seen = 0
         text = TextStream(self.text)
         try:
-            await self.register(RequestSpec(key, captures, steer, len(ids), reducers))
+            spec = RequestSpec(key, captures, steer, len(ids), reducers)
+            sub = await self.submission(ids, sampling, spec)
             async for out in self.engine.stream(sub):
                 for tok in list(out.outputs[0].token_ids)[seen:]:
                     seen += 1
@@ -159,12 +166,11 @@ class Flow:
     ) -> AsyncIterator[StreamChunk]:
         """Each generated token; registered in the workers only when steered."""
         key = new_key()
-        sub = Submission(ids, self.params(key, sampling), key, key if steer else None)
         seen = 0
         text = TextStream(self.text)
         try:
-            if steer:
-                await self.register(RequestSpec(key, (), steer, len(ids)))
+            spec = RequestSpec(key, (), steer, len(ids)) if steer else None
+            sub = await self.submission(ids, sampling, spec)
             async for out in self.engine.stream(sub):
                 for tok in list(out.outputs[0].token_ids)[seen:]:
                     seen += 1

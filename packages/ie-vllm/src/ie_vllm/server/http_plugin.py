@@ -295,7 +295,7 @@ async def _register_steering(
         model.admission.require_points("steering")
     steer = model.admission.steer_specs(specs, ())
     key = new_key()
-    await model.channel.register([RequestSpec(key, (), steer, 0)])
+    xargs.update(await model.channel.attach(RequestSpec(key, (), steer, 0)))
     xargs[KEY_ARG] = key
     data["vllm_xargs"] = xargs
     data["cache_salt"] = key

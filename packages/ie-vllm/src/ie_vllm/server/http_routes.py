@@ -1,7 +1,7 @@
 """The `/v1/ie/*` routes: the `InterpModel` protocol over HTTP, answered by the server's engine.
 
-Requests are JSON (prompts as token ids, addresses, `sampling`, `steering` in `ie_core.wire`'s
-form); tensors come back as safetensors named by address, with the request's facts (generated
+Requests are JSON: a plan's (`ie_core.plan.Plan.to_wire`: prompts as text or token ids,
+addresses, `sampling`, `steering`); tensors come back as safetensors named by address, with the request's facts (generated
 ids, text) in the header metadata; residual rows go in as safetensors. Every error is JSON,
 `{"error": {"message", "type"}}`, with a 4xx status when the request was at fault.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -24,13 +24,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from ie_core.grammar import to_address
+from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Plan
 from ie_core.wire import (
     PREFIX,
     ROUTES,
     SAFETENSORS,
     decode_tensors,
     encode_tensors,
-    sampling_from_wire,
     steering_from_wire,
 )
 from starlette.exceptions import HTTPException
@@ -109,22 +109,6 @@ async def _json(request: Request) -> dict[str, Any]:
     return data
 
 
-def _field(data: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
-    if name not in data:
-        raise BadRequest(f"the request lacks the field {name!r}")
-    value = data[name]
-    if not isinstance(value, kind):
-        raise BadRequest(f"{name!r} has the wrong type ({type(value).__name__})")
-    return value
-
-
-def _addresses(data: dict[str, Any]) -> list[str]:
-    addresses = _field(data, "addresses", list)
-    if not all(isinstance(a, str) for a in addresses):
-        raise BadRequest("'addresses' must be a list of strings such as 'resid_post.3'")
-    return addresses
-
-
 async def _tensors(data: dict[str, Any], meta: dict[str, Any] | None = None) -> Response:
     body = await asyncio.to_thread(encode_tensors, data, meta)
     return Response(body, media_type=SAFETENSORS)
@@ -151,34 +135,28 @@ def _texts(prompt: Any) -> list[str]:
     return [p for p in items if isinstance(p, str)]
 
 
-async def _batch(m: Any, limits: Limits, prompts: Any) -> list[tuple[int, ...]]:
-    """Token ids of one prompt or a list of them; text bounded first, tokenized in a thread."""
-    check_text(limits, text_bytes(_texts(prompts)), "the prompt")
-    return await asyncio.to_thread(m.admission.prompts, prompts)
-
-
-async def _one(m: Any, limits: Limits, prompt: Any) -> tuple[int, ...]:
-    check_text(limits, text_bytes(_texts(prompt)), "the prompt")
-    return await asyncio.to_thread(m.admission.prompt_ids, prompt)
-
-
-def _sampling(data: dict[str, Any]) -> Any:
-    sampling = sampling_from_wire(data.get("sampling"))
-    check_sampling(sampling)
-    return sampling
-
-
 def served_saes(request: Request) -> dict[str, Any]:
     """The dictionaries named at start-up (`ie serve --sae NAME=SOURCE`), by name."""
     return getattr(request.app.state, "ie_saes", None) or {}
 
 
+async def _batch(m: Any, limits: Limits, prompts: Any) -> list[tuple[int, ...]]:
+    """Token ids of a batch of prompts; text bounded first, tokenized in a thread."""
+    check_text(limits, text_bytes(_texts(prompts)), "the prompt")
+    return await asyncio.to_thread(m.admission.prompts, prompts)
+
+
 def _steering(request: Request, data: dict[str, Any]) -> Any:
     """A request's steering specs, its named feature ops resolved against the served ones."""
-    return steering_from_wire(resolve_steering(data.get("steering") or [], served_saes(request)))
+    return steering_from_wire(_resolver(request)(data.get("steering") or []))
 
 
-def _canonical(addresses: list[str]) -> list[str]:
+def _resolver(request: Request) -> Callable[[list[Any]], list[Any]]:
+    """Steering specs with the served dictionaries' named feature ops made plain ops."""
+    return lambda specs: resolve_steering(specs, served_saes(request))
+
+
+def _canonical(addresses: Sequence[Any]) -> list[str]:
     out = []
     for a in addresses:
         with contextlib.suppress(Exception):  # an unknown address is refused by the model
@@ -228,51 +206,55 @@ async def stats(request: Request) -> JSONResponse:
     return JSONResponse(await _model(request).stats())
 
 
-@router.api_route(**mount("capture"))
+async def _plan(request: Request, kind: str) -> Plan:
+    """The request's plan, its named dictionary features resolved against the served ones, its
+    prompt tokenized (text bounded first, in a thread) and its sampling within vLLM's ranges."""
+    m, limits = _model(request), _limits(request)
+    plan = Plan.from_wire(kind, await _json(request), _resolver(request))
+    check_text(limits, text_bytes(_texts(plan.prompt)), "the prompt")
+    tokenize = m.admission.prompts if kind == CAPTURE else m.admission.prompt_ids
+    if plan.sampling is not None:
+        check_sampling(plan.sampling)
+    return plan.with_prompt(await asyncio.to_thread(tokenize, plan.prompt))
+
+
+@router.api_route(**mount(CAPTURE))
 async def capture(request: Request) -> Response:
-    m, data, limits = _model(request), await _json(request), _limits(request)
-    prompts = await _batch(m, limits, _field(data, "prompts", (list, str)))
-    addresses = _addresses(data)
-    lengths = [min(len(p), limits.max_model_len) for p in prompts]  # longer: the model refuses
-    size = capture_bytes(m.info.widths, _canonical(addresses), lengths)
-    check_response(
-        limits, size, f"capturing {len(addresses)} addresses over {len(prompts)} prompts"
-    )
-    steering = _steering(request, data)
-    cache = await _unless_gone(request, m.capture(prompts, addresses, steering=steering))
-    return await _tensors({str(a): t for a, t in cache.items()})
+    m, limits = _model(request), _limits(request)
+    plan = await _plan(request, CAPTURE)
+    lengths = [min(len(p), limits.max_model_len) for p in plan.prompt]  # longer: the model refuses
+    size = capture_bytes(m.info.widths, _canonical(plan.captures), lengths)
+    what = f"capturing {len(plan.captures)} addresses over {len(plan.prompt)} prompts"
+    check_response(limits, size, what)
+    outcome = await _unless_gone(request, m.execute(plan))
+    return await _tensors({str(a): t for a, t in outcome.cache.items()})
 
 
-@router.api_route(**mount("capture_generation"))
+@router.api_route(**mount(CAPTURE_GENERATION))
 async def capture_generation(request: Request) -> Response:
-    m, data, limits = _model(request), await _json(request), _limits(request)
-    ids = await _one(m, limits, _field(data, "prompt", (list, str)))
-    addresses, sampling = _addresses(data), _sampling(data)
-    seq = min(len(ids) + sampling.max_new_tokens - 1, limits.max_model_len)
-    size = capture_bytes(m.info.widths, _canonical(addresses), [seq])
-    check_response(limits, size, f"capturing {len(addresses)} addresses over {seq} tokens")
-    work = m.capture_generation(ids, addresses, sampling, steering=_steering(request, data))
-    result = await _unless_gone(request, work)
-    meta = asdict(result.generation)
-    return await _tensors({str(a): t for a, t in result.cache.items()}, meta)
+    m, limits = _model(request), _limits(request)
+    plan = await _plan(request, CAPTURE_GENERATION)
+    assert plan.sampling is not None
+    seq = min(len(plan.prompt) + plan.sampling.max_new_tokens - 1, limits.max_model_len)
+    size = capture_bytes(m.info.widths, _canonical(plan.captures), [seq])
+    check_response(limits, size, f"capturing {len(plan.captures)} addresses over {seq} tokens")
+    outcome = await _unless_gone(request, m.execute(plan))
+    meta = asdict(outcome.generation)
+    return await _tensors({str(a): t for a, t in outcome.cache.items()}, meta)
 
 
-@router.api_route(**mount("generate"))
+@router.api_route(**mount(GENERATE))
 async def generate(request: Request) -> JSONResponse:
-    m, data, limits = _model(request), await _json(request), _limits(request)
-    ids = await _one(m, limits, _field(data, "prompt", (list, str)))
-    work = m.generate(ids, _sampling(data), steering=_steering(request, data))
-    return JSONResponse(asdict(await _unless_gone(request, work)))
+    m, plan = _model(request), await _plan(request, GENERATE)
+    outcome = await _unless_gone(request, m.execute(plan))
+    return JSONResponse(asdict(outcome.generation))
 
 
 @router.api_route(**mount("generate_stream"))
 async def generate_stream(request: Request) -> Response:
     """Newline-delimited JSON: one `{"token_id", "text"}` per token; an error ends the stream."""
-    m, data = _model(request), await _json(request)
-    prompt = await _one(m, _limits(request), _field(data, "prompt", (list, str)))
-    sampling = _sampling(data)
-    steering = _steering(request, data)
-    stream = m.generate_stream(prompt, sampling, steering=steering)
+    m, plan = _model(request), await _plan(request, GENERATE)
+    stream = m.generate_stream(plan.prompt, plan.sampling, steering=plan.steering)
     first = await anext(stream)  # validation errors surface here, before any 200
 
     async def lines() -> AsyncIterator[bytes]:

@@ -2,7 +2,8 @@
 
 The host calls these methods by name with `collective_rpc("ie_...", args=...)`; they run in the
 worker process between forwards. `ie_setup` wraps the model runner's `_model_forward` so the batch
-layout is recorded just before each forward; `runner_adapter` (shared with ie-static's worker)
+layout is recorded just before each forward, and a request new to the worker registers the spec it
+carries in its extra_args there (no RPC); `runner_adapter` (shared with ie-static's worker)
 is the only code here that reads vLLM's runner. Hooks read the layout to slice rows per request.
 """
 
@@ -27,6 +28,7 @@ from ie_vllm.worker.lens_worker import LensWorkerMixin
 from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
 from ie_vllm.worker.registry import Entry, Registry, Rows, gather_reduced, store_reduced
 from ie_vllm.worker.runner_adapter import (
+    carried_spec,
     ensure_stage_buffer,
     loaded_model,
     model_device,
@@ -143,39 +145,12 @@ class IEWorkerExtension(LensWorkerMixin):
 
     # --- requests ----------------------------------------------------------------------------
 
-    def ie_register(self, specs: list[dict[str, Any]]) -> int:
-        """Register request specs (before their requests are submitted) and install their hooks."""
-        state = self._ie
-        for wire in specs:
-            spec = RequestSpec.from_wire(wire)
-            captured = frozenset(
-                site
-                for a in spec.captures
-                for s in capture_sites(a)
-                if (site := state.table.addresses.get(s, s)) in state.table.sites
-            )
-            steer = {}
-            for s in spec.steering:
-                site = state.table.addresses.get(s.address)
-                if site is None:
-                    continue  # another pipeline stage owns it
-                steer[site] = (*steer.get(site, ()), (s.ops, scoped(s.masked, s.until)))
-            reduce: dict[str, tuple[ReducerSpec, ...]] = {}
-            for r in spec.reducers:
-                if r.kind not in reducers.REDUCERS:
-                    raise ValueError(f"unknown reducer kind {r.kind!r}")
-                site = state.table.addresses.get(r.address)
-                if site is not None:
-                    reduce[site] = (*reduce.get(site, ()), r)
-            state.registry.add(Entry(spec, captured, steer, reduce_sites=reduce))
-            _acquire(state, set(captured) | set(steer) | set(reduce))
-        return len(state.registry.entries)
-
     def ie_collect(
         self, key: str, start: int = 0, stop: int | None = None, release: bool = True
     ) -> dict[str, Any]:
         """Rows for positions [start, stop) of every captured address, as one payload."""
         state = self._ie
+        _check_refused(state, [key])
         entry = state.registry.get(key)
         if entry is None:
             return payload.encode({})
@@ -185,6 +160,24 @@ class IEWorkerExtension(LensWorkerMixin):
         if release:
             _release_entry(state, key)
         return payload.encode(out)
+
+    def ie_drain(self, asks: list[list[Any]]) -> dict[str, Any]:
+        """Rows `[0, stop)` of each finished `[key, stop]` in one payload (`key/address` names,
+        one copy to the host), each key released: the host's collects of one step, coalesced.
+        `refused` names the keys whose carried spec this worker could not register, with why."""
+        state = self._ie
+        out: dict[str, torch.Tensor] = {}
+        refused: dict[str, str] = {}
+        for key, stop in asks:
+            why = state.registry.refused.get(key)
+            entry = state.registry.get(key)
+            if why is not None:
+                refused[key] = why
+            elif entry is not None and state.capture_rank:
+                got = _gather(state, entry, 0, int(stop))
+                out.update((f"{key}/{name}", t) for name, t in got.items())
+            _release_entry(state, key)
+        return {"rows": payload.encode(out), "refused": refused}
 
     def ie_release(self, keys: list[str]) -> int:
         for key in keys:
@@ -246,9 +239,11 @@ class IEWorkerExtension(LensWorkerMixin):
 
 def _forward_with_layout(runner: Any, state: WorkerState, original: Any) -> Any:
     def forward_with_layout(*args: Any, **kwargs: Any) -> Any:
+        layout = record_layout(runner)
+        _register_carried(runner, state, layout)
         if state.registry.entries:
-            state.layout = record_layout(runner)
-            state.plan = _plan(state, state.layout)
+            state.layout = layout
+            state.plan = _plan(state, layout)
         try:
             return original(*args, **kwargs)
         finally:
@@ -257,6 +252,55 @@ def _forward_with_layout(runner: Any, state: WorkerState, original: Any) -> Any:
             state.forwards += 1
 
     return forward_with_layout
+
+
+def _register_carried(runner: Any, state: WorkerState, layout: BatchLayout) -> None:
+    """Register the specs that requests new to this worker carry. A spec the worker cannot take
+    is kept as refused (its collect raises with the reason); the forward goes on unhindered."""
+    for rows in layout.keyed():
+        key = rows.key
+        if key is None or not state.registry.wants(key):
+            continue
+        text = carried_spec(runner, rows.req_id)
+        if text is None:
+            continue
+        try:
+            _register(state, RequestSpec.from_json(text))
+        except Exception as exc:  # raised in a forward, it would stop the engine
+            state.registry.refused[key] = f"{type(exc).__name__}: {exc}"
+
+
+def _register(state: WorkerState, spec: RequestSpec) -> None:
+    """Resolve a spec's addresses to this worker's sites and install the hooks it needs."""
+    captured = frozenset(
+        site
+        for a in spec.captures
+        for s in capture_sites(a)
+        if (site := state.table.addresses.get(s, s)) in state.table.sites
+    )
+    steer: dict[str, tuple[tuple[tuple[SteeringOp, ...], frozenset[int]], ...]] = {}
+    for s in spec.steering:
+        site = state.table.addresses.get(s.address)
+        if site is None:
+            continue  # another pipeline stage owns it
+        steer[site] = (*steer.get(site, ()), (s.ops, scoped(s.masked, s.until)))
+    reduce: dict[str, tuple[ReducerSpec, ...]] = {}
+    for r in spec.reducers:
+        if r.kind not in reducers.REDUCERS:
+            raise ValueError(f"unknown reducer kind {r.kind!r}")
+        site = state.table.addresses.get(r.address)
+        if site is not None:
+            reduce[site] = (*reduce.get(site, ()), r)
+    state.registry.add(Entry(spec, captured, steer, reduce_sites=reduce))
+    _acquire(state, set(captured) | set(steer) | set(reduce))
+
+
+def _check_refused(state: WorkerState, keys: Iterable[str]) -> None:
+    for key in keys:
+        why = state.registry.refused.pop(key, None)
+        if why is not None:
+            state.registry.pop(key)
+            raise RuntimeError(f"the worker could not register request {key}: {why}")
 
 
 def _plan(state: WorkerState, layout: BatchLayout) -> dict[str, list[PlanItem]]:

@@ -7,8 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from ie_core.wire import KEY_XARG, SPEC_XARG
 
-KEY_ARG = "ie_key"  # SamplingParams.extra_args entry naming the request in the worker registry
+# SamplingParams.extra_args entries the worker reads: the request's registry key, and its
+# `RequestSpec` as JSON (the same names the HTTP server reserves).
+KEY_ARG = KEY_XARG
+SPEC_ARG = SPEC_XARG
 
 
 @dataclass(frozen=True)

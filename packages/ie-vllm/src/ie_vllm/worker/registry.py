@@ -1,8 +1,8 @@
 """The worker's store of registered requests and their captured rows.
 
-The host registers a `RequestSpec` (`ie_vllm.specs`) in every worker *before* submitting the
-request; the worker finds it through the key vLLM carries in `SamplingParams.extra_args` (see
-`layout.KEY_ARG`). Captured rows accumulate per forward (chunked prefill, then one row per decode step), indexed
+A request carries its `RequestSpec` (`ie_vllm.specs`) and key in `SamplingParams.extra_args`
+(`layout.SPEC_ARG`, `layout.KEY_ARG`); the worker registers it the first time the request reaches
+a forward, and drops it when the host collects or releases the key. Captured rows accumulate per forward (chunked prefill, then one row per decode step), indexed
 by sequence position so a recomputed (preempted) request overwrites rather than duplicates.
 """
 
@@ -79,18 +79,31 @@ def gather_reduced(
     return {k: v.gather(start, stop) for k, v in entry_rows.items() if k.startswith(labels)}
 
 
+RETIRED_KEPT = 65536  # released keys remembered, so a late sight of one never re-registers it
+
+
 class Registry:
-    """Worker-side: registered requests by key."""
+    """Worker-side: registered requests by key, and the keys already released."""
 
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
+        self.retired: dict[str, None] = {}  # insertion-ordered set
+        self.refused: dict[str, str] = {}  # key -> why its carried spec could not be registered
 
     def add(self, entry: Entry) -> None:
         if entry.spec.key in self.entries:
             raise ValueError(f"request key {entry.spec.key!r} is already registered")
         self.entries[entry.spec.key] = entry
 
+    def wants(self, key: str) -> bool:
+        """A key seen in a forward that is neither registered nor released nor refused."""
+        return key not in self.entries and key not in self.retired and key not in self.refused
+
     def pop(self, key: str) -> Entry | None:
+        self.retired[key] = None
+        if len(self.retired) > RETIRED_KEPT:
+            del self.retired[next(iter(self.retired))]
+        self.refused.pop(key, None)
         return self.entries.pop(key, None)
 
     def get(self, key: str | None) -> Entry | None:

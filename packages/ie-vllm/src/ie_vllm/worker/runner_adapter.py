@@ -19,7 +19,7 @@ from typing import Any
 from ie_core.errors import UnsupportedEngineError
 
 from ie_vllm.pipeline import keep_stage, stage_of
-from ie_vllm.worker.layout import KEY_ARG, BatchLayout, RequestRows
+from ie_vllm.worker.layout import KEY_ARG, SPEC_ARG, BatchLayout, RequestRows
 from ie_vllm.worker.point_table import PointTable
 from ie_vllm.worker.resolve import resolve
 
@@ -219,6 +219,14 @@ def request_key(runner: Any, req_id: str) -> str | None:
     return str(key) if key is not None else None
 
 
+def carried_spec(runner: Any, req_id: str) -> str | None:
+    """The `RequestSpec` JSON a request carries in its extra_args (`SPEC_ARG`), None when absent."""
+    state = runner.requests.get(req_id)
+    extra = getattr(getattr(state, "sampling_params", None), "extra_args", None) or {}
+    spec = extra.get(SPEC_ARG)
+    return str(spec) if spec is not None else None
+
+
 def record_layout(runner: Any) -> BatchLayout:
     """Read the layout the runner prepared for the forward it is about to run.
 
@@ -244,6 +252,7 @@ __all__ = [
     "VLLM_NAMES",
     "LoadedModel",
     "buffer_rows",
+    "carried_spec",
     "check_runner",
     "ensure_stage_buffer",
     "loaded_model",

@@ -1,0 +1,162 @@
+"""A request as one value: what to run (capture, generate, or both), on which prompt, reading which
+addresses, under which steering. `ModelFront` turns every protocol call into a `Plan`; a backend
+executes plans; over HTTP the plan's JSON is the request body, written and read here alone.
+
+Prompts stay as the caller gave them (text, ids, rows of ids): the executor owns the tokenizer
+(a remote one lives on the server). Addresses stay as given too: each backend resolves them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, cast
+
+from ie_core.cache import ActivationCache
+from ie_core.grammar import AddressLike, to_address
+from ie_core.ops import Steering
+from ie_core.protocol import Generation, SamplingParams, SteeringArg, steering_tuple
+from ie_core.wire import (
+    sampling_from_wire,
+    sampling_to_wire,
+    steering_from_wire,
+    steering_to_wire,
+)
+
+__all__ = [
+    "CAPTURE",
+    "CAPTURE_GENERATION",
+    "GENERATE",
+    "KINDS",
+    "Outcome",
+    "Plan",
+    "PlanWireError",
+    "plain_prompt",
+]
+
+CAPTURE = "capture"  # one forward over a batch of prompts, reading addresses
+GENERATE = "generate"  # sampled tokens (run whole, or streamed token by token)
+CAPTURE_GENERATION = "capture_generation"  # generate, reading over prompt + generated[:-1]
+KINDS = (CAPTURE, GENERATE, CAPTURE_GENERATION)
+
+
+class PlanWireError(ValueError):
+    """A plan's JSON lacks a field or holds one of the wrong type (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One request. `prompt` is a batch for CAPTURE and a single prompt otherwise."""
+
+    kind: str
+    prompt: Any
+    captures: tuple[AddressLike, ...] = ()
+    steering: tuple[Steering, ...] = ()
+    sampling: SamplingParams | None = None
+    grad: bool = False
+    # CAPTURE only: each prompt's own steering, after the shared `steering` (one entry a prompt).
+    row_steering: tuple[tuple[Steering, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown plan kind {self.kind!r}; known: {', '.join(KINDS)}")
+        if (self.sampling is None) != (self.kind == CAPTURE):
+            raise ValueError(
+                f"a {self.kind} plan {'takes no' if self.kind == CAPTURE else 'needs'} sampling"
+            )
+
+    @classmethod
+    def of(
+        cls,
+        kind: str,
+        prompt: Any,
+        captures: Sequence[AddressLike] | AddressLike = (),
+        steering: SteeringArg = None,
+        sampling: SamplingParams | None = None,
+        grad: bool = False,
+        row_steering: Sequence[SteeringArg] | None = None,
+    ) -> Plan:
+        """A plan from protocol arguments: one address may be given bare, steering as one spec."""
+        listed = (captures,) if isinstance(captures, str) else tuple(cast(Any, captures))
+        rows = tuple(steering_tuple(s) for s in row_steering or ())
+        return cls(kind, prompt, listed, steering_tuple(steering), sampling, grad, rows)
+
+    def steering_of(self, row: int) -> tuple[Steering, ...]:
+        """Prompt `row`'s steering: the shared specs, then its own."""
+        return self.steering + (self.row_steering[row] if self.row_steering else ())
+
+    def with_prompt(self, prompt: Any) -> Plan:
+        """The same plan on a normalised prompt (token ids, once the executor has tokenized)."""
+        return replace(self, prompt=prompt)
+
+    # --- the HTTP body -----------------------------------------------------------------------
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON body of the plan's route (`ie_core.wire.ROUTES[kind]`, or generate_stream)."""
+        body: dict[str, Any] = {_prompt_field(self.kind): plain_prompt(self.prompt)}
+        if self.kind != GENERATE:
+            body["addresses"] = [str(to_address(a)) for a in self.captures]
+        if self.sampling is not None:
+            body["sampling"] = sampling_to_wire(self.sampling)
+        body["steering"] = steering_to_wire(self.steering)
+        if self.row_steering:
+            body["row_steering"] = [steering_to_wire(s) for s in self.row_steering]
+        return body
+
+    @classmethod
+    def from_wire(
+        cls,
+        kind: str,
+        data: Any,
+        resolve: Callable[[list[Any]], list[Any]] = lambda specs: specs,
+    ) -> Plan:
+        """A plan from its JSON body; `resolve` rewrites the raw steering specs first (a server
+        turns the dictionary features it serves by name into ops)."""
+        if not isinstance(data, dict):
+            raise PlanWireError("the request body must be a JSON object")
+        prompt = _field(data, _prompt_field(kind), (list, str))
+        captures: tuple[str, ...] = ()
+        if kind != GENERATE:
+            addresses = _field(data, "addresses", list)
+            if not all(isinstance(a, str) for a in addresses):
+                raise PlanWireError("'addresses' must be a list of strings such as 'resid_post.3'")
+            captures = tuple(addresses)
+        sampling = None if kind == CAPTURE else sampling_from_wire(data.get("sampling"))
+        steering = steering_from_wire(resolve(data.get("steering") or []))
+        rows = data.get("row_steering") or []
+        if rows and (not isinstance(rows, list) or kind != CAPTURE):
+            raise PlanWireError(
+                "'row_steering' is a list (one steering list per prompt) of capture"
+            )
+        row_steering = tuple(steering_from_wire(resolve(r or [])) for r in rows)
+        return cls(kind, prompt, captures, steering, sampling, False, row_steering)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What executing a plan returned: the generation (GENERATE kinds), the cache (reads)."""
+
+    generation: Generation | None = None
+    cache: ActivationCache | None = None
+
+
+def _prompt_field(kind: str) -> str:
+    return "prompts" if kind == CAPTURE else "prompt"
+
+
+def _field(data: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    if name not in data:
+        raise PlanWireError(f"the request lacks the field {name!r}")
+    value = data[name]
+    if not isinstance(value, kind):
+        raise PlanWireError(f"{name!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def plain_prompt(value: Any) -> Any:
+    """Prompts as JSON: tensors and arrays become lists; the receiver normalises the rest."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, str | int):
+        return value
+    return [plain_prompt(v) for v in value]

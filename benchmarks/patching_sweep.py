@@ -5,7 +5,8 @@ user writes without any of them (plain torch: one forward per layer, its positio
 Every engine computes the same 420 cells (metric: logit(" Mary") - logit(" John") at the last
 position of the corrupt prompt with one clean row patched in), so the table carries each grid's
 max |diff| against ie-eager's beside wall time and cells per second. Loading and one warm-up
-sweep are excluded from the timing. Run it alone (nothing else on the machine):
+sweep are excluded from the timing (the load, an engine's start included, is its own column). Run
+it alone (nothing else on the machine):
 
     uv run --locked python benchmarks/patching_sweep.py --out benchmarks/results/patching_sweep.json
 """
@@ -171,7 +172,9 @@ def _measure(engine: str) -> dict[str, Any]:
     }
     make = peers.get(engine)
     try:
+        t0 = time.perf_counter()
         sweep, close = make() if make else _ie(engine)
+        setup = time.perf_counter() - t0
         sweep()  # warm-up (compilation, caches)
         start = time.perf_counter()
         grid = sweep()
@@ -182,6 +185,7 @@ def _measure(engine: str) -> dict[str, Any]:
     return {
         "engine": engine,
         "wall_s": wall,
+        "setup_s": setup,
         "cells": grid.numel(),
         "cells_per_s": grid.numel() / wall,
         "grid": grid.tolist(),
@@ -207,27 +211,32 @@ def main() -> None:
         kept.update({r["engine"]: r for r in rows})
         rows = [kept[e] for e in ENGINES if e in kept]
     ref = next((r for r in rows if r["engine"] == "eager" and "grid" in r), None)
+    hand = next((r for r in rows if r["engine"] == "torch-batched" and "grid" in r), None)
     for r in rows:
         if ref is not None and "grid" in r:
             diff = (torch.tensor(r["grid"]) - torch.tensor(ref["grid"])).abs().max()
             r["max_abs_diff_vs_eager"] = float(diff)
             r["speedup_vs_eager"] = ref["wall_s"] / r["wall_s"]
+        if hand is not None and "grid" in r:
+            r["speedup_vs_torch_batched"] = hand["wall_s"] / r["wall_s"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps({"model": MODEL, "clean": CLEAN, "corrupt": CORRUPT, "rows": rows}, indent=1)
         + "\n"
     )
     lines = [
-        "| engine | wall s | cells/s | x eager | max abs diff vs eager |",
-        "|---|---|---|---|---|",
+        "| engine | wall s | cells/s | x eager | x torch-batched | max abs diff vs eager | load s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['engine']} | refused: {r['error']} | | | |")
+            lines.append(f"| {r['engine']} | refused: {r['error']} | | | | | |")
         else:
+            nan = float("nan")
             lines.append(
                 f"| {r['engine']} | {r['wall_s']:.1f} | {r['cells_per_s']:.1f} | "
-                f"{r.get('speedup_vs_eager', float('nan')):.2f} | {r.get('max_abs_diff_vs_eager', float('nan')):.2e} |"
+                f"{r.get('speedup_vs_eager', nan):.2f} | {r.get('speedup_vs_torch_batched', nan):.2f} | "
+                f"{r.get('max_abs_diff_vs_eager', nan):.2e} | {r.get('setup_s', nan):.1f} |"
             )
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -1,5 +1,5 @@
 """ie-static builds on ie-vllm's declared surface only, and its channel and policy keep the
-behaviour the backend had (RPC names, slots per steered request, declared-set refusals)."""
+behaviour the backend had (worker calls, slots per steered request, declared-set refusals)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import ie_vllm
 import pytest
 from ie_core.errors import PointUnavailableError, SteeringSpecError
 from ie_core.ops import Additive
+from ie_core.wire import SLOT_XARG, SPEC_XARG
 from ie_static.channel import StaticChannel
 from ie_static.config import StaticConfig
 from ie_static.policy import StaticPolicy
@@ -57,6 +58,8 @@ class _Engine:
 
     async def rpc(self, method: str, *args: Any) -> list[Any]:
         self.calls.append((method, *args))
+        if method == "ie_static_drain":
+            return [{"rows": ie_vllm.payload.encode({}), "refused": {}}]
         return [0]
 
     async def rpc_payload(self, method: str, *args: Any) -> dict[str, Any]:
@@ -78,32 +81,36 @@ def test_channel_gives_steered_requests_slots_and_frees_them() -> None:
     engine = _Engine()
     channel = StaticChannel(engine, slots=2)  # type: ignore[arg-type]
 
+    def slot(xargs: dict[str, str]) -> int:
+        return int(xargs[SLOT_XARG])
+
     async def flow() -> None:
-        await channel.register([_steered("a"), RequestSpec("b", ("resid_post.0",), (), 2)])
-        method, wires, slots = engine.calls[-1]
-        assert method == "ie_static_register" and [w["key"] for w in wires] == ["a", "b"]
-        assert slots[0] in (0, 1) and slots[1] == -1  # unsteered: no slot
-        await channel.collect("a", 0, 2, True)
-        assert engine.calls[-1] == ("ie_static_collect", "a", 0, 2, True)
-        await channel.release(["a", "b"])
-        assert engine.calls[-1] == ("ie_static_release", ["a", "b"])
-        # Both slots are free again: two more steered requests register without waiting.
-        both = asyncio.ensure_future(channel.register([_steered("c"), _steered("d")]))
-        await _settle()
-        assert both.done()
-        await both
-        assert sorted(engine.calls[-1][2]) == [0, 1]
-        freed = engine.calls[-1][2][0]
+        # The spec and its slot ride in the request's extra_args: no call reaches the engine.
+        a = await channel.attach(_steered("a"))
+        b = await channel.attach(RequestSpec("b", ("resid_post.0",), (), 2))
+        assert engine.calls == []
+        assert RequestSpec.from_json(a[SPEC_XARG]) == _steered("a")
+        assert slot(a) in (0, 1) and slot(b) == -1  # unsteered: no slot
+        await channel.finish("a", 2)
+        assert engine.calls[-1] == ("ie_static_drain", [["a", 2]])
+        await channel.release(["b"])
+        assert engine.calls[-1] == ("ie_static_release", ["b"])
+        # Both slots are free again: two more steered requests attach without waiting.
+        c, d = await channel.attach(_steered("c")), await channel.attach(_steered("d"))
+        assert sorted([slot(c), slot(d)]) == [0, 1]
         # A third waits for a slot (negative control: the semaphore really bounds) and gets the
-        # one "c" frees.
-        third = asyncio.ensure_future(channel.register([_steered("e")]))
+        # one "c" frees once the workers released it.
+        third = asyncio.ensure_future(channel.attach(_steered("e")))
         await _settle()
         assert not third.done()
         await channel.release(["c"])
         await _settle()
         assert third.done()
-        await third
-        assert engine.calls[-1][0] == "ie_static_register" and engine.calls[-1][2] == [freed]
+        assert slot(await third) == slot(c)
+        # Requests finishing in the same loop turn share one drain.
+        engine.calls.clear()
+        await asyncio.gather(channel.finish("d", 2), channel.finish("e", 2))
+        assert engine.calls == [("ie_static_drain", [["d", 2], ["e", 2]])]
 
     asyncio.run(flow())
 

@@ -216,13 +216,30 @@ CLEAN = "The Eiffel Tower is in the city of"
 CORRUPT = "The Colosseum is in the city of"
 
 
-def test_patch_sweep_and_ablations_equal_hooked(engines) -> None:
+def test_patch_sweep_and_ablations_equal_hooked(engines, monkeypatch) -> None:
     """The sweep at resid_pre.4 (a declared write site) cell for cell, zero and mean ablation of
     mlp_out.4 and a patch of every position, against the hooked engine (itself equal to eager's
-    sweep, which equals hand-written HF hooks)."""
+    sweep, which equals hand-written HF hooks). The cells' specs and slots ride with their
+    requests: the sweep makes no per-cell worker call."""
+    from collections import Counter
+
     static, hooked = engines
     metric = logit_diff(" Paris", " Rome")
+    calls: Counter[str] = Counter()
+    real = static.engine.llm.collective_rpc
+
+    async def counted(method, *args, **kwargs):
+        calls[method] += 1
+        return await real(method, *args, **kwargs)
+
+    monkeypatch.setattr(static.engine.llm, "collective_rpc", counted)
     got = run(patch_sweep_async(static, CLEAN, CORRUPT, metric=metric, layers=(4,)))
+    monkeypatch.undo()
+    cells = got.values.numel()
+    assert "ie_static_register" not in calls and "ie_static_collect" not in calls, calls
+    # Two sources, the cells and the read-out of their logits: a handful of calls, where one
+    # register and one collect per cell would be 2 * cells.
+    assert cells >= 9 and sum(calls.values()) <= 6, (dict(calls), cells)
     want = run(patch_sweep_async(hooked, CLEAN, CORRUPT, metric=metric, layers=(4,)))
     scale = float(want.values.abs().max())
     assert (got.values - want.values).abs().max() <= REL * scale

@@ -27,7 +27,8 @@ STEERING_XARG = "ie_steering"
 # request's registration). The vLLM worker reads the request's registry key and its spec there.
 KEY_XARG = "ie_key"
 SPEC_XARG = "ie_spec"
-RESERVED_XARGS = (KEY_XARG, SPEC_XARG)
+SLOT_XARG = "ie_slot"  # vllm-static: the write-table slot the host gave a steered request
+RESERVED_XARGS = (KEY_XARG, SPEC_XARG, SLOT_XARG)
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,7 @@ __all__ = [
     "RESERVED_XARGS",
     "ROUTES",
     "SAFETENSORS",
+    "SLOT_XARG",
     "SPEC_XARG",
     "STEERING_XARG",
     "Route",

@@ -3,7 +3,8 @@ request.
 
 A steered request's ops live in one slot of the engine's write tables (sized at load), so the host
 hands out slots here; more steered requests than slots wait their turn. Unsteered requests take
-no slot (-1).
+no slot (-1). The spec and its slot ride with the request in its `extra_args`; each worker
+fills the slot at the request's first forward.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from ie_vllm import Engine, RequestSpec
+from ie_core.wire import SLOT_XARG, SPEC_XARG
+from ie_vllm import Engine, RequestSpec, coalesced_drain
 
 
 class StaticChannel:
-    """Register / collect / release on `ie_static.worker.StaticWorkerMixin`, slots assigned."""
+    """Attach / collect / drain / release on `ie_static.worker.StaticWorkerMixin`, slots
+    assigned."""
 
     def __init__(self, engine: Engine, slots: int) -> None:
         self.engine = engine
@@ -24,6 +27,7 @@ class StaticChannel:
         self._free = list(range(slots))
         self._held: dict[str, int] = {}
         self._available: asyncio.Semaphore | None = None
+        self._drain = coalesced_drain(engine, "ie_static_drain")
 
     async def _acquire(self, key: str) -> int:
         if self._available is None:
@@ -40,15 +44,10 @@ class StaticChannel:
             self._available.release()
 
     async def attach(self, spec: RequestSpec) -> dict[str, str]:
-        """Registered by RPC before submission: the slot's tables are filled between steps."""
-        await self.register([spec])
-        return {}
-
-    async def register(self, specs: Sequence[RequestSpec]) -> None:
-        slots = [await self._acquire(s.key) if s.steering else -1 for s in specs]
-        # On failure or cancel the slots stay held: the worker may still register them, and
-        # the caller's `release` (always sent after a register) frees them after it.
-        await self.engine.rpc("ie_static_register", [s.to_wire() for s in specs], slots)
+        # On failure or cancel the slot stays held: the worker may still take it, and the
+        # caller's `release` (always sent after an attach) frees it after the worker let it go.
+        slot = await self._acquire(spec.key) if spec.steering else -1
+        return {SPEC_XARG: spec.to_json(), SLOT_XARG: str(slot)}
 
     async def collect(self, key: str, start: int, stop: int, release: bool) -> dict[str, Any]:
         rows = await self.engine.rpc_payload("ie_static_collect", key, start, stop, release)
@@ -57,7 +56,9 @@ class StaticChannel:
         return rows
 
     async def finish(self, key: str, stop: int) -> dict[str, Any]:
-        return await self.collect(key, 0, stop, True)
+        rows = await self._drain((key, stop))  # the worker released the key and its slot
+        self._free_slot(key)
+        return rows
 
     async def release(self, keys: Sequence[str]) -> None:
         try:

@@ -17,8 +17,10 @@ import numpy as np
 import torch
 from ie_core.grammar import to_address
 from ie_core.ops import SteeringOp
+from ie_core.wire import SLOT_XARG, SPEC_XARG
 from ie_vllm import (
     ATTN_POINTS,
+    RETIRED_KEPT,
     BatchLayout,
     PointTable,
     ReducerSpec,
@@ -26,6 +28,7 @@ from ie_vllm import (
     Rows,
     attention_rows,
     buffer_rows,
+    carried,
     gather_reduced,
     layer_range,
     loaded_model,
@@ -69,6 +72,10 @@ class StaticState:
     table: PointTable
     plan: SitePlan
     entries: dict[str, StaticEntry] = field(default_factory=dict)
+    # Keys released here (insertion-ordered, bounded): a forward seen after a release never
+    # registers the key again. Carried specs this worker could not take, with why.
+    retired: dict[str, None] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
     host_slots: np.ndarray | None = None
     steered_last_step: bool = False
     forwards: int = 0
@@ -115,26 +122,15 @@ class StaticWorkerMixin:
             "stage": stage_of().rank,  # for merge_taps: tensor ranks repeat their stage's report
         }
 
-    def ie_static_register(self, specs: list[dict[str, Any]], slots: list[int]) -> int:
-        state = self._ie_static
-        for wire, slot in zip(specs, slots, strict=True):
-            spec = RequestSpec.from_wire(wire)
-            if spec.key in state.entries:
-                raise ValueError(f"request key {spec.key!r} is already registered")
-            writes = _fill_slot(state, spec, slot) if spec.steering else ()
-            sites = frozenset(s for a in spec.captures for s in state.plan.reads.get(a, ()))
-            entry = StaticEntry(spec, slot, spec.captures, sites, writes)
-            for r in spec.reducers:
-                for name in state.plan.reads.get(r.address, ())[:1]:
-                    entry.reduce_sites[name] = (*entry.reduce_sites.get(name, ()), r)
-            state.entries[spec.key] = entry
-        return len(state.entries)
-
     def ie_static_collect(
         self, key: str, start: int = 0, stop: int | None = None, release: bool = True
     ) -> dict[str, Any]:
         state = self._ie_static
         t0 = time.perf_counter()
+        why = state.refused.get(key)
+        if why is not None:
+            _release(state, key)
+            raise RuntimeError(f"the worker could not register request {key}: {why}")
         entry = state.entries.get(key)
         out: dict[str, torch.Tensor] = {}
         if entry is not None and state.capture_rank:
@@ -144,6 +140,26 @@ class StaticWorkerMixin:
         encoded = payload.encode(out)
         state.seconds["collect"] += time.perf_counter() - t0
         return encoded
+
+    def ie_static_drain(self, asks: list[list[Any]]) -> dict[str, Any]:
+        """Rows `[0, stop)` of each finished `[key, stop]` in one payload (`key/address` names),
+        each key released: the host's collects of one step, coalesced. `refused` names the keys
+        whose carried spec this worker could not register, with why."""
+        state = self._ie_static
+        t0 = time.perf_counter()
+        out: dict[str, torch.Tensor] = {}
+        refused: dict[str, str] = {}
+        for key, stop in asks:
+            entry = state.entries.get(key)
+            if key in state.refused:
+                refused[key] = state.refused[key]
+            elif entry is not None and state.capture_rank:
+                got = _gather(state, entry, 0, int(stop))
+                out.update((f"{key}/{name}", t) for name, t in got.items())
+            _release(state, key)
+        encoded = payload.encode(out)
+        state.seconds["collect"] += time.perf_counter() - t0
+        return {"rows": encoded, "refused": refused}
 
     def ie_static_release(self, keys: list[str]) -> int:
         for key in keys:
@@ -221,6 +237,38 @@ def on_this_stage(table: PointTable) -> Callable[[str], bool]:
     return held
 
 
+def _register_carried(runner: Any, state: StaticState, layout: BatchLayout) -> None:
+    """Register the specs (and slots) that requests new to this worker carry. A spec the worker
+    cannot take is kept as refused (its collect raises with the reason), never raised here: an
+    exception in the forward would stop the engine."""
+    for rows in layout.keyed():
+        key = rows.key
+        if key is None or key in state.entries or key in state.retired or key in state.refused:
+            continue
+        text = carried(runner, rows.req_id, SPEC_XARG)
+        if text is None:
+            continue
+        try:
+            _register(
+                state,
+                RequestSpec.from_json(text),
+                int(carried(runner, rows.req_id, SLOT_XARG) or -1),
+            )
+        except Exception as exc:
+            state.refused[key] = f"{type(exc).__name__}: {exc}"
+
+
+def _register(state: StaticState, spec: RequestSpec, slot: int) -> None:
+    """Fill the request's slot (steered) and note the read sites and reducers it needs."""
+    writes = _fill_slot(state, spec, slot) if spec.steering else ()
+    sites = frozenset(s for a in spec.captures for s in state.plan.reads.get(a, ()))
+    entry = StaticEntry(spec, slot, spec.captures, sites, writes)
+    for r in spec.reducers:
+        for name in state.plan.reads.get(r.address, ())[:1]:
+            entry.reduce_sites[name] = (*entry.reduce_sites.get(name, ()), r)
+    state.entries[spec.key] = entry
+
+
 def _fill_slot(state: StaticState, spec: RequestSpec, slot: int) -> tuple[str, ...]:
     """Write the request's ops into its slot at every write site, masks into its mask rows.
     Under pipeline parallelism each stage fills the sites it holds (another's are skipped)."""
@@ -257,6 +305,10 @@ def _fill_slot(state: StaticState, spec: RequestSpec, slot: int) -> tuple[str, .
 
 
 def _release(state: StaticState, key: str) -> None:
+    state.retired[key] = None
+    if len(state.retired) > RETIRED_KEPT:
+        del state.retired[next(iter(state.retired))]
+    state.refused.pop(key, None)
     entry = state.entries.pop(key, None)
     if entry is None or entry.slot < 0:
         return
@@ -273,7 +325,10 @@ def _forward_with_taps(runner: Any, state: StaticState, original: Any) -> Any:
     def forward_with_taps(*args: Any, **kwargs: Any) -> Any:
         seconds = state.seconds
         t0 = time.perf_counter()
-        layout = record_layout(runner) if state.entries else None
+        layout = record_layout(runner)
+        _register_carried(runner, state, layout)
+        if not state.entries:
+            layout = None
         _set_rows(state, layout)
         t1 = time.perf_counter()
         out = original(*args, **kwargs)

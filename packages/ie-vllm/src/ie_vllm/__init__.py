@@ -32,6 +32,7 @@ _EXPORTS = {
     "check_pipeline_parallel": "host.parallel_support",
     "Channel": "host.channel",
     "HookedChannel": "host.channel",
+    "coalesced_drain": "host.channel",
     "SitePolicy": "host.policy",
     "RequestSpec": "specs",
     "SteerSpec": "specs",
@@ -47,7 +48,9 @@ _EXPORTS = {
     "SiteDef": "worker.point_table",
     "BatchLayout": "worker.layout",
     "record_layout": "worker.runner_adapter",
+    "carried": "worker.runner_adapter",
     "Rows": "worker.registry",
+    "RETIRED_KEPT": "worker.registry",
     "ReducerSpec": "specs",
     "gather_reduced": "worker.registry",
     "store_reduced": "worker.registry",
@@ -80,6 +83,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.host.backend import load_hooked as load_hooked
     from ie_vllm.host.channel import Channel as Channel
     from ie_vllm.host.channel import HookedChannel as HookedChannel
+    from ie_vllm.host.channel import coalesced_drain as coalesced_drain
     from ie_vllm.host.cpu_support import check_cpu_support as check_cpu_support
     from ie_vllm.host.cpu_support import exact_int8_dot as exact_int8_dot
     from ie_vllm.host.cpu_support import on_cpu as on_cpu
@@ -103,11 +107,13 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.worker.layout import BatchLayout as BatchLayout
     from ie_vllm.worker.point_table import PointTable as PointTable
     from ie_vllm.worker.point_table import SiteDef as SiteDef
+    from ie_vllm.worker.registry import RETIRED_KEPT as RETIRED_KEPT
     from ie_vllm.worker.registry import Rows as Rows
     from ie_vllm.worker.registry import gather_reduced as gather_reduced
     from ie_vllm.worker.registry import store_reduced as store_reduced
     from ie_vllm.worker.runner_adapter import LoadedModel as LoadedModel
     from ie_vllm.worker.runner_adapter import buffer_rows as buffer_rows
+    from ie_vllm.worker.runner_adapter import carried as carried
     from ie_vllm.worker.runner_adapter import loaded_model as loaded_model
     from ie_vllm.worker.runner_adapter import model_device as model_device
     from ie_vllm.worker.runner_adapter import positions_buffer as positions_buffer
@@ -129,6 +135,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ATTN_POINTS",
     "RECOMPUTE_ATTN",
+    "RETIRED_KEPT",
     "SWEEP_MAX_MODEL_LEN",
     "VLLM_STACK",
     "BatchLayout",
@@ -149,9 +156,11 @@ __all__ = [
     "attention_rows",
     "buffer_rows",
     "capture_sites",
+    "carried",
     "check_cpu_support",
     "check_data_parallel",
     "check_pipeline_parallel",
+    "coalesced_drain",
     "create",
     "exact_int8_dot",
     "gather_reduced",

@@ -48,7 +48,7 @@ class HookedChannel:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._drain = Coalesced(self._drain_now)
+        self._drain = coalesced_drain(engine, "ie_drain")
 
     async def attach(self, spec: RequestSpec) -> dict[str, str]:
         return {SPEC_ARG: spec.to_json()}  # the worker registers it at the request's first step
@@ -61,24 +61,6 @@ class HookedChannel:
 
     async def release(self, keys: Sequence[str]) -> None:
         await self.engine.rpc("ie_release", list(keys))
-
-    async def _drain_now(
-        self, asks: list[tuple[str, int]]
-    ) -> list[dict[str, torch.Tensor] | Exception]:
-        keys = [key for key, _ in asks]
-        out: dict[str, dict[str, torch.Tensor]] = {key: {} for key in keys}
-        refused: dict[str, str] = {}
-        for rank in await self.engine.rpc("ie_drain", [list(a) for a in asks]):  # merge ranks
-            refused.update(rank["refused"])
-            for name, tensor in payload.decode(rank["rows"]).items():
-                key, _, address = name.partition("/")
-                out[key].setdefault(address, tensor)
-        return [
-            RuntimeError(f"the worker could not register request {key}: {refused[key]}")
-            if key in refused
-            else out[key]
-            for key in keys
-        ]
 
 
 class Coalesced:
@@ -124,4 +106,27 @@ class Coalesced:
                 future.set_result(result)
 
 
-__all__ = ["Channel", "Coalesced", "HookedChannel"]
+def coalesced_drain(engine: Engine, method: str) -> Coalesced:
+    """`finish` through a worker method that drains `[[key, stop], ...]` at once: its result per
+    rank is `{"rows": payload named "key/address", "refused": {key: why}}` (ranks merged)."""
+
+    async def send(asks: list[tuple[str, int]]) -> list[dict[str, torch.Tensor] | Exception]:
+        keys = [key for key, _ in asks]
+        out: dict[str, dict[str, torch.Tensor]] = {key: {} for key in keys}
+        refused: dict[str, str] = {}
+        for rank in await engine.rpc(method, [list(a) for a in asks]):
+            refused.update(rank["refused"])
+            for name, tensor in payload.decode(rank["rows"]).items():
+                key, _, address = name.partition("/")
+                out[key].setdefault(address, tensor)
+        return [
+            RuntimeError(f"the worker could not register request {key}: {refused[key]}")
+            if key in refused
+            else out[key]
+            for key in keys
+        ]
+
+    return Coalesced(send)
+
+
+__all__ = ["Channel", "Coalesced", "HookedChannel", "coalesced_drain"]

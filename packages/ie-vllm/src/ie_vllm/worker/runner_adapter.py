@@ -210,21 +210,23 @@ def tp_rank() -> int:
 # --- the batch layout ------------------------------------------------------------------------------
 
 
-def request_key(runner: Any, req_id: str) -> str | None:
-    """Our key for a vLLM request: the `KEY_ARG` entry of its extra_args, None when absent."""
+def carried(runner: Any, req_id: str, name: str) -> str | None:
+    """Entry `name` of a vLLM request's `SamplingParams.extra_args`, None when absent: what a
+    request carries to the workers (its key, its spec, a vllm-static slot)."""
     state = runner.requests.get(req_id)
-    params = getattr(state, "sampling_params", None)
-    extra = getattr(params, "extra_args", None) or {}
-    key = extra.get(KEY_ARG)
-    return str(key) if key is not None else None
+    extra = getattr(getattr(state, "sampling_params", None), "extra_args", None) or {}
+    value = extra.get(name)
+    return str(value) if value is not None else None
+
+
+def request_key(runner: Any, req_id: str) -> str | None:
+    """Our key for a vLLM request (`KEY_ARG`), None for requests nobody registered."""
+    return carried(runner, req_id, KEY_ARG)
 
 
 def carried_spec(runner: Any, req_id: str) -> str | None:
-    """The `RequestSpec` JSON a request carries in its extra_args (`SPEC_ARG`), None when absent."""
-    state = runner.requests.get(req_id)
-    extra = getattr(getattr(state, "sampling_params", None), "extra_args", None) or {}
-    spec = extra.get(SPEC_ARG)
-    return str(spec) if spec is not None else None
+    """The `RequestSpec` JSON a request carries (`SPEC_ARG`), None when absent."""
+    return carried(runner, req_id, SPEC_ARG)
 
 
 def record_layout(runner: Any) -> BatchLayout:
@@ -252,6 +254,7 @@ __all__ = [
     "VLLM_NAMES",
     "LoadedModel",
     "buffer_rows",
+    "carried",
     "carried_spec",
     "check_runner",
     "ensure_stage_buffer",

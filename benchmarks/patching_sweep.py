@@ -1,6 +1,8 @@
 """Benchmark: the full resid_pre patching grid on SmolLM2-135M (every layer x every position of a
 14-token IOI pair), on ie-eager, TransformerLens, nnsight, hooked vLLM, vllm-static and the loop a
-user writes without any of them (plain torch: one forward per layer, its positions batched).
+user writes without any of them (plain torch: one forward per layer, its positions batched), beside
+vLLM's own floor for the same work (`vllm-prefill`: the corrupt prompt prefilled once per cell,
+nothing patched).
 
 Every engine computes the same 420 cells (metric: logit(" Mary") - logit(" John") at the last
 position of the corrupt prompt with one clean row patched in), so the table carries each grid's
@@ -27,7 +29,17 @@ MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 CLEAN = "When John and Mary went to the store, John gave a drink to"
 CORRUPT = "When John and Mary went to the store, Mary gave a drink to"
 ANSWER, WRONG = " Mary", " John"
-ENGINES = ("eager", "torch-batched", "transformer-lens", "nnsight", "vllm", "vllm-static")
+ENGINES = (
+    "eager",
+    "torch-batched",
+    "transformer-lens",
+    "nnsight",
+    "vllm",
+    "vllm-static",
+    "vllm-prefill",
+)
+# Not a sweep: the floor an engine sets for this grid, timed the same way but computing no cell.
+FLOORS = ("vllm-prefill",)
 
 
 def _ie(backend: str) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
@@ -45,6 +57,29 @@ def _ie(backend: str) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
 
     def sweep() -> torch.Tensor:
         return patch_sweep(model, CLEAN, CORRUPT, metric=metric).values
+
+    return sweep, lambda: run(model.shutdown())
+
+
+def _vllm_prefill() -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
+    """vLLM's own speed on this grid's work: the corrupt prompt prefilled once per cell (one new
+    token each, all in flight together) with nothing patched or captured."""
+    import asyncio
+
+    from ie_core import load_model
+    from ie_core.protocol import SamplingParams
+    from ie_core.runner import run
+
+    model = load_model(MODEL, backend="vllm", dtype="float32")
+    ids = model.to_tokens(CORRUPT)
+    one = SamplingParams(max_new_tokens=1)
+
+    async def prefill_all() -> None:
+        await asyncio.gather(*(model.generate(ids, one) for _ in range(30 * len(ids))))
+
+    def sweep() -> torch.Tensor:
+        run(prefill_all())
+        return torch.full((30, len(ids)), float("nan"))  # no cell values: a floor
 
     return sweep, lambda: run(model.shutdown())
 
@@ -169,6 +204,7 @@ def _measure(engine: str) -> dict[str, Any]:
         "transformer-lens": _transformer_lens,
         "nnsight": _nnsight,
         "torch-batched": _torch_batched,
+        "vllm-prefill": _vllm_prefill,
     }
     make = peers.get(engine)
     try:
@@ -192,6 +228,12 @@ def _measure(engine: str) -> dict[str, Any]:
     }
 
 
+def _diff(row: dict[str, Any]) -> str:
+    if row["engine"] in FLOORS:
+        return "no cells (a floor)"
+    return f"{row.get('max_abs_diff_vs_eager', float('nan')):.2e}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engines", default=",".join(ENGINES))
@@ -213,11 +255,16 @@ def main() -> None:
     ref = next((r for r in rows if r["engine"] == "eager" and "grid" in r), None)
     hand = next((r for r in rows if r["engine"] == "torch-batched" and "grid" in r), None)
     for r in rows:
-        if ref is not None and "grid" in r:
-            diff = (torch.tensor(r["grid"]) - torch.tensor(ref["grid"])).abs().max()
-            r["max_abs_diff_vs_eager"] = float(diff)
+        if r["engine"] in FLOORS:
+            r.pop("grid", None)  # it computed no cell
+        if "wall_s" not in r:
+            continue
+        if ref is not None:
             r["speedup_vs_eager"] = ref["wall_s"] / r["wall_s"]
-        if hand is not None and "grid" in r:
+            if "grid" in r:
+                diff = (torch.tensor(r["grid"]) - torch.tensor(ref["grid"])).abs().max()
+                r["max_abs_diff_vs_eager"] = float(diff)
+        if hand is not None:
             r["speedup_vs_torch_batched"] = hand["wall_s"] / r["wall_s"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
@@ -236,7 +283,7 @@ def main() -> None:
             lines.append(
                 f"| {r['engine']} | {r['wall_s']:.1f} | {r['cells_per_s']:.1f} | "
                 f"{r.get('speedup_vs_eager', nan):.2f} | {r.get('speedup_vs_torch_batched', nan):.2f} | "
-                f"{r.get('max_abs_diff_vs_eager', nan):.2e} | {r.get('setup_s', nan):.1f} |"
+                f"{_diff(r)} | {r.get('setup_s', nan):.1f} |"
             )
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -44,7 +44,7 @@ def run_with_cache(
         addresses = checked_everything(model, tokens, names_filter, max_cache_bytes)
     elif names_filter is not None:
         raise BadPromptError("give addresses or names_filter, not both")
-    extra = {"grad": True} if grad else {}
+    extra: dict[str, Any] = {"grad": True} if grad else {}  # a minimal InterpModel need not take it
     cache = run(model.capture(tokens, addresses, steering=with_active(model, steering), **extra))
     return cache.with_heads(*head_counts(model))  # so `cache.heads("z.5")` needs no n_heads
 

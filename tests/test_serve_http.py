@@ -99,6 +99,21 @@ def test_remote_capture_equals_eager(remote: Any, ref: Any) -> None:
     assert float((rows["resid_post.3"][1] - expected[0]).abs().max()) <= TOL_EAGER
 
 
+def test_probe_scores_over_remote_equal_eager(remote: Any, ref: Any) -> None:
+    """`probe_scores` on a backend without in-worker probes captures through `ie serve` and
+    scores on the client: the same numbers as eager's."""
+    from ie_core.experiments.probes import probe_scores
+
+    ids = ref.to_tokens(PROMPT)
+    w = _vector(ref.d_model, 7)
+    got = probe_scores(remote, [ids], "resid_post.2", w, bias=0.5)
+    want = probe_scores(ref, [ids], "resid_post.2", w, bias=0.5)
+    assert got.shape == want.shape == (1, len(ids))
+    assert float((got - want).abs().max()) <= TOL_EAGER
+    other = probe_scores(ref, [ids], "resid_post.3", w, bias=0.5)
+    assert float((got - other).abs().max()) > 100 * TOL_EAGER  # negative control
+
+
 def test_remote_generate_stream_and_lens_equal_eager(remote: Any, ref: Any) -> None:
     ids = ref.to_tokens("def add(a, b):")
     params = SamplingParams(max_new_tokens=5, stop_at_eos=False)

@@ -9,10 +9,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import torch
-from ie_core.errors import SteeringSpecError
+from ie_core.experiments.probes import Probe
 from ie_core.experiments.saes import SAE
-from ie_core.ops.conditional import ACTIVATIONS
-from ie_core.ops.values import as_row, real_number
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
 
 from ie_vllm import payload
@@ -78,36 +76,11 @@ async def dictionary_features(
 def probe_reducer(
     model: ModelParts, address: Any, weight: Any, bias: Any = 0.0, activation: str = "linear"
 ) -> ReducerSpec:
-    """A `probe` reducer: `weight` a `[width]` vector or `[width, n]` matrix, `bias` a number or
-    `[n]`; the width and values are checked here, before any forward."""
+    """A `probe` reducer (`ie_core.experiments.probes.Probe`, checked here before any forward)."""
     (text,) = model.admission.captures([address])
-    w = torch.as_tensor(weight, dtype=torch.float64)
-    if w.ndim not in (1, 2) or w.numel() == 0:
-        raise SteeringSpecError(
-            f"a probe is a [width] vector or [width, n] matrix, got {tuple(w.shape)}"
-        )
     width = model.admission.info.widths[text]
-    if w.shape[0] != width:
-        raise SteeringSpecError(
-            f"the probe is {w.shape[0]} wide but {text} is {width} wide on this model; fit the "
-            "probe on this point's rows"
-        )
-    rows = [as_row(c, "probe") for c in (w.T if w.ndim == 2 else w[None])]
-    n = None if w.ndim == 1 else w.shape[1]
-    if n is None:
-        b: Any = real_number(bias, "bias")
-    else:
-        bt = torch.as_tensor(bias, dtype=torch.float64)
-        b = [real_number(x, "bias") for x in (bt.expand(n) if bt.ndim == 0 else bt).tolist()]
-        if len(b) != n:
-            raise SteeringSpecError(f"the bias has {len(b)} entries for a probe of {n} outputs")
-    if activation not in ACTIVATIONS:
-        raise SteeringSpecError(
-            f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}"
-        )
-    weight_out: Any = list(rows[0]) if n is None else [list(r) for r in zip(*rows, strict=True)]
-    params = {"weight": weight_out, "bias": b, "activation": activation}
-    return ReducerSpec("probe", "probe", text, params)
+    probe = Probe.build(weight, bias, activation, width=width, point=text)
+    return ReducerSpec("probe", "probe", text, probe.to_params())
 
 
 async def probe_scores(

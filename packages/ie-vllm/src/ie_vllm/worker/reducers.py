@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+from ie_core.experiments.probes import Probe
 from ie_core.experiments.sae_math import DictMeta, reduce_rows
 
 from ie_vllm.specs import ReducerSpec
@@ -52,21 +53,9 @@ def _cast(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, torch.Tens
     return {"rows": rows.to(_CAST_DTYPES[str(params["dtype"])])}
 
 
-_PROBE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "linear": lambda x: x,
-    "relu": torch.relu,
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-}
-
-
 def _probe(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """activation(rows @ weight + bias) in fp32: `[rows]` for a vector, `[rows, n]` for a
-    `[width, n]` matrix (the host checked the shapes before the request was sent)."""
-    x = rows.float()
-    w = torch.tensor(params["weight"], dtype=torch.float32, device=x.device)
-    b = torch.tensor(params["bias"], dtype=torch.float32, device=x.device)
-    return {"scores": _PROBE_ACTIVATIONS[str(params["activation"])](x @ w + b)}
+    """A linear probe's scores (`Probe.scores`; the host checked the shapes before sending)."""
+    return {"scores": Probe.from_params(params).scores(rows)}
 
 
 REDUCERS: dict[str, Reducer] = {"sae": _sae, "cast": _cast, "probe": _probe}

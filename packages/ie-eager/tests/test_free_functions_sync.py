@@ -48,6 +48,7 @@ from ie_core.experiments.patching import (
     prompt_token_ids,
     single_token,
 )
+from ie_core.experiments.probes import probe_scores
 from ie_core.experiments.ragged import capture_ragged, capture_ragged_async
 from ie_core.experiments.saes import from_tensors
 from ie_core.experiments.splice import splice
@@ -187,6 +188,9 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
         ),
         "experiments.patching.prompt_token_ids": lambda m: prompt_token_ids(m, CLEAN),
         "experiments.patching.single_token": lambda m: single_token(m, 7),
+        "experiments.probes.probe_scores": lambda m: probe_scores(
+            m, CLEAN, "resid_post.1", torch.ones(m.d_model), activation="tanh"
+        ),
         "experiments.ragged.capture_ragged": lambda m: capture_ragged(
             m, [CLEAN, "Hi"], ["resid_post.1"]
         ),

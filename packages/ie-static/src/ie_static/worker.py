@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from ie_core.grammar import to_address
 from ie_core.ops import SteeringOp
-from ie_core.wire import SLOT_XARG, SPEC_XARG
+from ie_core.wire import SLOT_XARG
 from ie_vllm import (
     ATTN_POINTS,
     RETIRED_KEPT,
@@ -29,6 +29,7 @@ from ie_vllm import (
     attention_rows,
     buffer_rows,
     carried,
+    carried_arrivals,
     gather_reduced,
     layer_range,
     loaded_model,
@@ -241,19 +242,14 @@ def _register_carried(runner: Any, state: StaticState, layout: BatchLayout) -> N
     """Register the specs (and slots) that requests new to this worker carry. A spec the worker
     cannot take is kept as refused (its collect raises with the reason), never raised here: an
     exception in the forward would stop the engine."""
-    for rows in layout.keyed():
-        key = rows.key
-        if key is None or key in state.entries or key in state.retired or key in state.refused:
-            continue
-        text = carried(runner, rows.req_id, SPEC_XARG)
-        if text is None:
-            continue
+
+    def wants(key: str) -> bool:
+        return key not in state.entries and key not in state.retired and key not in state.refused
+
+    for key, req_id, text in carried_arrivals(runner, layout, wants):
         try:
-            _register(
-                state,
-                RequestSpec.from_json(text),
-                int(carried(runner, rows.req_id, SLOT_XARG) or -1),
-            )
+            slot = int(carried(runner, req_id, SLOT_XARG) or -1)
+            _register(state, RequestSpec.from_json(text), slot)
         except Exception as exc:
             state.refused[key] = f"{type(exc).__name__}: {exc}"
 

@@ -49,6 +49,7 @@ _EXPORTS = {
     "BatchLayout": "worker.layout",
     "record_layout": "worker.runner_adapter",
     "carried": "worker.runner_adapter",
+    "carried_arrivals": "worker.runner_adapter",
     "Rows": "worker.registry",
     "RETIRED_KEPT": "worker.registry",
     "ReducerSpec": "specs",
@@ -114,6 +115,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.worker.runner_adapter import LoadedModel as LoadedModel
     from ie_vllm.worker.runner_adapter import buffer_rows as buffer_rows
     from ie_vllm.worker.runner_adapter import carried as carried
+    from ie_vllm.worker.runner_adapter import carried_arrivals as carried_arrivals
     from ie_vllm.worker.runner_adapter import loaded_model as loaded_model
     from ie_vllm.worker.runner_adapter import model_device as model_device
     from ie_vllm.worker.runner_adapter import positions_buffer as positions_buffer
@@ -157,6 +159,7 @@ __all__ = [
     "buffer_rows",
     "capture_sites",
     "carried",
+    "carried_arrivals",
     "check_cpu_support",
     "check_data_parallel",
     "check_pipeline_parallel",

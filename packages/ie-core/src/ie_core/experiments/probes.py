@@ -16,7 +16,7 @@ import torch
 from ie_core.active_steering import with_active
 from ie_core.errors import SteeringSpecError
 from ie_core.grammar import AddressLike, to_address
-from ie_core.ops.conditional import ACTIVATIONS
+from ie_core.ops.conditional import ACTIVATIONS, activate
 from ie_core.ops.values import as_row, real_number
 from ie_core.protocol import Prompt, SteeringArg
 from ie_core.runner import run
@@ -72,14 +72,7 @@ class Probe:
         x = rows.float()
         w = torch.tensor(self.weight, dtype=torch.float32, device=x.device)
         b = torch.tensor(self.bias, dtype=torch.float32, device=x.device)
-        s = x @ w[:, 0] + b[0] if self.vector else x @ w + b
-        if self.activation == "relu":
-            return s.relu()
-        if self.activation == "sigmoid":
-            return s.sigmoid()
-        if self.activation == "tanh":
-            return s.tanh()
-        return s
+        return activate(x @ w[:, 0] + b[0] if self.vector else x @ w + b, self.activation)
 
     def to_params(self) -> dict[str, Any]:
         """Plain data (a reducer's params cross vLLM's RPC as lists and numbers)."""

@@ -23,6 +23,17 @@ if TYPE_CHECKING:
 ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh")
 
 
+def activate(scores: Tensor, activation: str) -> Tensor:
+    """One of `ACTIVATIONS` on a probe's raw scores (a condition's and `probe_scores`' alike)."""
+    if activation == "relu":
+        return scores.relu()
+    if activation == "sigmoid":
+        return scores.sigmoid()
+    if activation == "tanh":
+        return scores.tanh()
+    return scores
+
+
 @dataclass(frozen=True)
 class Conditional(Op):
     """`op` on the rows where activation(h . probe + bias) > threshold; other rows unchanged.
@@ -98,14 +109,7 @@ class Conditional(Op):
         """activation(h . probe + bias) per row, in float64 so that a row near the threshold is
         judged the same on every backend that hands over the same fp32 rows."""
         h64 = h.double()
-        p = h64 @ h64.new_tensor(self.probe) + self.bias
-        if self.activation == "relu":
-            return p.relu()
-        if self.activation == "sigmoid":
-            return p.sigmoid()
-        if self.activation == "tanh":
-            return p.tanh()
-        return p
+        return activate(h64 @ h64.new_tensor(self.probe) + self.bias, self.activation)
 
     def holds(self, h: Tensor) -> Tensor:
         """Where the condition holds: bool, `h.shape[:-1]`."""
@@ -136,4 +140,4 @@ class Conditional(Op):
         }
 
 
-__all__ = ["ACTIVATIONS", "Conditional"]
+__all__ = ["ACTIVATIONS", "Conditional", "activate"]

@@ -28,7 +28,7 @@ from ie_vllm.worker.lens_worker import LensWorkerMixin
 from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
 from ie_vllm.worker.registry import Entry, Registry, Rows, gather_reduced, store_reduced
 from ie_vllm.worker.runner_adapter import (
-    carried_spec,
+    carried_arrivals,
     ensure_stage_buffer,
     loaded_model,
     model_device,
@@ -257,13 +257,7 @@ def _forward_with_layout(runner: Any, state: WorkerState, original: Any) -> Any:
 def _register_carried(runner: Any, state: WorkerState, layout: BatchLayout) -> None:
     """Register the specs that requests new to this worker carry. A spec the worker cannot take
     is kept as refused (its collect raises with the reason); the forward goes on unhindered."""
-    for rows in layout.keyed():
-        key = rows.key
-        if key is None or not state.registry.wants(key):
-            continue
-        text = carried_spec(runner, rows.req_id)
-        if text is None:
-            continue
+    for key, _, text in carried_arrivals(runner, layout, state.registry.wants):
         try:
             _register(state, RequestSpec.from_json(text))
         except Exception as exc:  # raised in a forward, it would stop the engine

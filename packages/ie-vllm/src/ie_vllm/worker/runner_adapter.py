@@ -11,7 +11,7 @@ against the source of the GPU wheel the lock resolves and of the installed vllm-
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -229,6 +229,19 @@ def carried_spec(runner: Any, req_id: str) -> str | None:
     return carried(runner, req_id, SPEC_ARG)
 
 
+def carried_arrivals(
+    runner: Any, layout: BatchLayout, wants: Callable[[str], bool]
+) -> Iterator[tuple[str, str, str]]:
+    """(key, vLLM request id, spec JSON) of each request in this batch that carries a spec and
+    whose key `wants` says is new to the worker: what it registers before the forward."""
+    for rows in layout.keyed():
+        if rows.key is None or not wants(rows.key):
+            continue
+        text = carried_spec(runner, rows.req_id)
+        if text is not None:
+            yield rows.key, rows.req_id, text
+
+
 def record_layout(runner: Any) -> BatchLayout:
     """Read the layout the runner prepared for the forward it is about to run.
 
@@ -255,6 +268,7 @@ __all__ = [
     "LoadedModel",
     "buffer_rows",
     "carried",
+    "carried_arrivals",
     "carried_spec",
     "check_runner",
     "ensure_stage_buffer",

@@ -596,4 +596,15 @@ def test_a_named_feature_condition_over_http_equals_eager(remote: Any, ref: Any)
     bad = {**body, "steering": [{**steering[0], "ops": [{**named, "feature": SAE_WIDTH}]}]}
     r = _post(remote.server.url, "/v1/ie/capture", bad)
     assert r.status_code == 400 and "outside" in r.json()["error"]["message"], r.text
+    # Judged at the dictionary's point, written two layers later (in the vLLM worker).
+    later = [{"point": "resid_post", "layers": [3], "ops": [named]}]
+    r = _post(remote.server.url, "/v1/ie/capture", {**body, "steering": later})
+    assert r.status_code == 200, r.text
+    want = run(ref.capture([ids], ["resid_post.3"], steering=steer_at("resid_post.3", op)))
+    got = decode_tensors(r.content)[0]["resid_post.3"]
+    assert float((got - want["resid_post.3"]).abs().max()) <= TOL_EAGER
+    assert float((got - plain).abs().max()) > 100 * TOL_EAGER
+    earlier = [{"point": "resid_post", "layers": [0], "ops": [named]}]  # judged after: refused
+    r = _post(remote.server.url, "/v1/ie/capture", {**body, "steering": earlier})
+    assert r.status_code == 400 and "not computed after" in r.json()["error"]["message"], r.text
     assert run(remote.stats())["registered"] == 0

@@ -161,8 +161,8 @@ def test_feature_condition_equals_the_dictionary_encode(model: EagerModel) -> No
     assert _scaled(got, want) <= TOL
     with pytest.raises(DictionaryShapeError, match="outside"):
         when_feature(sae, n, Additive(vector, 1.0))
-    with pytest.raises(ConditionPointError, match=at):
-        steer_at(f"resid_post.{LAYER + 1}", op)
+    with pytest.raises(ConditionPointError, match=at):  # judged after the write: refused
+        steer_at(f"resid_post.{LAYER - 1}", op)
 
 
 def test_bad_conditions_are_refused_before_any_forward(model: EagerModel) -> None:
@@ -183,8 +183,143 @@ def test_bad_conditions_are_refused_before_any_forward(model: EagerModel) -> Non
             Conditional(Additive(vec, 1.0), vec, activation="softplus")
         with pytest.raises(SteeringSpecError, match="probe is 7 wide"):
             op_from_dict({"kind": "conditional", "op": Additive(vec).to_wire(), "probe": [1.0] * 7})
-        with pytest.raises(ConditionPointError, match=r"resid_post\.0"):
-            steer_at(f"resid_post.{LAYER}", Conditional(Additive(vec), vec, read="resid_post.0"))
+        with pytest.raises(ConditionPointError, match=r"resid_post\.2"):
+            steer_at(f"resid_post.{LAYER}", Conditional(Additive(vec), vec, read="resid_post.2"))
     finally:
         hook.remove()
     assert calls == []
+
+
+# -- a condition read at an earlier point than the one written --
+
+EARLY = f"resid_post.{LAYER - 1}"  # judged here ...
+LATE = f"mlp_out.{LAYER + 1}"  # ... written here, in the same forward
+
+
+def _hand_far(model: EagerModel, ids: list[int], probe: torch.Tensor, threshold: float,
+              vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(block LAYER + 1's output, the rows judged at EARLY) from a plain HF forward: the probe
+    scores block LAYER - 1's output, and the MLP of block LAYER + 1 adds the vector there."""
+    hf: Any = model.hf_model
+    held: list[torch.Tensor] = []
+    out: list[torch.Tensor] = []
+
+    def judge(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
+        held.append((output.double() @ probe.double()) > threshold)
+
+    def steer(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        return torch.where(held[-1].unsqueeze(-1), output + vector, output)
+
+    def keep(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
+        out.append(output[0])
+
+    layers = hf.model.layers
+    handles = [layers[LAYER - 1].register_forward_hook(judge),
+               layers[LAYER + 1].mlp.register_forward_hook(steer),
+               layers[LAYER + 1].register_forward_hook(keep)]  # fmt: skip
+    try:
+        with torch.no_grad():
+            hf(input_ids=torch.tensor([ids]), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return out[0], held[0][0]
+
+
+def _far_setup(model: EagerModel) -> tuple[list[int], torch.Tensor, torch.Tensor, float]:
+    ids = model.to_tokens(PROMPT)
+    probe, vector = _vec(model.d_model, 6), _vec(model.d_model, 7) * 4
+    rows = run(model.capture([ids], [EARLY]))[EARLY][0]
+    scores = (rows.double() @ probe.double()).sort().values
+    mid = len(scores) // 2
+    return ids, probe, vector, float(scores[mid - 1] + scores[mid]) / 2
+
+
+def test_a_condition_read_at_an_earlier_point_equals_its_definition(model: EagerModel) -> None:
+    ids, probe, vector, threshold = _far_setup(model)
+    op = Conditional(Additive(vector, 1.0), probe, 0.0, threshold, read=EARLY)
+    got = _capture(model, ids, steer_at(LATE, op))
+    want, held = _hand_far(model, ids, probe, threshold, vector)
+    assert 0 < int(held.sum()) < len(ids)
+    assert _scaled(got, want) <= TOL
+    # Negative control: the same condition judged on the written rows picks other rows.
+    here = Conditional(Additive(vector, 1.0), probe, 0.0, threshold)
+    assert _scaled(_capture(model, ids, steer_at(LATE, here)), want) > 100 * TOL
+    # The wire form keeps `read` (what ie serve and the vLLM worker receive).
+    assert torch.equal(_capture(model, ids, steer_at(LATE, op_from_dict(op.to_wire()))), got)
+    # Never and always holding.
+    plain = _capture(model, ids)
+    never = Conditional(Additive(vector, 1.0), probe, threshold=1e30, read=EARLY)
+    assert torch.equal(_capture(model, ids, steer_at(LATE, never)), plain)
+    always = Conditional(Additive(vector, 1.0), probe, threshold=-1.0, activation="sigmoid",
+                         read=EARLY)  # fmt: skip
+    unconditional = _capture(model, ids, steer_at(LATE, Additive(vector, 1.0)))
+    assert torch.equal(_capture(model, ids, steer_at(LATE, always)), unconditional)
+
+
+def test_an_earlier_condition_in_generation_equals_full_forwards(model: EagerModel) -> None:
+    """Each generated token is judged by its own row at the earlier point (KV-cached steps)."""
+    ids, probe, vector, threshold = _far_setup(model)
+    op = Conditional(Additive(vector, 1.0), probe, 0.0, threshold, read=EARLY)
+    params = SamplingParams(max_new_tokens=5, stop_at_eos=False)
+    got = run(model.generate(ids, params, steering=steer_at(LATE, op))).token_ids
+    hf: Any = model.hf_model
+    seq = list(ids)
+    held: list[torch.Tensor] = []
+
+    def judge(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
+        held.append((output.double() @ probe.double()) > threshold)
+
+    def steer(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        return torch.where(held[-1].unsqueeze(-1), output + vector, output)
+
+    layers = hf.model.layers
+    handles = [layers[LAYER - 1].register_forward_hook(judge),
+               layers[LAYER + 1].mlp.register_forward_hook(steer)]  # fmt: skip
+    try:
+        for _ in range(5):
+            with torch.no_grad():
+                logits = hf(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1]
+            seq.append(int(logits.argmax()))
+    finally:
+        for h in handles:
+            h.remove()
+    assert list(got) == seq[len(ids) :]
+
+
+def test_rows_with_their_own_earlier_conditions_equal_their_serial_runs(
+    model: EagerModel,
+) -> None:
+    """Batched row steering: each row's condition is judged on its own row only."""
+    ids, probe, vector, threshold = _far_setup(model)
+    specs = [
+        steer_at(
+            LATE,
+            Conditional(Additive(vector * (1 + i), 1.0), probe, 0.0, threshold + i, read=EARLY),
+        )
+        for i in range(3)
+    ]
+    batched = run(model.capture([ids] * 3, [READ], row_steering=specs))[READ]
+    for i, spec in enumerate(specs):
+        assert torch.equal(batched[i], _capture(model, ids, spec)), i
+
+
+def test_conditions_at_later_or_unreadable_points_are_refused(model: EagerModel) -> None:
+    ids = model.to_tokens(PROMPT)
+    vec = _vec(model.d_model, 8)
+    with pytest.raises(ConditionPointError, match="not computed after"):
+        steer_at(EARLY, Conditional(Additive(vec), vec, read=LATE))
+    with pytest.raises(ConditionPointError, match="not computed after"):  # same layer, later point
+        steer_at(f"attn_out.{LAYER}", Conditional(Additive(vec), vec, read=f"mlp_out.{LAYER}"))
+    with pytest.raises(ConditionPointError, match="one row per token"):
+        steer_at(LATE, Conditional(Additive(vec), vec, read=f"attn_probs.{LAYER}"))
+    inner = Conditional(Additive(vec), vec, read=EARLY)
+    with pytest.raises(ConditionPointError, match="outermost"):
+        steer_at(LATE, Conditional(inner, vec))
+    narrow = Conditional(Additive(vec), [1.0] * 7, read=EARLY)  # the probe is the read point's
+    with pytest.raises(SteeringSpecError, match=f"reads {EARLY}"):
+        run(model.capture([ids], [READ], steering=steer_at(LATE, narrow)))
+    wide = model.hf_model.config.intermediate_size  # type: ignore[union-attr]
+    mlp = Conditional(Additive(vec), _vec(wide, 9), read=f"mlp_act.{LAYER}")
+    got = run(model.capture([ids], [READ], steering=steer_at(LATE, mlp)))[READ]
+    assert got.shape[-1] == model.d_model  # a probe as wide as the point it reads is taken

@@ -554,6 +554,45 @@ def test_conditional_steering_matches_eager_with_never_and_always_controls(
     )
 
 
+def test_a_condition_read_at_an_earlier_point_matches_eager(
+    smollm2: Any, smollm2_eager: Any
+) -> None:
+    """Judged at resid_post.8, written at mlp_out.14: the rows it steers are the rows where the
+    earlier point's probe held (not the written point's), as on eager, prompt and generation."""
+    from ie_core.ops import Conditional
+
+    d = smollm2.d_model
+    ids = smollm2.to_tokens("My favourite food is pizza with extra cheese and basil")
+    probe, vector = _unit(d, 23), 6.0 * _unit(d, 24)
+    rows = run(smollm2_eager.capture([ids], [COND_AT]))[COND_AT][0]
+    op = Conditional(Additive(vector, 1.0), probe, 0.0, _midway(rows @ probe, 0), read=COND_AT)
+    held = op.holds(rows)
+    assert 0 < int(held.sum()) < len(ids)
+    at, points = "mlp_out.14", ["mlp_out.14", "resid_post.20"]
+    got = run(smollm2.capture([ids], points, steering=steer_at(at, op)))
+    want = run(smollm2_eager.capture([ids], points, steering=steer_at(at, op)))
+    assert max(scaled_diffs(got, want, points).values()) <= CROSS
+    plain = run(smollm2.capture([ids], points))
+    moved = (got[at] - plain[at])[0].abs().amax(-1)
+    assert (moved[~held] == 0).all() and (moved[held] > 0.1).all()  # judged at resid_post.8
+    params = SamplingParams(max_new_tokens=5, stop_at_eos=False)
+    assert (
+        run(smollm2.generate(ids, params, steering=steer_at(at, op))).token_ids
+        == run(smollm2_eager.generate(ids, params, steering=steer_at(at, op))).token_ids
+    )
+    # One module's pre and post hooks are ordered: judged at its input, written at its output.
+    block = Conditional(Additive(vector, 1.0), probe, read="resid_pre.14")
+    got = run(smollm2.capture([ids], points, steering=steer_at("resid_post.14", block)))
+    ref = run(smollm2_eager.capture([ids], points, steering=steer_at("resid_post.14", block)))
+    assert max(scaled_diffs(got, ref, points).values()) <= CROSS
+    # Two slices of one output (q and k of the fused qkv projection) are not: refused, with why.
+    kv = _unit(3 * 64, 25)
+    qk = Conditional(Additive(kv, 1.0), _unit(d, 26), read="q.14")
+    with pytest.raises(RuntimeError, match="same module call"):
+        run(smollm2.capture([ids], points, steering=steer_at("k.14", qk)))
+    assert run(smollm2.stats())["registered"] == 0
+
+
 def test_sixteen_concurrent_conditions_each_equal_their_serial_run(smollm2: Any) -> None:
     from ie_core.ops import Conditional
 
@@ -565,11 +604,16 @@ def test_sixteen_concurrent_conditions_each_equal_their_serial_run(smollm2: Any)
         run(smollm2.capture([p], [COND_AT]))[COND_AT][0] @ _unit(d, 30 + i % 4)
         for i, p in enumerate(prompts)
     ]
+    # Odd requests write at resid_post.12 what their condition judged at resid_post.8.
     specs = [
         steer_at(
-            COND_AT,
+            "resid_post.12" if i % 2 else COND_AT,
             Conditional(
-                Additive(_unit(d, 40 + i), 8.0), _unit(d, 30 + i % 4), 0.0, _midway(scores[i], i)
+                Additive(_unit(d, 40 + i), 8.0),
+                _unit(d, 30 + i % 4),
+                0.0,
+                _midway(scores[i], i),
+                read=COND_AT if i % 2 else None,
             ),
         )
         for i in range(16)

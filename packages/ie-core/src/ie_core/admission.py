@@ -1,6 +1,7 @@
 """The steering checks every backend's admission runs, in one order, so no backend accepts a
 spec another refuses: each spec's own check, then per address the backend's writable site, the
-width the site fixes, and the ops' values against the activations' dtype.
+width the site fixes, the ops' values against the activations' dtype, and the points the ops'
+conditions read (readable there, as wide as their probes).
 
 A backend supplies `WriteSites` (how it finds a writable site and words its refusals) and maps
 each `AdmittedWrite` to its own write (eager's hook, vLLM's worker spec).
@@ -34,14 +35,21 @@ class WriteSites(Protocol):
         the backend's reason when the address is unknown, unserved or not writable."""
         ...
 
+    def readable_site(self, address: str) -> tuple[Any, int]:
+        """The backend's handle on a point a condition reads and its width, or raise with the
+        backend's reason when it cannot read it there."""
+        ...
+
 
 @dataclass(frozen=True)
 class AdmittedWrite:
-    """One address of one spec that passed: the spec, the address and the backend's site."""
+    """One address of one spec that passed: the spec, the address and the backend's site;
+    `conditions` pairs each op judged at an earlier point (its index) with that point's site."""
 
     spec: Steering
     address: Address
     site: Any
+    conditions: tuple[tuple[int, Any], ...] = ()
 
 
 def admit_writes(
@@ -56,8 +64,21 @@ def admit_writes(
             if width is not None:
                 spec.check_width(width)
             check_ops_fit(spec.ops, dtype, str(address))
-            admitted.append(AdmittedWrite(spec, address, site))
+            conditions = _condition_sites(spec, str(address), sites)
+            admitted.append(AdmittedWrite(spec, address, site, conditions))
     return tuple(admitted)
+
+
+def _condition_sites(
+    spec: Steering, address: str, sites: WriteSites
+) -> tuple[tuple[int, Any], ...]:
+    """Each op's condition checked against the point it reads; the earlier points' sites."""
+    found: list[tuple[int, Any]] = []
+    for j, op in enumerate(spec.ops):
+        op.check_read(lambda read: sites.readable_site(read)[1])
+        if (read := op.condition_read(address)) is not None:
+            found.append((j, sites.readable_site(read)[0]))
+    return tuple(found)
 
 
 def check_row_steering(row_steering: Any, n_prompts: int) -> None:

@@ -134,8 +134,8 @@ class SteeringSpecError(ValueError, InterpError):
 
 
 class ConditionPointError(SteeringSpecError):
-    """A `Conditional` whose condition reads another point than the one it steers (a condition
-    is computed from the rows it writes, at the same step)."""
+    """A `Conditional` whose condition reads a point that is not computed before the one it
+    steers (a condition is judged earlier in the same forward than the write)."""
 
 
 class NotAwaitedError(InterpError, TypeError, AttributeError):

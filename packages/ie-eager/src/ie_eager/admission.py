@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from ie_core.admission import admit_writes, check_row_steering
 from ie_core.errors import BadPromptError, SteeringSpecError
-from ie_core.grammar import Address
+from ie_core.grammar import Address, to_address
 from ie_core.ops import Steering
 from ie_core.protocol import Prompt, SteeringArg, prompt_batch, prompt_ids
 from ie_core.steer_scope import mask_positions
@@ -64,6 +64,7 @@ class EagerAdmission:
                 w.spec.ops,
                 tuple(mask_positions(w.spec.mask, p, special) for p in prompts),
                 w.spec.width,
+                conditions=w.conditions,
             )
             for w in admit_writes(steering, self, self.dtype)
         ]
@@ -86,6 +87,14 @@ class EagerAdmission:
         r = self.resolver.resolve(address)
         if not r.writable or r.kind == "attention":
             raise SteeringSpecError(f"{address} is capture-only and cannot be steered")
+        return r, r.width
+
+    def readable_site(self, address: str) -> tuple[Resolved, int]:
+        r = self.resolver.resolve(to_address(address))
+        if r.kind == "attention" or r.width is None:
+            raise SteeringSpecError(
+                f"{address} has no one row per token of a fixed width, so no probe reads it"
+            )
         return r, r.width
 
     def eos_ids(self) -> set[int]:

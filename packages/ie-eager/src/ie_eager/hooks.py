@@ -23,6 +23,7 @@ from ie_core.errors import PointUnavailableError, SteeringSpecError
 from ie_core.grammar import POINTS_BY_NAME, Address
 from ie_core.ops import SteeringOp
 from ie_core.ops.apply import apply_ops
+from ie_core.ops.conditional import judge, with_judged
 from torch import nn
 
 from ie_eager import attention, rotary
@@ -56,14 +57,17 @@ class Write:
     width: int | None  # None: every op fits any width (Scale, Hook)
     # The batch rows it steers (one prompt's own steering in a batch); None: every row.
     batch_rows: tuple[int, ...] | None = None
+    # (op index, the earlier point its condition reads): judged there in each forward.
+    conditions: tuple[tuple[int, Resolved], ...] = ()
 
 
 @dataclass
 class _Action:
     order: tuple[int, int, int]
-    kind: str  # "write" | "read" | "remember"
+    kind: str  # "write" | "read" | "remember" | "judge"
     resolved: Resolved | None = None
     write: Write | None = None
+    op_index: int = 0  # "judge": which of the write's ops the condition belongs to
 
 
 @dataclass
@@ -81,10 +85,13 @@ class Session:
     _token: contextvars.Token[Session | None] | None = None
     _seen_base: dict[int, torch.Tensor] = field(default_factory=dict)
     _attn_calls: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=dict)
+    # (id(write), op index) -> where that op's condition held, judged earlier in this forward.
+    _held: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
 
     def __enter__(self) -> Session:
         if self._handles:
             raise RuntimeError("a Session is entered once at a time")
+        self._held.clear()
         try:
             self._install()
         except BaseException:
@@ -128,6 +135,11 @@ class Session:
                 base = w.resolved.base
                 assert base is not None
                 add(base, _Action(_remember_order(w.resolved), "remember", w.resolved))
+            for j, r in w.conditions:
+                add(r.tap, _Action(self._key(r, 1, i), "judge", r, w, j))
+                if r.kind in _DERIVED:
+                    assert r.base is not None
+                    add(r.base, _Action(_remember_order(r), "remember", r))
         for i, r in enumerate(self.reads):
             if r.kind == "attention":
                 module, items = attn.setdefault(id(r.tap.module), (r.tap.module, []))
@@ -218,6 +230,11 @@ class Session:
             if action.kind == "write":
                 assert action.write is not None
                 items[tap.item] = self._write(r, action.write, raw)
+            elif action.kind == "judge":
+                w = action.write
+                assert w is not None
+                held = judge(w.ops[action.op_index], self._value(r, raw))
+                self._held[(id(w), action.op_index)] = held
             else:
                 self.captured[r.address] = self._value(r, raw)
         return items
@@ -275,15 +292,30 @@ class Session:
 
     def _apply(self, w: Write, h: torch.Tensor) -> torch.Tensor:
         rows = self._rows(w, h)
+        held = self._judged(w)
         if w.batch_rows is None:
-            return apply_ops(h, w.ops, rows, self._positions(h))
+            ops = with_judged(w.ops, held)
+            return apply_ops(h, ops, rows, self._positions(h))
         idx = torch.tensor(w.batch_rows, device=h.device)
         part = h.index_select(0, idx)
         out = h.clone()
-        out[idx] = apply_ops(
-            part, w.ops, None if rows is None else rows[idx], self._positions(part)
-        )
+        ops = with_judged(w.ops, {j: m[idx] for j, m in held.items()})
+        out[idx] = apply_ops(part, ops, None if rows is None else rows[idx], self._positions(part))
         return out
+
+    def _judged(self, w: Write) -> dict[int, torch.Tensor]:
+        """The write's conditions judged at their earlier points in this forward (used once)."""
+        held: dict[int, torch.Tensor] = {}
+        for j, r in w.conditions:
+            got = self._held.pop((id(w), j), None)
+            if got is None:
+                raise PointUnavailableError(
+                    f"the condition for {w.resolved.address} reads {r.address}, which this "
+                    "model did not compute before it in the forward; read a point of an "
+                    "earlier layer"
+                )
+            held[j] = got
+        return held
 
     def _positions(self, h: torch.Tensor) -> torch.Tensor:
         """Absolute positions of `h`'s rows ([batch, seq]): the forward starts at `offset`."""

@@ -18,7 +18,14 @@ from ie_core.grammar.families import (
     family_for_architecture,
     get_family,
 )
-from ie_core.grammar.naming import check_address, get_point, point_name, to_address
+from ie_core.grammar.naming import (
+    check_address,
+    forward_rank,
+    get_point,
+    point_name,
+    runs_before,
+    to_address,
+)
 from ie_core.grammar.peer_names import (
     from_peer_name,
     looks_foreign,
@@ -58,6 +65,7 @@ __all__ = [
     "check_layer",
     "family_for_architecture",
     "format_address",
+    "forward_rank",
     "from_peer_name",
     "get_family",
     "get_point",
@@ -66,6 +74,7 @@ __all__ = [
     "parse_address",
     "peer_names",
     "point_name",
+    "runs_before",
     "spelled_point",
     "tl_name",
     "to_address",

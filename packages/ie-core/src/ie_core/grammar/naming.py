@@ -86,4 +86,34 @@ def point_name(text: str) -> str:
     return get_point(text).name  # raises, naming the nearest point
 
 
-__all__ = ["check_address", "get_point", "point_name", "to_address"]
+# Per-layer points in the table's order are the block's forward order up to resid_post; the
+# multi-stream points listed after it are computed at several places in the block, so no one
+# rank holds for them (resid_streams is resid_post's stack).
+_LAYER_ORDER = {name: i for i, name in enumerate(POINTS_BY_NAME)}
+_RANKED_UNTIL = _LAYER_ORDER["resid_post"]
+
+
+def forward_rank(address: Address) -> tuple[int, int] | None:
+    """Where `address` is computed in one forward, as a sortable key (embeddings first, then each
+    layer's points in forward order, then the final norm and the unembed); None where no one
+    place holds (path addresses, the multi-stream mixing points)."""
+    if address.is_path:
+        return None
+    point = get_point(address.name)
+    index = _LAYER_ORDER[point.name]
+    if point.name == "resid_streams":
+        index = _RANKED_UNTIL
+    elif point.per_layer and index > _RANKED_UNTIL:
+        return None
+    if not point.per_layer:
+        return (-1 if point.name == "embeddings" else 1 << 30, index)
+    return (address.layer if address.layer is not None else 0, index)
+
+
+def runs_before(earlier: Address, later: Address) -> bool:
+    """True where `earlier` is computed before `later` in every forward of every family."""
+    a, b = forward_rank(earlier), forward_rank(later)
+    return a is not None and b is not None and a < b
+
+
+__all__ = ["check_address", "forward_rank", "get_point", "point_name", "runs_before", "to_address"]

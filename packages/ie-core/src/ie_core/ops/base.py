@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -53,7 +54,16 @@ class Op:
         """Refuse what only the point's width on a model can show (heads that do not split it)."""
 
     def check_site(self, address: str) -> None:
-        """Refuse a site the op cannot run at (a condition made for another point)."""
+        """Refuse a site the op cannot run at (a condition read at a later point)."""
+
+    def condition_read(self, address: str) -> str | None:
+        """The earlier point whose rows decide where this op writes at `address`; None where
+        the op reads only the rows it writes (a backend judges that point's rows first)."""
+        return None
+
+    def check_read(self, width_of: Callable[[str], int]) -> None:
+        """Refuse a condition whose probe is not as wide as the point it reads (`width_of`: the
+        backend's width of a readable point, raising where it cannot read it)."""
 
     def static_refusal(self) -> str | None:
         """Why vllm-static's compiled affine tables cannot run this op, with what to use

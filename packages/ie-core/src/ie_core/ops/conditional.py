@@ -1,19 +1,20 @@
 """`Conditional`: another op applied only on the rows where a linear condition holds.
 
-The condition is a linear probe's score, `activation(h . probe + bias) > threshold`, computed on
-the rows the op writes at the same step; a dictionary feature's activation is the probe of its
-encoder column (`ie_core.experiments.features.when_feature` builds one). Not affine (the row
-decides whether anything is written), so vllm-static's compiled tables cannot run it.
+The condition is a linear probe's score, `activation(h . probe + bias) > threshold`, computed at
+the same step on the rows the op writes, or on the same tokens' rows at an earlier point of the
+forward (`read`); a dictionary feature's activation is the probe of its encoder column
+(`ie_core.experiments.features.when_feature` builds one). Not affine (the row decides whether
+anything is written), so vllm-static's compiled tables cannot run it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ie_core.errors import ConditionPointError, SteeringSpecError
-from ie_core.grammar import to_address
+from ie_core.grammar import Width, get_point, runs_before, to_address
 from ie_core.ops.base import Op
 from ie_core.ops.values import as_vector, real_number
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh")
+_NOT_ROWS = (Width.HQK, Width.VOCAB)  # attention maps and logits: no probe-width row per token
 
 
 def activate(scores: Tensor, activation: str) -> Tensor:
@@ -40,8 +42,10 @@ class Conditional(Op):
 
     The condition reads the rows as this op receives them (after the ops before it at the same
     site), so each token, prompt or generated, is steered by its own row's score. `read` names
-    the point the condition was made for (None: wherever the op is placed); a condition read at
-    another point than the one written is refused (`ConditionPointError`)."""
+    the point the condition reads (None: wherever the op is placed); a point computed earlier in
+    the forward than the one written is judged there, on the same tokens' rows as they leave
+    that point (after its writes), and the op applied where it held. A later point is refused
+    (`ConditionPointError`): the rows it would read do not exist yet."""
 
     op: Any
     probe: Any
@@ -68,7 +72,8 @@ class Conditional(Op):
                 "so test the condition inside it"
             )
         probe = as_vector(self.probe, "probe")
-        if inner.width is not None and inner.width != len(probe):
+        # With `read` given, the probe's width is that point's, checked where a model knows it.
+        if self.read is None and inner.width is not None and inner.width != len(probe):
             raise SteeringSpecError(
                 f"the probe is {len(probe)} wide but the {inner.kind} op writes {inner.width}-wide "
                 "rows; the condition reads the rows the op writes, so give a probe of their width"
@@ -87,8 +92,9 @@ class Conditional(Op):
         object.__setattr__(self, "threshold", real_number(self.threshold, "threshold"))
 
     @property
-    def width(self) -> int:
-        return len(self.probe)
+    def width(self) -> int | None:
+        """The written rows' width: the probe's where it reads them, else the op's."""
+        return len(self.probe) if self.read is None else self.op.width
 
     def peak(self) -> tuple[float, str] | None:
         return self.op.peak()
@@ -97,13 +103,35 @@ class Conditional(Op):
         self.op.check_width(width, where)
 
     def check_site(self, address: str) -> None:
-        if self.read is not None and self.read != address:
+        read = self.condition_read(address)
+        if read is not None and get_point(to_address(read).name).width in _NOT_ROWS:
             raise ConditionPointError(
-                f"this condition reads {self.read} but the op writes {address}; a condition is "
-                f"computed from the rows it steers, at the same step: place the op at {self.read}, "
-                "or fit the probe on the rows of the point you steer"
+                f"{read} is not one row per token, so no probe reads it; read a point whose rows "
+                "are one vector per token (resid_post, z, mlp_out, ...)"
+            )
+        if read is not None and not runs_before(to_address(read), to_address(address)):
+            raise ConditionPointError(
+                f"this condition reads {read} but the op writes {address}, which is not computed "
+                f"after {read} in the forward; a condition is judged at its point, earlier in the "
+                f"same step than the write: place the op at {read} or later, or fit the probe on "
+                "an earlier point's rows"
+            )
+        if self.op.condition_read(address) is not None:
+            raise ConditionPointError(
+                "a Conditional inside a Conditional judges the rows the outer one writes; give "
+                "only the outermost one a `read` at another point"
             )
         self.op.check_site(address)
+
+    def condition_read(self, address: str) -> str | None:
+        return self.read if self.read not in (None, address) else None
+
+    def check_read(self, width_of: Callable[[str], int]) -> None:
+        if self.read is not None and (width := width_of(self.read)) != len(self.probe):
+            raise SteeringSpecError(
+                f"the probe is {len(self.probe)} wide but the condition reads {self.read}, "
+                f"{width} wide on this model; give a probe of that point's width"
+            )
 
     def score(self, h: Tensor) -> Tensor:
         """activation(h . probe + bias) per row, in float64 so that a row near the threshold is
@@ -140,4 +168,43 @@ class Conditional(Op):
         }
 
 
-__all__ = ["ACTIVATIONS", "Conditional", "activate"]
+@dataclass(frozen=True, eq=False)
+class Judged(Op):
+    """A `Conditional`'s op on the rows where its condition held at an earlier point of this
+    forward: built by the backend for one forward, never on a wire."""
+
+    op: Op
+    holds: Any  # bool tensor: the written rows' shape without the width (or a prefix of it)
+    kind: Literal["judged"] = field(default="judged", init=False)
+    travels: ClassVar[bool] = False
+
+    @property
+    def width(self) -> int | None:
+        return self.op.width
+
+    def apply(self, x: Tensor, positions: Tensor | None) -> Tensor:
+        held = self.holds.to(x.device)
+        held = held.reshape(*held.shape, *(1,) * (x.dim() - held.dim()))
+        return self.op.apply(x, positions).where(held, x)
+
+
+def judge(op: Op, rows: Tensor) -> Tensor:
+    """Where `op`'s condition holds on `rows`, the rows of the earlier point it reads."""
+    if not isinstance(op, Conditional):
+        raise TypeError(f"a {op.kind} op has no condition to judge")
+    return op.holds(rows)
+
+
+def with_judged(ops: Sequence[Op], held: Mapping[int, Tensor]) -> tuple[Op, ...]:
+    """`ops` with each op `j` in `held` (a `Conditional` reading an earlier point) replaced by
+    its inner op where `held[j]`, the condition a backend judged at that point."""
+    return tuple(_judged(op, held[j]) if j in held else op for j, op in enumerate(ops))
+
+
+def _judged(op: Op, holds: Tensor) -> Judged:
+    if not isinstance(op, Conditional):
+        raise TypeError(f"a {op.kind} op has no condition to judge")
+    return Judged(op.op, holds)
+
+
+__all__ = ["ACTIVATIONS", "Conditional", "Judged", "activate", "judge", "with_judged"]

@@ -166,6 +166,10 @@ class Admission:
             )
         return text, self.info.widths[text]
 
+    def readable_site(self, address: str) -> tuple[str, int]:
+        text = self.check(address)
+        return text, self.info.widths[text]
+
     def write_reason(self, address: str) -> str:
         point = get_point(to_address(address).name)
         if not point.writable:

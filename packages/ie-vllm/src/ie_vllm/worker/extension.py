@@ -17,16 +17,18 @@ import torch
 from ie_core.grammar import to_address
 from ie_core.ops import SteeringOp
 from ie_core.ops.apply import apply_ops
+from ie_core.ops.conditional import judge, with_judged
 from ie_core.steer_scope import scoped
 
 from ie_vllm import payload
 from ie_vllm.pipeline import layer_range, stage_of
 from ie_vllm.specs import ReducerSpec, RequestSpec
 from ie_vllm.worker import reducers
+from ie_vllm.worker.conditions import Held, held_for, judges_of
 from ie_vllm.worker.layout import BatchLayout, RequestRows
 from ie_vllm.worker.lens_worker import LensWorkerMixin
 from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
-from ie_vllm.worker.registry import Entry, Registry, Rows, gather_reduced, store_reduced
+from ie_vllm.worker.registry import Entry, Judge, Registry, Rows, gather_reduced, store_reduced
 from ie_vllm.worker.runner_adapter import (
     carried_arrivals,
     ensure_stage_buffer,
@@ -51,6 +53,7 @@ class PlanItem:
     steps: tuple[tuple[tuple[SteeringOp, ...], frozenset[int]], ...]  # (ops, masked), in order
     capture: bool
     reducers: tuple[ReducerSpec, ...] = ()
+    judges: tuple[Judge, ...] = ()
 
 
 @dataclass
@@ -63,6 +66,8 @@ class WorkerState:
     plan: dict[str, list[PlanItem]] | None = None
     capture_rank: bool = True  # only one tensor-parallel rank keeps copies
     forwards: int = 0
+    # (key, site, step, op index) -> where a condition held, judged earlier in this forward.
+    held: Held = field(default_factory=dict)
 
 
 def capture_sites(address: str) -> tuple[str, ...]:
@@ -249,6 +254,7 @@ def _forward_with_layout(runner: Any, state: WorkerState, original: Any) -> Any:
         finally:
             state.layout = None
             state.plan = None
+            state.held.clear()
             state.forwards += 1
 
     return forward_with_layout
@@ -285,8 +291,11 @@ def _register(state: WorkerState, spec: RequestSpec) -> None:
         site = state.table.addresses.get(r.address)
         if site is not None:
             reduce[site] = (*reduce.get(site, ()), r)
-    state.registry.add(Entry(spec, captured, steer, reduce_sites=reduce))
-    _acquire(state, set(captured) | set(steer) | set(reduce))
+    entry = Entry(
+        spec, captured, steer, reduce_sites=reduce, judge_sites=judges_of(state.table, spec)
+    )
+    state.registry.add(entry)
+    _acquire(state, entry.sites())
 
 
 def _check_refused(state: WorkerState, keys: Iterable[str]) -> None:
@@ -303,11 +312,12 @@ def _plan(state: WorkerState, layout: BatchLayout) -> dict[str, list[PlanItem]]:
         entry = state.registry.get(rows.key)
         if entry is None:
             continue
-        for site in entry.capture_sites | set(entry.steer_sites) | set(entry.reduce_sites):
+        for site in entry.sites():
             steps = entry.steer_sites.get(site, ())
             capture = state.capture_rank and site in entry.capture_sites
             reduce = entry.reduce_sites.get(site, ()) if state.capture_rank else ()
-            plan.setdefault(site, []).append(PlanItem(rows, entry, steps, capture, reduce))
+            judges = entry.judge_sites.get(site, ())
+            plan.setdefault(site, []).append(PlanItem(rows, entry, steps, capture, reduce, judges))
     return plan
 
 
@@ -327,13 +337,21 @@ def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor |
         if new is None:
             new = h.clone()
         positions = torch.from_numpy(r.positions()).to(h.device)
-        for ops, masked in it.steps:
+        for step, (ops, masked) in enumerate(it.steps):
+            held = held_for(state.held, state.registry, it.entry, site.name, step)
+            if held is None:
+                break  # refused: nothing of this request is written at this site
             mask = None
             if masked:
                 keep = [p not in masked for p in r.positions()]
                 mask = torch.tensor(keep, dtype=torch.bool, device=h.device)
+            ops = with_judged(ops, held)
             new[r.start : r.end] = apply_ops(new[r.start : r.end], ops, mask, positions)
     src = h if new is None else new
+    for it in items:
+        for jd in it.judges:
+            rows = src[it.rows.start : it.rows.end]
+            state.held[(it.entry.spec.key, jd.site, jd.step, jd.op_index)] = judge(jd.op, rows)
     for it in items:
         if it.capture:
             r = it.rows
@@ -392,7 +410,7 @@ def _release(state: WorkerState, sites: Iterable[str]) -> None:
 def _release_entry(state: WorkerState, key: str) -> None:
     entry = state.registry.pop(key)
     if entry is not None:
-        _release(state, set(entry.capture_sites) | set(entry.steer_sites) | set(entry.reduce_sites))
+        _release(state, entry.sites())
 
 
 # --- collection ------------------------------------------------------------------------------

@@ -52,6 +52,17 @@ class Rows:
         return torch.cat(parts) if parts else torch.empty(0)
 
 
+@dataclass(frozen=True)
+class Judge:
+    """A condition judged at this site for a write later in the forward: step `step` of `site`'s
+    steering, its op `op_index` (a `Conditional` reading this site's point)."""
+
+    site: str
+    step: int
+    op_index: int
+    op: SteeringOp
+
+
 @dataclass
 class Entry:
     """A registered request in the worker: its spec, its steering by site, and its captures."""
@@ -63,6 +74,12 @@ class Entry:
     rows: dict[str, Rows] = field(default_factory=dict)
     # Per site, the reducers reading it; their outputs go to `rows` under `label|output`.
     reduce_sites: dict[str, tuple[ReducerSpec, ...]] = field(default_factory=dict)
+    # Per site, the conditions judged there for writes at later sites.
+    judge_sites: dict[str, tuple[Judge, ...]] = field(default_factory=dict)
+
+    def sites(self) -> set[str]:
+        """Every site this request hooks."""
+        return {*self.capture_sites, *self.steer_sites, *self.reduce_sites, *self.judge_sites}
 
 
 def store_reduced(entry_rows: dict[str, Rows], label: str, first_pos: int, got: dict) -> None:

@@ -99,10 +99,12 @@ def test_remote_capture_equals_eager(remote: Any, ref: Any) -> None:
     assert float((rows["resid_post.3"][1] - expected[0]).abs().max()) <= TOL_EAGER
 
 
-def test_probe_scores_over_remote_equal_eager(remote: Any, ref: Any) -> None:
-    """`probe_scores` on a backend without in-worker probes captures through `ie serve` and
-    scores on the client: the same numbers as eager's."""
+def test_probe_scores_over_remote_equal_eager(server: str, remote: Any, ref: Any) -> None:
+    """`probe_scores` over `ie serve` scores in the server's worker (POST /v1/ie/probe_scores:
+    only `scores` come back, no rows): the same numbers as eager's, steered too; bad probes are
+    a 400 naming the problem."""
     from ie_core.experiments.probes import probe_scores
+    from ie_core.wire import decode_tensors
 
     ids = ref.to_tokens(PROMPT)
     w = _vector(ref.d_model, 7)
@@ -112,6 +114,24 @@ def test_probe_scores_over_remote_equal_eager(remote: Any, ref: Any) -> None:
     assert float((got - want).abs().max()) <= TOL_EAGER
     other = probe_scores(ref, [ids], "resid_post.3", w, bias=0.5)
     assert float((got - other).abs().max()) > 100 * TOL_EAGER  # negative control
+    m = torch.stack([w, _vector(ref.d_model, 8)], dim=1)  # [width, 2], a sigmoid matrix probe
+    spec = _spec(remote, seed=2)
+    kw = {"bias": [0.1, -0.2], "activation": "sigmoid", "steering": spec}
+    got = probe_scores(remote, [ids, ids], "resid_post.3", m, **kw)
+    want = probe_scores(ref, [ids, ids], "resid_post.3", m, **kw)
+    assert got.shape == want.shape == (2, len(ids), 2)
+    assert float((got - want).abs().max()) <= TOL_EAGER
+    body = {"prompts": [ids], "address": "resid_post.2", "weight": w.tolist(), "bias": 0.5}
+    r = _post(server, "/v1/ie/probe_scores", body)
+    assert r.status_code == 200, r.text
+    tensors, _ = decode_tensors(r.content)
+    assert list(tensors) == ["scores"] and tensors["scores"].shape == (1, len(ids))
+    assert len(r.content) < 1024  # the scores only: the rows would be len(ids) * d_model * 4 bytes
+    for bad, word in (({"weight": [1.0] * 7}, "wide"), ({"weight": "abc"}, "numbers"),
+                      ({"activation": "softplus"}, "activation"),
+                      ({"address": "resid_post.99"}, "layer")):  # fmt: skip
+        r = _post(server, "/v1/ie/probe_scores", {**body, **bad})
+        assert r.status_code == 400 and word in r.json()["error"]["message"], (bad, r.text)
 
 
 def test_remote_generate_stream_and_lens_equal_eager(remote: Any, ref: Any) -> None:

@@ -106,4 +106,4 @@ def test_the_server_mounts_exactly_the_routes_the_remote_backend_calls() -> None
         for method in getattr(route, "methods", ())
     }
     assert mounted == {(r.method, r.url) for r in ROUTES.values()}
-    assert len(mounted) == 11  # not two empty sets agreeing
+    assert len(mounted) == 12  # not two empty sets agreeing

@@ -57,6 +57,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType(
         "lens_topk": Route("POST", "/lens_topk"),
         "features": Route("POST", "/features"),
         "feature_op": Route("POST", "/feature_op"),
+        "probe_scores": Route("POST", "/probe_scores"),
     }
 )
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import ie_core.errors as ie_errors
+import torch
 from ie_core.cache import ActivationCache
 from ie_core.errors import (
     GradientUnavailableError,
@@ -22,6 +23,7 @@ from ie_core.errors import (
     PointUnavailableError,
     UnsupportedOperationError,
 )
+from ie_core.experiments.probes import Probe
 from ie_core.front import ModelFront
 from ie_core.grammar import AddressLike, to_address
 from ie_core.model_info import DescribedModel, ModelInfo
@@ -256,6 +258,25 @@ class RemoteModel(ModelFront, DescribedModel):
             prefix = f"{name}|"
             out[label] = {n[len(prefix) :]: t for n, t in tensors.items() if n.startswith(prefix)}
         return out
+
+    async def probe_scores(
+        self,
+        tokens: Any,
+        address: AddressLike,
+        weight: Any,
+        bias: Any = 0.0,
+        activation: str = "linear",
+        *,
+        steering: SteeringArg = None,
+    ) -> torch.Tensor:
+        """activation(h . weight + bias) per token, scored in the server's worker: only the
+        scores cross (`[batch, seq]`, or `[batch, seq, n]` for a matrix). Checked here first."""
+        point = str(to_address(address, check=True))
+        probe = Probe.build(weight, bias, activation, width=self.point_width(point), point=point)
+        body = {"prompts": plain_prompt(tokens), "address": point, **probe.arguments(),
+                "steering": steering_to_wire(steering)}  # fmt: skip
+        tensors, _ = decode_tensors((await self._post(ROUTES["probe_scores"].url, body)).content)
+        return tensors["scores"]
 
     def feature_op(
         self, sae: str, feature: int, *, coeff: float | None = None, value: float | None = None

@@ -40,7 +40,7 @@ class Probe:
         """A probe for rows of `point` (`width` wide); refused with the reason before any forward:
         a shape that is not a vector or matrix, another width, a non-finite value, a bias of the
         wrong length, an unknown activation."""
-        w = torch.as_tensor(weight, dtype=torch.float64)
+        w = _numbers(weight, "weight")
         if w.ndim not in (1, 2) or w.numel() == 0:
             raise SteeringSpecError(
                 f"a probe is a [width] vector or [width, n] matrix, got {tuple(w.shape)}"
@@ -57,7 +57,7 @@ class Probe:
         vector = w.ndim == 1
         columns = [as_row(c, "probe") for c in (w[None] if vector else w.T)]
         n = len(columns)
-        bt = torch.as_tensor(bias, dtype=torch.float64)
+        bt = _numbers(bias, "bias")
         if vector and bt.ndim != 0:
             raise SteeringSpecError(f"a vector probe takes one bias, got {tuple(bt.shape)}")
         b = tuple(real_number(x, "bias") for x in (bt.expand(n) if bt.ndim == 0 else bt).tolist())
@@ -74,6 +74,16 @@ class Probe:
         b = torch.tensor(self.bias, dtype=torch.float32, device=x.device)
         return activate(x @ w[:, 0] + b[0] if self.vector else x @ w + b, self.activation)
 
+    def arguments(self) -> dict[str, Any]:
+        """`weight`, `bias`, `activation` as `build` takes them, in plain JSON data (what the
+        remote backend posts to `ie serve`'s probe route)."""
+        vector = self.vector
+        return {
+            "weight": [r[0] for r in self.weight] if vector else [list(r) for r in self.weight],
+            "bias": self.bias[0] if vector else list(self.bias),
+            "activation": self.activation,
+        }
+
     def to_params(self) -> dict[str, Any]:
         """Plain data (a reducer's params cross vLLM's RPC as lists and numbers)."""
         return {
@@ -88,6 +98,16 @@ class Probe:
         weight = tuple(tuple(float(x) for x in r) for r in params["weight"])
         bias = tuple(float(x) for x in params["bias"])
         return cls(weight, bias, str(params["activation"]), bool(params["vector"]))
+
+
+def _numbers(values: Any, label: str) -> torch.Tensor:
+    try:
+        return torch.as_tensor(values, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise SteeringSpecError(
+            f"a probe's {label} must be numbers (a number, a vector or a matrix), got "
+            f"{type(values).__name__}"
+        ) from None
 
 
 def probe_scores(

@@ -2,7 +2,8 @@
 start-up (`--sae NAME=SOURCE`), `POST /v1/ie/features` reads features by name (the encode and
 the top-k run in the worker; the answer is safetensors `NAME|ids`, `NAME|values`, or `NAME|acts`,
 plus `NAME|sq_error` / `NAME|sq_norm` with stats), and `POST /v1/ie/feature_op` turns a named
-feature op into the plain op's JSON (what the remote backend steers with).
+feature op into the plain op's JSON (what the remote backend steers with). `POST
+/v1/ie/probe_scores` scores a linear probe in the worker: only the scores (`scores`) come back.
 
 A name the server does not serve, a feature outside the dictionary or a dictionary whose point
 this server cannot read is a 4xx with the reason, before any forward runs.
@@ -68,6 +69,25 @@ async def features(request: Request) -> Response:
     work = m.dictionary_features(prompts, chosen, k=k, stats=stats, steering=steering)
     out = await _unless_gone(request, work)
     return await _tensors({f"{n}|{o}": t for n, got in out.items() for o, t in got.items()})
+
+
+@features_router.api_route(**mount("probe_scores"))
+async def probe_scores(request: Request) -> Response:
+    m, data, limits = _model(request), await _json(request), _limits(request)
+    address = data.get("address")
+    activation = data.get("activation", "linear")
+    if not isinstance(address, str) or not isinstance(activation, str):
+        raise BadRequest("'address' and 'activation' must be strings")
+    prompts = await _batch(m, limits, data.get("prompts"))
+    weight = data.get("weight")
+    outputs = (
+        len(weight[0]) if isinstance(weight, list) and weight and isinstance(weight[0], list) else 1
+    )
+    tokens = sum(min(len(p), limits.max_model_len) for p in prompts)
+    check_response(limits, tokens * outputs * 4, f"probe scores over {tokens} tokens")
+    work = m.probe_scores(prompts, address, weight, bias=data.get("bias", 0.0),
+                          activation=activation, steering=_steering(request, data))  # fmt: skip
+    return await _tensors({"scores": await _unless_gone(request, work)})
 
 
 @features_router.api_route(**mount("feature_op"))

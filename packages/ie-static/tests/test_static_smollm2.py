@@ -237,8 +237,9 @@ def test_patch_sweep_and_ablations_equal_hooked(engines, monkeypatch) -> None:
     monkeypatch.undo()
     cells = got.values.numel()
     assert "ie_static_register" not in calls and "ie_static_collect" not in calls, calls
-    # Two sources, the cells and the read-out of their logits: a handful of calls, where one
-    # register and one collect per cell would be 2 * cells.
+    assert "ie_decode" not in calls, calls  # the metric's logits are reduced in the worker
+    # The source and the cells' drains: a handful of calls, where one register and one collect
+    # per cell would be 2 * cells.
     assert cells >= 9 and sum(calls.values()) <= 6, (dict(calls), cells)
     want = run(patch_sweep_async(hooked, CLEAN, CORRUPT, metric=metric, layers=(4,)))
     scale = float(want.values.abs().max())

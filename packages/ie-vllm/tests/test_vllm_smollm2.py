@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 import torch
 from ie_core import Additive, Orthogonal, PositionMask, ProjectionCap, SamplingParams, steer_at
-from ie_core.errors import LayerOutOfRangeError, PointUnavailableError, UnsupportedOperationError
+from ie_core.errors import (
+    BadPromptError,
+    LayerOutOfRangeError,
+    PointUnavailableError,
+    UnsupportedOperationError,
+)
 from ie_core.experiments.patching import logit_diff, patch_sweep, patch_sweep_async
 from ie_core.experiments.user_hooks import run_with_hooks
 from ie_core.ops import Patch, Scale
@@ -349,10 +354,36 @@ def test_a_sweeps_control_plane_does_not_grow_with_its_cells(
     cells = big.values.numel()
     assert cells >= 4 * 8
     assert "ie_register" not in calls and "ie_collect" not in calls, calls
+    assert "ie_decode" not in calls, calls  # the metric's logits are reduced in the worker
     assert sum(calls.values()) <= max(few + 4, cells // 4), (few, dict(calls), cells)
     # The same cell computed in a small and a large batch is the same number.
     scale = float(big.values.abs().max())
     assert (big.values[1] - small.values[0]).abs().max() <= WITHIN * scale
+
+
+def test_final_token_logits_in_the_worker_equal_the_decoded_last_row(smollm2: Any) -> None:
+    """The terminal reducer (final norm, unembed, chosen ids, logsumexp on the last row only)
+    equals the full logits of the captured last-layer row decoded by the lens, plain and
+    steered; the steered request's numbers differ (a control that the steering reached them)."""
+    from ie_core.sync import unwrap
+
+    model = unwrap(smollm2)
+    ids = smollm2.to_tokens(CORRUPT)
+    tokens = [int(smollm2.to_tokens(t, prepend_bos=False)[0]) for t in (" Paris", " Rome")]
+    spec = steer_at("resid_post.10", Additive(_unit(smollm2.d_model, 3), 40.0))
+    selected, lse = run(model.final_token_logits([ids, ids], [None, spec], tokens))
+    last = f"resid_post.{smollm2.n_layers - 1}"
+    rows = torch.cat([run(smollm2.capture([ids], [last], steering=s))[last][:, -1]
+                      for s in (None, spec)])  # fmt: skip
+    logits = run(smollm2.decode_residuals(rows)).float()
+    scale = float(logits.abs().max())
+    assert selected.shape == (2, 2) and lse.shape == (2,)
+    assert (selected - logits[:, tokens]).abs().max() <= WITHIN * scale
+    assert (lse - torch.logsumexp(logits, -1)).abs().max() <= WITHIN * scale
+    assert (selected[0] - selected[1]).abs().max() > 1e-2  # steered: not the plain numbers
+    with pytest.raises(BadPromptError, match="vocabulary"):
+        run(model.final_token_logits([ids], [None], [10**9]))
+    assert run(smollm2.stats())["registered"] == 0
 
 
 def _mixed(i: int, d: int, source: Any) -> tuple[list[str], Any]:

@@ -32,7 +32,7 @@ from ie_core.steer_scope import pin_prompt
 from ie_core.text_stream import TextStream
 from torch import nn
 
-from ie_eager import capability, checkpoint, lens, lens_stream
+from ie_eager import capability, checkpoint, lens, lens_stream, prefix_cells
 from ie_eager.admission import EagerAdmission
 from ie_eager.decode import DecodeStep, decode_steps
 from ie_eager.devices import DeviceUnavailableError as DeviceUnavailableError
@@ -235,6 +235,15 @@ class EagerModel(ModelFront):
             )
         cache = ActivationCache({r.address: session.captured[r.address] for r in reads})
         return (logits if grad else logits.detach()), cache
+
+    async def final_token_logits(
+        self, prompts: Sequence[Prompt], steerings: Sequence[SteeringArg], token_ids: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Chosen tokens' last-position logits and the logsumexp per (prompt, steering), each
+        request computed from the first position its ops change (`ie_eager.prefix_cells`)."""
+        return prefix_cells.final_token_logits(
+            self.hf_model, self.admission, prompts, steerings, token_ids
+        )
 
     # -- plans (the protocol's requests are ie_core.front.ModelFront's) --
 

@@ -413,7 +413,12 @@ def _gather(
 
 def _reduce_site(buf: torch.Tensor, items: list[tuple[Any, StaticEntry, ReducerSpec]]) -> None:
     """Run the reducers on the tap buffer where it lives; only their results move to the host."""
-    got = reducers.run([(spec, buf[r.start : r.end]) for r, _, spec in items])
-    for (r, entry, spec), out in zip(items, got, strict=True):
+    jobs = [
+        (entry, spec, picked)
+        for r, entry, spec in items
+        if (picked := reducers.rows_for(spec, r, buf)) is not None
+    ]
+    got = reducers.run([(spec, rows) for _, spec, (_, rows) in jobs])
+    for (entry, spec, (first, _)), out in zip(jobs, got, strict=True):
         host = {k: v.to("cpu") for k, v in out.items()}
-        store_reduced(entry.rows, spec.label, r.first_pos, host)
+        store_reduced(entry.rows, spec.label, first, host)

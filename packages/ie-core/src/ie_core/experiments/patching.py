@@ -40,12 +40,18 @@ class Metric:
     Answers of several tokens need `seq_fn(logprobs [n, len(tokens)]) -> [n]`: column i is token
     i's summed teacher-forced log-probability, sum_j log p(a_j | prompt, a_<j) (see
     `answer_logprobs`). `fn` scores when every answer is one token, `seq_fn` otherwise; a metric
-    without `seq_fn` refuses multi-token answers."""
+    without `seq_fn` refuses multi-token answers.
+
+    `token_fn(selected [n, len(tokens)], lse [n]) -> [n]`, where it exists, is the same metric
+    from the answer tokens' logits and the logsumexp over the vocabulary alone: a backend that
+    reduces the final logits in its worker (`final_token_logits`) then returns these numbers per
+    cell instead of `[vocab]` logits."""
 
     name: str
     fn: Callable[[torch.Tensor, tuple[int, ...]], torch.Tensor]
     tokens: tuple[TokenLike, ...] = ()
     seq_fn: Callable[[torch.Tensor], torch.Tensor] | None = None
+    token_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     def token_ids(self, model: Any) -> tuple[int, ...]:
         return tuple(single_token(model, t) for t in self.tokens)
@@ -110,6 +116,7 @@ def logit_diff(answer: TokenLike, wrong: TokenLike) -> Metric:
         lambda logits, ids: logits[:, ids[0]] - logits[:, ids[1]],
         (answer, wrong),
         seq_fn=lambda lp: lp[:, 0] - lp[:, 1],
+        token_fn=lambda selected, lse: selected[:, 0] - selected[:, 1],
     )
 
 
@@ -123,6 +130,7 @@ def answer_prob(answer: TokenLike) -> Metric:
         lambda logits, ids: torch.exp(logits[:, ids[0]] - torch.logsumexp(logits, dim=-1)),
         (answer,),
         seq_fn=lambda lp: torch.exp(lp[:, 0]),
+        token_fn=lambda selected, lse: torch.exp(selected[:, 0] - lse),
     )
 
 
@@ -410,7 +418,11 @@ async def patch_sweep_async(
             op = Patch(rows[[pairs[c]]].float(), (c,))
         steerings.append(Steering(point, (layer,), (op,), PositionMask()))
     prompts = [clean_ids] + [corrupt_ids] * (len(steerings) - 1)
-    if all(len(a) == 1 for a in answers):
+    reduced = getattr(model, "final_token_logits", None)
+    if all(len(a) == 1 for a in answers) and reduced is not None and metric.token_fn is not None:
+        selected, lse = await reduced(prompts, steerings, [a[0] for a in answers])
+        scores = metric.token_fn(selected, lse).float().cpu()
+    elif all(len(a) == 1 for a in answers):
         logits = await final_logits(model, prompts, steerings)
         scores = metric.fn(logits, tuple(a[0] for a in answers)).float().cpu()
     else:

@@ -56,6 +56,11 @@ class Op:
     def check_site(self, address: str) -> None:
         """Refuse a site the op cannot run at (a condition read at a later point)."""
 
+    def first_position(self) -> int:
+        """The first sequence position the op can change (0: any); a backend may reuse an
+        unsteered run's rows before it, which a causal model leaves as they were."""
+        return 0
+
     def condition_read(self, address: str) -> str | None:
         """The earlier point whose rows decide where this op writes at `address`; None where
         the op reads only the rows it writes (a backend judges that point's rows first)."""

@@ -99,6 +99,9 @@ class Conditional(Op):
     def peak(self) -> tuple[float, str] | None:
         return self.op.peak()
 
+    def first_position(self) -> int:
+        return self.op.first_position()
+
     def check_width(self, width: int, where: str) -> None:
         self.op.check_width(width, where)
 

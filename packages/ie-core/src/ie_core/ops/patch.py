@@ -93,6 +93,9 @@ class Patch(Op):
         object.__setattr__(self, "heads", heads)
         object.__setattr__(self, "head_dim", head_dim)
 
+    def first_position(self) -> int:
+        return 0 if self.positions is None else min(self.positions)
+
     @property
     def width(self) -> int:
         return len(self.values[0])

@@ -301,6 +301,12 @@ class VLLMModel(ModelFront, DescribedModel):
         """Top-k ids and full-vocab probabilities, computed in the worker: `[..., k]` back."""
         return await lens_decode.topk(self, rows, k)
 
+    async def final_token_logits(
+        self, prompts: Any, steerings: Any, token_ids: Any
+    ) -> tuple[Any, Any]:
+        """Chosen tokens' final logits and the logsumexp per request, reduced in the worker."""
+        return await lens_decode.final_token_logits(self, prompts, steerings, token_ids)
+
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def dictionary_features(self, tokens: Any, saes: Any, **kw: Any) -> Any:

@@ -143,6 +143,9 @@ class IEWorkerExtension(LensWorkerMixin):
             pp_size=pp_size,
             model_runner=runner_name(runner),
         )
+        final = table.sites.get("final_norm")
+        if final is not None:  # the last pipeline stage: terminal reducers run here
+            reducers.use_lens(lambda h: _lens(runner, final, h))
         wire = info.to_wire()  # plain data: vLLM's RPC serializer takes no dataclass
         wire["stage"] = {"rank": stage.rank, "layers": layer_range(table)}  # for merge_infos
         self._ie_info = wire
@@ -225,18 +228,21 @@ class IEWorkerExtension(LensWorkerMixin):
         return _gather(self._ie, entry, start, stop)
 
     def _ie_logits(self, rows: dict[str, Any]) -> torch.Tensor | None:
-        model = loaded_model(self.model_runner).model  # type: ignore[attr-defined]
-        h = payload.decode(rows)["rows"]
         site = self._ie.table.sites.get("final_norm")
         if site is None:
             return None  # not the last pipeline stage
-        param = next(model.parameters())
-        with torch.inference_mode():
-            h = h.to(device=param.device, dtype=param.dtype)
-            normed = site.module(h)
-            normed = normed[0] if isinstance(normed, tuple) else normed
-            logits = model.compute_logits(normed)
-        return logits
+        return _lens(self.model_runner, site, payload.decode(rows)["rows"])  # type: ignore[attr-defined]
+
+
+def _lens(runner: Any, site: SiteDef, h: torch.Tensor) -> torch.Tensor:
+    """Logits of residual rows `h` through the final norm (`site`) and vLLM's `compute_logits`
+    (the family's scale and softcap)."""
+    model = loaded_model(runner).model
+    param = next(model.parameters())
+    with torch.inference_mode():
+        normed = site.module(h.to(device=param.device, dtype=param.dtype))
+        normed = normed[0] if isinstance(normed, tuple) else normed
+        return model.compute_logits(normed)
 
 
 # --- forward wrapper and plan ----------------------------------------------------------------
@@ -358,11 +364,16 @@ def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor |
             it.entry.rows.setdefault(site.name, Rows()).add(
                 r.first_pos, src[r.start : r.end].clone()
             )
-    jobs = [(red, it) for it in items for red in it.reducers]
+    jobs = [
+        (red, it, picked)
+        for it in items
+        for red in it.reducers
+        if (picked := reducers.rows_for(red, it.rows, src)) is not None
+    ]
     if jobs:
-        got = reducers.run([(red, src[it.rows.start : it.rows.end]) for red, it in jobs])
-        for (red, it), out in zip(jobs, got, strict=True):
-            store_reduced(it.entry.rows, red.label, it.rows.first_pos, out)
+        got = reducers.run([(red, rows) for red, _, (_, rows) in jobs])
+        for (red, it, (first, _)), out in zip(jobs, got, strict=True):
+            store_reduced(it.entry.rows, red.label, first, out)
     return new
 
 

@@ -4,9 +4,13 @@ as captured rows are) and collected instead of the dense rows.
 
 `REDUCERS` maps a kind to its function. Kinds here: `cast` (rows in another dtype, for harvest
 shards), `sae` (dictionary features: dense, or top-k ids / values, optionally the
-reconstruction statistics) and `probe` (a linear probe's per-token scores). Dictionaries are sent once per worker process by content key
-(`put_dictionary`) and named by that key in a reducer's params, never shipped per request.
-Jobs at one site in one forward that share a kind and params run as one batched call.
+reconstruction statistics), `probe` (a linear probe's per-token scores) and `token_logits` (a
+terminal reducer: the final logits of chosen tokens and the logsumexp over the vocabulary, through
+the model's own lens, so a patching cell returns a few numbers, not `[vocab]`). Dictionaries are
+sent once per worker process by content key (`put_dictionary`) and named by that key in a
+reducer's params, never shipped per request. A reducer whose params name a `position` reads that
+position's row only. Jobs at one site in one forward that share a kind and params run as one
+batched call.
 """
 
 from __future__ import annotations
@@ -19,8 +23,18 @@ from ie_core.experiments.probes import Probe
 from ie_core.experiments.sae_math import DictMeta, reduce_rows
 
 from ie_vllm.specs import ReducerSpec
+from ie_vllm.worker.layout import RequestRows
 
 Reducer = Callable[[torch.Tensor, Mapping[str, Any]], dict[str, torch.Tensor]]
+Lens = Callable[[torch.Tensor], torch.Tensor]
+
+# The worker's lens (final norm, unembed with the family's scale and softcap), set at `ie_setup`
+# on the pipeline stage that holds the final norm.
+_LENS: list[Lens] = []
+
+
+def use_lens(lens: Lens) -> None:
+    _LENS[:] = [lens]
 
 
 # Dictionaries held by this worker process, by content key: (tensors on the model's device, meta).
@@ -58,7 +72,35 @@ def _probe(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, torch.Ten
     return {"scores": Probe.from_params(params).scores(rows)}
 
 
-REDUCERS: dict[str, Reducer] = {"sae": _sae, "cast": _cast, "probe": _probe}
+def _token_logits(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """Logits of `params["ids"]` and the fp32 logsumexp over the vocabulary, per row."""
+    if not _LENS:
+        raise RuntimeError("this worker holds no final norm (not the last pipeline stage)")
+    logits = _LENS[0](rows).float()
+    ids = torch.tensor([int(i) for i in params["ids"]], device=logits.device)
+    return {"selected": logits.index_select(-1, ids), "lse": torch.logsumexp(logits, dim=-1)}
+
+
+REDUCERS: dict[str, Reducer] = {
+    "sae": _sae,
+    "cast": _cast,
+    "probe": _probe,
+    "token_logits": _token_logits,
+}
+
+
+def rows_for(
+    spec: ReducerSpec, r: RequestRows, site: torch.Tensor
+) -> tuple[int, torch.Tensor] | None:
+    """The rows of one request a reducer reads in this forward, with the first one's position:
+    all of them, or the row at `params["position"]` (None when this forward does not hold it)."""
+    at = spec.params.get("position")
+    if at is None:
+        return r.first_pos, site[r.start : r.end]
+    offset = int(at) - r.first_pos
+    if not 0 <= offset < r.n:
+        return None
+    return int(at), site[r.start + offset : r.start + offset + 1]
 
 
 def run(jobs: Sequence[tuple[ReducerSpec, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
@@ -78,4 +120,4 @@ def run(jobs: Sequence[tuple[ReducerSpec, torch.Tensor]]) -> list[dict[str, torc
     return results
 
 
-__all__ = ["DICTIONARIES", "REDUCERS", "put_dictionary", "run"]
+__all__ = ["DICTIONARIES", "REDUCERS", "put_dictionary", "rows_for", "run", "use_lens"]

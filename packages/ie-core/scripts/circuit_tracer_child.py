@@ -1,6 +1,7 @@
 """Run circuit-tracer's attribute() on one model folder and transcoder folder, in circuit-tracer's
 own environment (not the workspace's): `python circuit_tracer_child.py MODEL TC TOKENS OUT`.
-Called by circuit_tracer_parity.py; TOKENS is a JSON list of ids, OUT a torch file."""
+Called by circuit_tracer_parity.py; TOKENS is a JSON list of ids, OUT a torch file. TC is a
+per-layer folder (layer_<L>.safetensors) or a cross-layer transcoder's (W_enc_<L> / W_dec_<L>)."""
 
 import json
 import resource
@@ -11,18 +12,29 @@ from pathlib import Path
 import circuit_tracer
 import torch
 from circuit_tracer import ReplacementModel, attribute
+from circuit_tracer.transcoder.cross_layer_transcoder import load_clt
 from circuit_tracer.transcoder.single_layer_transcoder import load_transcoder_set
+
+HOOKS = {"feature_input_hook": "mlp.hook_in", "feature_output_hook": "mlp.hook_out"}
+
+
+def _transcoders(tc_dir: str, cpu: torch.device):
+    if (Path(tc_dir) / "W_enc_0.safetensors").is_file():
+        return load_clt(
+            tc_dir, scan="parity", device=cpu, dtype=torch.float32, lazy_decoder=False, **HOOKS
+        )
+    n = len(list(Path(tc_dir).glob("layer_*.safetensors")))
+    paths = {i: str(Path(tc_dir) / f"layer_{i}.safetensors") for i in range(n)}
+    return load_transcoder_set(
+        paths, scan="parity", device=cpu, dtype=torch.float32, lazy_encoder=False,
+        lazy_decoder=False, **HOOKS,
+    )  # fmt: skip
 
 
 def main() -> None:
     model_dir, tc_dir, tokens, out = sys.argv[1:5]
-    n = len(list(Path(tc_dir).glob("layer_*.safetensors")))
     cpu = torch.device("cpu")
-    paths = {i: str(Path(tc_dir) / f"layer_{i}.safetensors") for i in range(n)}
-    ts = load_transcoder_set(
-        paths, scan="parity", feature_input_hook="mlp.hook_in", feature_output_hook="mlp.hook_out",
-        device=cpu, dtype=torch.float32, lazy_encoder=False, lazy_decoder=False,
-    )  # fmt: skip
+    ts = _transcoders(tc_dir, cpu)
     model = ReplacementModel.from_pretrained_and_transcoders(
         model_dir, ts, backend="nnsight", device=cpu, dtype=torch.float32
     )

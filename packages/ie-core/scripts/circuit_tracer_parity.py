@@ -1,6 +1,6 @@
 """Parity of ie_core.circuits.attribute with circuit-tracer 0.5.0 on synthetic families: the same
-model folder, the same random-weight transcoders (written in circuit-tracer's per-layer format),
-the same prompt ids; circuit-tracer runs in its own environment (its nnsight backend: its
+model folder, the same random-weight transcoders (written in circuit-tracer's per-layer format,
+and on the synthetic families a cross-layer transcoder in its CLT format), the same prompt ids; circuit-tracer runs in its own environment (its nnsight backend: its
 TransformerLens backend needs the Hub), ours on eager. Writes docs/notes/circuit_tracer_parity.json.
 
     uv venv /tmp/ct && uv pip install --python /tmp/ct circuit-tracer==0.5.0 'nnsight<0.7' torch
@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from ie_core.circuits import attribute, random_transcoder, write_layer_file
+from ie_core.circuits.clt import random_clt, write_clt
 from ie_eager.backend import load
 from ie_eager.synthetic import build
 
@@ -62,7 +63,7 @@ def _for_transformers4(folder: Path, work: Path) -> Path:
     if rope.get("rope_type", "default") != "default":
         raise SystemExit(f"{folder}: rope {rope} has no transformers 4 spelling here")
     out = work / f"hf4-{folder.name}"
-    out.mkdir()
+    out.mkdir(parents=True)
     for f in folder.iterdir():
         if f.name != "config.json":
             (out / f.name).symlink_to(f)
@@ -80,18 +81,28 @@ def _special_first(tokenizer: Any, tokens: list[int]) -> list[int]:
     return [next(i for i in (*ids, *tokenizer.all_special_ids) if i), *tokens]
 
 
-def _family(name: str, model_id: str, folder: Path, python: str, work: Path) -> dict[str, object]:
-    slug = name
-    model = load(str(folder), device="cpu", dtype="float32")
-    tc = work / f"tc-{slug}"
+def _write_transcoders(model: Any, tc: Path, cross_layer: bool) -> None:
+    """Random transcoders in circuit-tracer's per-layer layout, or one CLT in its CLT layout."""
     tc.mkdir()
+    if cross_layer:
+        write_clt(random_clt(model.d_model, WIDTH, model.n_layers, seed=200), tc)
+        return
     for layer in range(model.n_layers):
         t = random_transcoder(model.d_model, WIDTH, layer, seed=100 + layer)
         write_layer_file(t, tc / f"layer_{layer}.safetensors")
+
+
+def _family(
+    name: str, model_id: str, folder: Path, python: str, work: Path, cross_layer: bool = False
+) -> dict[str, object]:
+    slug = f"{name}-clt" if cross_layer else name
+    model = load(str(folder), device="cpu", dtype="float32")
+    tc = work / f"tc-{slug}"
+    _write_transcoders(model, tc, cross_layer)
     tokens = _special_first(model.tokenizer, model.to_tokens(PROMPT))
     ours = attribute(model, tokens, tc)
     out = work / f"ct-{slug}.pt"
-    ct_folder = _for_transformers4(folder, work)
+    ct_folder = _for_transformers4(folder, work / slug)
     subprocess.run(
         [python, str(CHILD), str(ct_folder), str(tc), json.dumps(tokens), str(out)], check=True
     )
@@ -113,6 +124,7 @@ def _family(name: str, model_id: str, folder: Path, python: str, work: Path) -> 
         if name == "smollm2"
         else "synthetic",
         "prompt_tokens": len(tokens),
+        "transcoder_kind": "cross_layer_transcoder" if cross_layer else "transcoder_set",
         "transcoder_width": WIDTH,
         "active_features": int(ours.active_features.shape[0]),
         "nodes": int(ours.n_nodes),
@@ -138,9 +150,14 @@ def main() -> None:
             name: _family(name, model_id, folder, args.python, Path(tmp))
             for name, (model_id, folder) in _folders(not args.no_smollm2).items()
         }
+        cross_layer = {
+            name: _family(name, model_id, folder, args.python, Path(tmp), cross_layer=True)
+            for name, (model_id, folder) in _folders(False).items()
+        }
     record = {
         "what": "ie_core.circuits.attribute vs circuit-tracer attribute(): adjacency of the "
-        "active features, errors, tokens and logits, node sets; fp32 CPU",
+        "active features, errors, tokens and logits, node sets; fp32 CPU; per-layer transcoders "
+        "(families) and a cross-layer transcoder (cross_layer_families)",
         "tolerance": TOLERANCE,
         "settings": {
             "max_n_logits": 10,
@@ -152,9 +169,11 @@ def main() -> None:
         "circuit_tracer_env": _versions(args.python),
         "script": "packages/ie-core/scripts/circuit_tracer_parity.py",
         "families": families,
+        "cross_layer_families": cross_layer,
     }
     args.out.write_text(json.dumps(record, indent=1) + "\n")
-    print(json.dumps({k: (v["adjacency_max_rel_diff"], v["pass"]) for k, v in families.items()}))
+    rows = {**families, **{f"{k}-clt": v for k, v in cross_layer.items()}}
+    print(json.dumps({k: (v["adjacency_max_rel_diff"], v["pass"]) for k, v in rows.items()}))
 
 
 if __name__ == "__main__":

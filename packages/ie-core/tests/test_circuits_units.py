@@ -1,5 +1,5 @@
-"""ie_core.circuits without a model: circuit-tracer's per-layer folder format (round trip,
-config hooks, refusals), influence pruning on hand-built graphs against hand-computed shares,
+"""ie_core.circuits without a model: circuit-tracer's per-layer and cross-layer (CLT) folder
+formats (round trip, config hooks, refusals), influence pruning on hand-built graphs against hand-computed shares,
 and the family refusal of the frozen replacement."""
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from ie_core.circuits import (
     TranscoderFormatError,
     TranscoderLayerError,
     TranscoderSet,
+    TranscoderWidthError,
     load_transcoders,
     prune,
     random_transcoder,
     write_layer_file,
 )
+from ie_core.circuits.clt import random_clt, write_clt
 from ie_core.circuits.influence import normalized, path_influence
 from ie_core.circuits.weights import weights_of
 from safetensors.torch import save_file
@@ -63,9 +65,65 @@ def test_config_yaml_lists_files_and_hooks(tmp_path: Path) -> None:
     )
     with pytest.raises(TranscoderFormatError, match="hook_resid_mid"):
         load_transcoders(folder)
-    (folder / "config.yaml").write_text("model_kind: cross_layer_transcoder\n")
-    with pytest.raises(TranscoderFormatError, match="cross-layer"):
+    (folder / "config.yaml").write_text("model_kind: sparse_autoencoder\n")
+    with pytest.raises(TranscoderFormatError, match="'cross_layer_transcoder'"):
         load_transcoders(folder)
+    (folder / "config.yaml").write_text("model_kind: cross_layer_transcoder\n")
+    with pytest.raises(TranscoderFormatError, match="no W_enc_<L>"):
+        load_transcoders(folder)
+
+
+def test_clt_folder_round_trip(tmp_path: Path) -> None:
+    want = random_clt(16, 8, 3, seed=4, activation="jumprelu")
+    write_clt(want, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"W_{kind}_{layer}.safetensors" for kind in ("dec", "enc") for layer in range(3)
+    ]
+    got = load_transcoders(tmp_path)
+    assert got.is_cross_layer and got.n_layers == 3 and got.scan == tmp_path.name
+    for layer in range(3):
+        assert tuple(got.decoders(layer).shape) == (8, 3 - layer, 16)
+        torch.testing.assert_close(got.decoders(layer), want.decoders(layer), rtol=0, atol=0)
+        a, b = got.transcoders[layer], want.transcoders[layer]
+        assert (a.address, a.out_address, a.meta.activation) == (
+            f"mlp_in.{layer}",
+            f"mlp_out.{layer}",
+            "jumprelu",
+        )
+        for k in ("W_enc", "W_dec", "b_enc", "b_dec", "threshold"):
+            torch.testing.assert_close(a.weights[k], b.weights[k], rtol=0, atol=0)
+    got.check(3, 16)
+    (tmp_path / "config.yaml").write_text(
+        "model_kind: cross_layer_transcoder\nfeature_input_hook: hook_resid_mid\n"
+    )
+    with pytest.raises(TranscoderFormatError, match="hook_resid_mid"):
+        load_transcoders(tmp_path)
+
+
+def test_clt_refusals(tmp_path: Path) -> None:
+    write_clt(random_clt(16, 8, 3, seed=4), tmp_path)
+    dec = tmp_path / "W_dec_1.safetensors"
+    save_file({"W_dec_1": torch.zeros(8, 3, 16)}, str(dec))  # one layer too many
+    with pytest.raises(TranscoderWidthError, match=r"\[8, 2, 16\]"):
+        load_transcoders(tmp_path)
+    save_file({"W_dec_1": torch.zeros(16, 2, 8)}, str(dec))  # transposed feature / model axes
+    with pytest.raises(TranscoderFormatError, match="W_dec_1 is"):
+        load_transcoders(tmp_path)
+    dec.unlink()
+    with pytest.raises(TranscoderFormatError, match=r"W_dec_1\.safetensors is missing"):
+        load_transcoders(tmp_path)
+    write_clt(random_clt(16, 8, 3, seed=4), tmp_path)
+    enc = tmp_path / "W_enc_1.safetensors"
+    save_file({"W_enc_1": torch.zeros(8, 16), "W_skip_1": torch.zeros(16, 16)}, str(enc))
+    with pytest.raises(TranscoderFormatError, match="skip connection"):
+        load_transcoders(tmp_path)
+    enc.unlink()
+    with pytest.raises(TranscoderLayerError, match=r"misses encoder layer\(s\) \[1\]"):
+        load_transcoders(tmp_path)
+    with pytest.raises(TranscoderFormatError, match="not topk"):
+        write_clt(random_clt(16, 8, 2, seed=1, activation="topk", k=2), tmp_path / "t")
+    with pytest.raises(TranscoderFormatError, match="cross-layer sets"):
+        write_clt(TranscoderSet((random_transcoder(16, 8, 0, seed=0),)), tmp_path / "p")
 
 
 def test_refusals(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Circuit tracing: attribution graphs through per-layer transcoders (Ameisen et al. 2025).
+"""Circuit tracing: attribution graphs through per-layer or cross-layer transcoders (Ameisen et
+al. 2025).
 
 `attribute(model, prompt, transcoders)` captures one forward on the model's backend, then runs
 batched backward passes through the frozen linear replacement (attention patterns and norm
@@ -8,6 +9,7 @@ viewers read. This package imports torch; `import ie_core` does not import it.
 """
 
 from ie_core.circuits.attribution import attribute, attribute_state, prepare
+from ie_core.circuits.clt import cross_layer_set, random_clt, write_clt
 from ie_core.circuits.errors import (
     AttributionInputError,
     ReplacementUnsupportedError,
@@ -38,11 +40,14 @@ __all__ = [
     "TranscoderWidthError",
     "attribute",
     "attribute_state",
+    "cross_layer_set",
     "graph_json",
     "load_transcoders",
     "prepare",
     "prune",
+    "random_clt",
     "random_transcoder",
+    "write_clt",
     "write_graph_json",
     "write_layer_file",
 ]

@@ -91,8 +91,8 @@ class _Rows:
             off = run_at(st.weights, st.frozen, src, *zeros, freeze_norms=st.freeze_norms)
             self.bias = _target_inputs(st, off.mlp_in, off.final).cpu()
         self.st = st
-        # Features sorted by (layer, pos): one [B, d] x [d, n] product per (layer, pos) group.
-        keys = st.active_features[:, 0] * st.n_pos + st.active_features[:, 1]
+        # Writes sorted by (layer, pos): one [B, d] x [d, n] product per (layer, pos) group.
+        keys = src.write_layer * st.n_pos + src.write_pos
         edges = torch.arange(st.n_layers * st.n_pos + 1, device=keys.device)
         bounds = torch.searchsorted(keys, edges).tolist()
         self.groups = [
@@ -129,7 +129,9 @@ class _Rows:
         src = st.sources
         feats = torch.zeros(b, n_feat, device=dev)
         for layer, pos, lo, hi in self.groups:
-            feats[:, lo:hi] = g_w[:, layer, pos] @ src.decoder_vecs[lo:hi].T
+            # A CLT feature's writes at several layers add up into its one column.
+            part = g_w[:, layer, pos] @ src.decoder_vecs[lo:hi].T
+            feats.index_add_(1, src.write_feat[lo:hi], part)
         errors = (g_w * src.errors).sum(-1).reshape(b, -1)
         tokens = (g_tok * src.token_vectors).sum(-1)
         return torch.cat([feats, errors, tokens], 1).cpu()

@@ -16,11 +16,16 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ie trace",
         description="Attribution graph of a prompt's next token through per-layer transcoders "
-        "(circuit-tracer's folder format), written as circuit-tracer / Neuronpedia graph JSON.",
+        "or a cross-layer transcoder (circuit-tracer's folder formats), written as "
+        "circuit-tracer / Neuronpedia graph JSON.",
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("model", help="model id or folder")
-    p.add_argument("--transcoders", required=True, help="folder of layer_<L>.safetensors files")
+    p.add_argument(
+        "--transcoders",
+        required=True,
+        help="folder of layer_<L>.safetensors files, or a CLT's W_enc_<L> / W_dec_<L> files",
+    )
     p.add_argument("--prompt", required=True, help="the text whose next token is traced")
     p.add_argument("--out", required=True, type=Path, help="the graph JSON file to write")
     p.add_argument("--backend", default="auto", help="eager, vllm, vllm-static, remote")

@@ -89,8 +89,10 @@ def _features(
     ts: TranscoderSet, mlp_in: torch.Tensor, zero_first: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per layer pre-activations and activations `[L, pos, d_sae]` (position 0 zeroed when
-    `zero_first`, as circuit-tracer leaves the first position's features out)."""
+    `zero_first`, as circuit-tracer leaves the first position's features out), and the
+    reconstruction `[L, pos, d]` less `b_dec`: at layer L the sum of every decoder into it."""
     pres, acts = [], []
+    recon = torch.zeros(mlp_in.shape)
     for layer, tc in enumerate(ts.transcoders):
         pre = pre_acts(mlp_in[layer], tc.weights, tc.meta)
         act = activate(pre, tc.weights, tc.meta)
@@ -98,9 +100,29 @@ def _features(
             act[0] = 0
         pres.append(pre)
         acts.append(act)
-    dec = [tc.weights["W_dec"].float() for tc in ts.transcoders]
-    recon = torch.stack([a @ d for a, d in zip(acts, dec, strict=True)])
+        dec = ts.decoders(layer).float()  # [d_sae, n_writes, d]
+        recon[layer : layer + dec.shape[1]] += torch.einsum("pf,fkd->kpd", act, dec)
     return torch.stack(pres), torch.stack(acts), recon
+
+
+def _writes(
+    ts: TranscoderSet, idx: torch.Tensor, values: torch.Tensor, n_pos: int
+) -> tuple[torch.Tensor, ...]:
+    """The features' writes (feature, layer, position, activation x decoder row), sorted by
+    (layer, position) so the backward passes contract them a (layer, position) group at once."""
+    d = ts.transcoders[0].d_out
+    feats, layers, poss, vecs = [], [], [], []
+    for layer in range(ts.n_layers):
+        ids = (idx[:, 0] == layer).nonzero()[:, 0]
+        dec = ts.decoders(layer).float()
+        k = dec.shape[1]
+        feats.append(ids.repeat_interleave(k))
+        layers.append(torch.arange(layer, layer + k).repeat(len(ids)))
+        poss.append(idx[ids, 1].repeat_interleave(k))
+        vecs.append((dec[idx[ids, 2]] * values[ids, None, None]).reshape(-1, d))
+    feat, lay, pos = torch.cat(feats), torch.cat(layers), torch.cat(poss)
+    order = torch.argsort(lay * n_pos + pos, stable=True)
+    return feat[order], lay[order], pos[order], torch.cat(vecs)[order]
 
 
 def logit_targets(
@@ -146,11 +168,10 @@ def build_state(
     idx = acts.nonzero()  # lexicographic (layer, pos, feature)
     layer_i, pos_i, feat_i = idx.unbind(1)
     values = acts[layer_i, pos_i, feat_i]
-    w_dec = [tc.weights["W_dec"].float() for tc in ts.transcoders]
     w_enc = [tc.weights["W_enc"].float() for tc in ts.transcoders]
     b_enc = [tc.weights["b_enc"].float() for tc in ts.transcoders]
     rows = [(int(a), int(b)) for a, b in zip(layer_i, feat_i, strict=True)]
-    dec_vecs = torch.stack([w_dec[a][f] for a, f in rows]) * values[:, None] if rows else None
+    write_feat, write_layer, write_pos, dec_vecs = _writes(ts, idx, values, len(tokens))
     enc_vecs = torch.stack([w_enc[a][:, f] for a, f in rows]) if rows else None
     d = mlp_in.shape[-1]
     errors = (
@@ -164,9 +185,10 @@ def build_state(
     sources = Sources(
         token_vectors=get("embeddings"),
         position_const=get("resid_pre.0") - get("embeddings"),
-        feat_layer=layer_i,
-        feat_pos=pos_i,
-        decoder_vecs=empty if dec_vecs is None else dec_vecs,
+        write_feat=write_feat,
+        write_layer=write_layer,
+        write_pos=write_pos,
+        decoder_vecs=dec_vecs,
         errors=errors,
         mlp_const=mlp_out - errors - recon,
     )

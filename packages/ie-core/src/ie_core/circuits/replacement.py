@@ -2,8 +2,9 @@
 at their captured values, each MLP replaced by its transcoder's features plus an error term.
 
 Every node of the graph is a source coefficient `c` (1 at this prompt): token embeddings, active
-features (activation x decoder row, written at `mlp_out.L`) and error nodes (what the transcoder
-misses at `mlp_out.L`). With patterns and scales frozen the forward is affine in `c`, so the
+features (activation x decoder row, written at `mlp_out.L`, and for a cross-layer transcoder at
+every later `mlp_out` too, all under the one coefficient) and error nodes (what the transcoders
+miss at `mlp_out.L`). With patterns and scales frozen the forward is affine in `c`, so the
 derivative of a node's input along `c_s` is the direct effect of source `s` on it, and the
 inputs at `c = 0` are the nodes' biases.
 """
@@ -23,9 +24,13 @@ class Sources:
 
     token_vectors: torch.Tensor  # [pos, d] the embeddings point, one node per position
     position_const: torch.Tensor  # [pos, d] what enters resid_pre.0 beside them (GPT-2 positions)
-    feat_layer: torch.Tensor  # [n] int64
-    feat_pos: torch.Tensor  # [n] int64
-    decoder_vecs: torch.Tensor  # [n, d] activation x W_dec row
+    # The features' writes, sorted by (layer, position): write i adds decoder_vecs[i] (activation
+    # x a decoder row) to mlp_out.write_layer[i] at write_pos[i], under feature write_feat[i]'s
+    # coefficient. One write per feature for a per-layer set, one per later layer for a CLT.
+    write_feat: torch.Tensor  # [m] int64
+    write_layer: torch.Tensor  # [m] int64
+    write_pos: torch.Tensor  # [m] int64
+    decoder_vecs: torch.Tensor  # [m, d]
     errors: torch.Tensor  # [n_layers, pos, d] mlp_out minus the transcoder's output
     mlp_const: torch.Tensor  # [n_layers, pos, d] b_dec and any part left to no node
 
@@ -84,8 +89,8 @@ def _attention(
 def mlp_writes(src: Sources, c_feat: torch.Tensor, c_err: torch.Tensor) -> torch.Tensor:
     """What each layer's MLP adds to the residual `[n_layers, pos, d]` at coefficients `c`."""
     writes = src.mlp_const + c_err[..., None] * src.errors
-    scaled = c_feat[:, None] * src.decoder_vecs
-    return writes.index_put((src.feat_layer, src.feat_pos), scaled, accumulate=True)
+    scaled = c_feat[src.write_feat, None] * src.decoder_vecs
+    return writes.index_put((src.write_layer, src.write_pos), scaled, accumulate=True)
 
 
 def run_replacement(

@@ -8,6 +8,7 @@ Each file holds `W_enc` and `W_dec` as `[d_transcoder, d_model]`, `b_enc` `[d_tr
 `b_dec` `[d_model]`, and `activation_function.threshold` `[d_transcoder]` for JumpReLU (ReLU
 without it); a `W_skip` skip connection is refused here. SAELens, Gemma Scope and sparsify
 transcoders load through `ie_core.experiments.saes.load_sae` and join a set with `TranscoderSet.of`.
+Cross-layer transcoders (`model_kind: cross_layer_transcoder`) are read by `clt.py`.
 """
 
 from __future__ import annotations
@@ -32,18 +33,26 @@ from ie_core.experiments.saes import SAE, from_tensors, load_sae
 _INPUT_HOOKS = ("mlp.hook_in", "ln2.hook_normalized", "ln2.hook_out")
 _OUTPUT_HOOKS = ("mlp.hook_out", "hook_mlp_out")
 _LAYER_FILE = re.compile(r"layer_(\d+)\.safetensors$")
+_KINDS = ("transcoder_set", "cross_layer_transcoder")
 
 
 @dataclass(frozen=True)
 class TranscoderSet:
-    """One transcoder per layer, `transcoders[L]` reading `mlp_in.L` and writing `mlp_out.L`."""
+    """One transcoder per layer, `transcoders[L]` reading `mlp_in.L` and writing `mlp_out.L`.
+
+    A cross-layer transcoder (CLT) is a set whose `cross_decoders[L]` `[d_transcoder, n_layers -
+    L, d_model]` decode layer L's features into `mlp_out.L`, `mlp_out.L+1`, ... (its encoders,
+    biases and thresholds are the per-layer SAEs'; `b_dec` of SAE L is the CLT's bias at L)."""
 
     transcoders: tuple[SAE, ...]
     scan: str = ""
+    cross_decoders: tuple[torch.Tensor, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.transcoders:
             raise TranscoderLayerError("a transcoder set needs at least one transcoder")
+        if self.cross_decoders:
+            _check_cross(self.transcoders, self.cross_decoders)
         for layer, tc in enumerate(self.transcoders):
             want = (f"mlp_in.{layer}", f"mlp_out.{layer}")
             if (tc.address, tc.out_address) != want:
@@ -71,6 +80,17 @@ class TranscoderSet:
     def n_layers(self) -> int:
         return len(self.transcoders)
 
+    @property
+    def is_cross_layer(self) -> bool:
+        return bool(self.cross_decoders)
+
+    def decoders(self, layer: int) -> torch.Tensor:
+        """Layer `layer`'s decoders `[d_transcoder, n_writes, d_model]`: to `mlp_out.layer` and,
+        for a CLT, to every later layer's `mlp_out` in order."""
+        if self.cross_decoders:
+            return self.cross_decoders[layer]
+        return self.transcoders[layer].weights["W_dec"][:, None]
+
     def check(self, n_layers: int, d_model: int) -> None:
         """Refuse a set that does not cover exactly the model's layers or has wrong widths."""
         if self.n_layers != n_layers:
@@ -79,11 +99,28 @@ class TranscoderSet:
                 f"{n_layers} layers; per-layer attribution needs one transcoder per layer"
             )
         for layer, tc in enumerate(self.transcoders):
-            if tc.d_in != d_model or tc.d_out != d_model:
+            d_dec = self.decoders(layer).shape[-1]
+            if tc.d_in != d_model or tc.d_out != d_model or d_dec != d_model:
                 raise TranscoderWidthError(
-                    f"transcoder {layer} maps {tc.d_in} -> {tc.d_out} wide rows but the model's "
+                    f"transcoder {layer} maps {tc.d_in} -> {d_dec} wide rows but the model's "
                     f"d_model is {d_model}: it was trained for another model"
                 )
+
+
+def _check_cross(saes: Sequence[SAE], decoders: Sequence[torch.Tensor]) -> None:
+    """A CLT's decoders: one per source layer, each to that layer and every later one."""
+    n = len(saes)
+    if len(decoders) != n:
+        raise TranscoderLayerError(
+            f"the cross-layer transcoder has {len(decoders)} decoder tensors for {n} layers"
+        )
+    for layer, (tc, dec) in enumerate(zip(saes, decoders, strict=True)):
+        want = (tc.d_sae, n - layer, tc.d_out)
+        if tuple(dec.shape) != want:
+            raise TranscoderWidthError(
+                f"cross-layer decoder {layer} is {tuple(dec.shape)}; it should be [d_transcoder, "
+                f"n_layers - {layer}, d_model] = {list(want)} (circuit-tracer's W_dec_{layer})"
+            )
 
 
 def _missing(layers: Sequence[int], n: int) -> str:
@@ -160,10 +197,10 @@ def _config(folder: Path) -> dict[str, Any]:
 
     cfg = yaml.safe_load(cfg_path.read_text()) or {}
     kind = cfg.get("model_kind", "transcoder_set")
-    if kind != "transcoder_set":
+    if kind not in _KINDS:
         raise TranscoderFormatError(
-            f"{cfg_path} is a {kind!r}; only per-layer transcoder sets ('transcoder_set') are "
-            "traced here (cross-layer transcoders are not yet)"
+            f"{cfg_path} is a {kind!r}; circuit-tracer's kinds traced here are "
+            f"{', '.join(map(repr, _KINDS))}"
         )
     for key, allowed in (
         ("feature_input_hook", _INPUT_HOOKS),
@@ -172,8 +209,8 @@ def _config(folder: Path) -> dict[str, Any]:
         hook = cfg.get(key)
         if hook is not None and hook not in allowed:
             raise TranscoderFormatError(
-                f"{cfg_path}: {key} {hook!r} is not one of {', '.join(allowed)}; a per-layer "
-                "set here reads the MLP's normed input and writes the MLP's output"
+                f"{cfg_path}: {key} {hook!r} is not one of {', '.join(allowed)}; a set here "
+                "reads the MLP's normed input and writes the MLP's output"
             )
     return cfg
 
@@ -203,7 +240,8 @@ def load_transcoders(
     scan: str = "",
 ) -> TranscoderSet:
     """A per-layer set from a circuit-tracer folder, or from a list (or layer -> item mapping) of
-    `SAE`s or folders `load_sae` reads (SAELens, Gemma Scope, sparsify transcoders)."""
+    `SAE`s or folders `load_sae` reads (SAELens, Gemma Scope, sparsify transcoders); a
+    cross-layer transcoder from a circuit-tracer CLT folder (`W_enc_<L>` / `W_dec_<L>` files)."""
     if isinstance(source, TranscoderSet):
         return source
     if isinstance(source, Mapping):
@@ -214,9 +252,16 @@ def load_transcoders(
     if not folder.is_dir():
         raise TranscoderFormatError(
             f"{source} is not a folder; pass a circuit-tracer transcoder folder (layer_<L>."
-            "safetensors files) or a list of transcoders"
+            "safetensors or W_enc_<L> / W_dec_<L>.safetensors files) or a list of transcoders"
         )
     cfg = _config(folder)
+    if (
+        cfg.get("model_kind") == "cross_layer_transcoder"
+        or (folder / "W_enc_0.safetensors").is_file()
+    ):
+        from ie_core.circuits.clt import read_clt  # clt.py builds on this module
+
+        return read_clt(folder, scan or str(cfg.get("scan") or folder.name))
     paths = _layer_paths(folder, cfg)
     layers = [read_layer_file(p, layer) for layer, p in enumerate(paths)]
     return TranscoderSet(tuple(layers), scan or str(cfg.get("scan") or folder.name))

@@ -29,12 +29,11 @@ def test_explicit_lists_bare_names_and_narrowed_writes() -> None:
 
 
 def test_tappable_set_comes_from_the_registry() -> None:
-    not_yet = {"q", "k", "q_rot", "k_rot"}  # hooked reads them; static taps do not yet (#47)
     hooked = {
         p.name for p in POINTS if p.vllm.service is Service.HOOK and p.requires != "multi_stream"
     }
-    assert hooked - not_yet <= set(TAPPABLE)
-    assert not not_yet & set(TAPPABLE)
+    assert hooked <= set(TAPPABLE)
+    assert {"q", "k", "q_rot", "k_rot"} <= set(TAPPABLE)  # the qkv output, attention's arguments
     assert {"attn_scores", "attn_probs"} <= set(TAPPABLE)  # recomputed from tapped q and k
     assert not {"mlp_pre", "lm_head", "expert_indices", "resid_streams"} & set(TAPPABLE)
 
@@ -173,3 +172,14 @@ def test_a_model_with_no_map_is_an_unsupported_model_with_the_one_reason() -> No
     refused["z.1"] = "another reason"
     with pytest.raises(PointUnavailableError, match="none of the declared static_points"):
         refuse_unresolved(d, TapInfo((), (), refused), "XForCausalLM")
+
+
+def test_capture_attention_reads_the_declared_maps_or_names_the_reload() -> None:
+    from types import SimpleNamespace
+
+    from ie_static.backend import StaticModel
+
+    declared = SimpleNamespace(reads=("resid_post.0", "attn_probs.2", "q_rot.2", "attn_probs.5"))
+    assert list(StaticModel.attention_layers(declared)) == [2, 5]  # type: ignore[arg-type]
+    with pytest.raises(PointUnavailableError, match=r"declared no attn_probs sites.*static_points"):
+        StaticModel.attention_layers(SimpleNamespace(reads=("q_rot.2",)))  # type: ignore[arg-type]

@@ -14,7 +14,6 @@ import asyncio
 
 import pytest
 import torch
-from ie_core.grammar import get_point
 from ie_core.ops import Additive, Orthogonal, PositionMask, steer_at
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
@@ -35,7 +34,7 @@ NEW_WRITES = {
     "llama": ["attn_in.1", "z.1", "mlp_act.1", "resid_mid.1"],
     "gpt2": ["attn_in.1", "z.1", "mlp_act.1"],
     "qwen3": ["attn_in.1", "z.1", "mlp_act.1", "k_norm_out.1"],
-    "gemma2": ["attn_in.1", "z.1", "mlp_act.1", "attn_out_post.1"],
+    "gemma2": ["attn_in.1", "z.1", "mlp_act.1", "attn_out_post.1", "q.1", "k_rot.1"],
     "mixtral": ["attn_in.1", "z.1", "value.1"],
 }
 OLD_WRITES = ["resid_post.1", "attn_out.1"]
@@ -79,19 +78,10 @@ def _by_point(diffs: dict[str, float]) -> dict[str, float]:
 
 def test_every_hooked_point_is_tapped_and_equals_eager(pair) -> None:
     family, static, eager = pair
-    # The hooked backend's resolver table (static.info) is what `vllm` serves on this family;
-    # static taps all of it but the points the registry marks untapped (q / k for now, #47).
-    tapped = {
-        a for a in static.info.widths if get_point(a.split(".")[0]).serving("vllm-static").served
-    }
-    assert {a.split(".")[0] for a in static.info.widths} - {a.split(".")[0] for a in tapped} <= {
-        "q",
-        "k",
-        "q_rot",
-        "k_rot",
-    }
-    assert set(static.points()) == {a.split(".")[0] for a in tapped}, static.static_info.refused
-    assert set(static.reads) == tapped
+    # The hooked backend's resolver table (static.info) is what `vllm` serves on this family.
+    hooked_points = {a.split(".")[0] for a in static.info.widths}
+    assert set(static.points()) == hooked_points, (family, static.static_info.refused)
+    assert set(static.reads) == set(static.info.widths)
     reads = list(static.reads)
     got = run(static.capture(PROMPT, reads))
     want = run(eager.capture([PROMPT], reads))

@@ -35,9 +35,14 @@ MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 N_LAYERS = 30
 WIDTH = 576
 EXTRA = ["resid_pre.4", "attn_out.4", "mlp_out.4"]
-READS = [f"resid_post.{i}" for i in range(N_LAYERS)] + EXTRA
-WRITES = ["resid_post.10", *EXTRA]
+# Queries and keys (#47): pre-rotary slices of the qkv output, post-rotary attention arguments, and
+# the maps recomputed from the latter (the write at k_rot.7 must reach attn_probs.7).
+QK_READS = ["q.3", "k.3", "q_rot.3", "k_rot.3", "attn_probs.3", "k_rot.7", "attn_probs.7"]
+QK_WRITES = ["q.3", "k_rot.7"]
+READS = [f"resid_post.{i}" for i in range(N_LAYERS)] + EXTRA + QK_READS
+WRITES = ["resid_post.10", *EXTRA, *QK_WRITES]
 REL = 5e-5
+CROSS = 1e-4  # against eager (HF's attention and unfused norms), as ie-vllm's SmolLM2 tests
 PROMPTS = [
     "The capital of France is",
     "Water boils at a temperature of",
@@ -67,6 +72,14 @@ def engines():
     yield static, hooked
     run(static.shutdown())
     run(hooked.shutdown())
+
+
+@pytest.fixture(scope="module")
+def eager_model():
+    """The eager backend (HF transformers, no engine start): the reference for queries and keys."""
+    from ie_core import load_model
+
+    return load_model(MODEL, backend="eager", device="cpu", dtype="float32")
 
 
 async def _all(*coros):
@@ -187,8 +200,11 @@ def test_refusals_name_the_declared_set(engines) -> None:
                 PROMPTS[0], steering=steer_at("resid_post.10", *([KINDS["additive"]] * 5))
             )
         )
-    with pytest.raises(PointUnavailableError, match="capture_attention"):
-        run(static.capture_attention(PROMPTS[0]))
+    # capture_attention reads the declared attn_probs layers and no other.
+    maps = run(static.capture_attention(PROMPTS[0]))
+    assert {str(a) for a in maps} == {"attn_probs.3", "attn_probs.7"}
+    with pytest.raises(PointUnavailableError, match=r"attn_probs\.5 is not a declared site"):
+        run(static.capture_attention(PROMPTS[0], [5]))
 
 
 def test_self_test_reads_and_sentinel_write(engines) -> None:
@@ -340,3 +356,63 @@ def test_harvest_rows_equal_hooked_one_window_captures_and_resume(engines, tmp_p
     for a, b in zip(shards, open_harvest(out).iter_shards(), strict=True):
         for key in a:
             assert _close(b[key].float()[None], a[key].float()[None]) <= REL, key
+
+
+def _unit(width: int, seed: int) -> torch.Tensor:
+    v = torch.randn(width, generator=torch.Generator().manual_seed(seed))
+    return v / v.norm()
+
+
+def test_queries_and_keys_equal_eager_and_their_writes_move_attention_as_eager(
+    engines, eager_model
+) -> None:
+    """q / k (the qkv output's slices) and q_rot / k_rot (attention's arguments) read as eager
+    reads them; a write at q.3 moves layer 3's pattern, and one at k_rot.7 moves layer 7's and
+    the decode that reads the written keys from the KV cache, each as on eager."""
+    static, _ = engines
+    ids = static.to_tokens("My favourite food is")
+    sites = [*QK_READS, "resid_post.29"]
+    plain = run(static.capture([ids], sites))
+    want = run(eager_model.capture([ids], sites))
+    diffs = {a: _close(plain[a], want[a]) for a in sites}
+    print(f"\nstatic vs eager, unsteered: {diffs}")
+    assert max(diffs.values()) <= CROSS, diffs
+    # Negative control: the rotary leaves position 0 alone and moves every later row.
+    assert _close(plain["q_rot.3"][:, :1], plain["q.3"][:, :1]) <= REL
+    assert _close(plain["q_rot.3"][:, 1:], plain["q.3"][:, 1:]) > 1e-2
+    # A vector added to every key shifts each query's scores alike and moves no softmax, so the
+    # key write holds position 0: keys 1.. move against key 0.
+    q_write = steer_at("q.3", Additive(_unit(static.point_width("q.3"), 21), 8.0))
+    k_vec = _unit(static.point_width("k_rot.7"), 22)
+    k_write = steer_at("k_rot.7", Additive(k_vec, 8.0), mask=PositionMask((0,)))
+    cases = (
+        ("q.3", q_write, "attn_probs.3", None),
+        ("k_rot.7", k_write, "attn_probs.7", "attn_probs.3"),
+    )
+    for site, spec, moved, kept in cases:
+        got = run(static.capture([ids], sites, steering=spec))
+        want = run(eager_model.capture([ids], sites, steering=spec))
+        diffs = {a: _close(got[a], want[a]) for a in sites}
+        shift = float((got[moved] - plain[moved]).abs().max())
+        print(f"static vs eager, steered at {site}: {diffs}; {moved} moved by {shift:.3g}")
+        assert max(diffs.values()) <= CROSS, (site, diffs)
+        assert shift > 1e-3, (site, shift)
+        if kept is not None:  # the layer before the write is untouched
+            assert _close(got[kept], plain[kept]) <= REL
+    # Decode steps read the prompt's keys from the KV cache: equal to eager only if the cache
+    # kept the written keys (the unsteered run shows how far the write moves them).
+    sp = SamplingParams(max_new_tokens=6, stop_at_eos=False)
+    last = "resid_post.29"
+    gen = run(static.capture_generation(ids, [last], sp, steering=k_write))
+    ref = run(eager_model.capture_generation(ids, [last], sp, steering=k_write))
+    base = run(static.capture_generation(ids, [last], sp))
+    n = len(ids)
+    decode = {
+        "vs eager": _close(gen.cache[last][:, n:], ref.cache[last][:, n:]),
+        "vs unsteered": _close(gen.cache[last][:, n:], base.cache[last][:, n:]),
+    }
+    print(f"decode rows at {last}: {decode}; tokens {gen.generation.token_ids} (steered), "
+          f"{base.generation.token_ids} (unsteered)")  # fmt: skip
+    assert gen.generation.token_ids == ref.generation.token_ids
+    assert _close(gen.cache[last], ref.cache[last]) <= CROSS
+    assert decode["vs unsteered"] > 1e-3, decode

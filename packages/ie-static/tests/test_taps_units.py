@@ -201,8 +201,8 @@ def test_a_written_residual_pair_site_steers_the_sum_and_zeroes_the_residual() -
 
 
 def test_every_post_site_of_a_module_runs_after_a_sum_only_one() -> None:
-    """A sum-only read is one of several sites on the layer's output: the ones after it still
-    read (and write) their rows."""
+    """A sum-only read is one of several sites on the layer's output: the read-only site after it
+    still reads its rows, and both read after the write site, whatever order they came in."""
     layer, step = Layer(), _step()
     sum_buf, first_buf = torch.zeros(N + 3, D), torch.zeros(N + 3, D)
     read, _ = post_sum()
@@ -210,20 +210,37 @@ def test_every_post_site_of_a_module_runs_after_a_sum_only_one() -> None:
         "sum", SiteDef("sum", layer, "post", read, None, D, kind="residual_pair"), step, buf=sum_buf
     )
     read, write = post_first()
-    first = Site(
-        "first",
-        SiteDef("first", layer, "post", read, write, D),
-        step,
-        buf=first_buf,
-        table=_table((Scale(3.0),)),
+    first = Site("first", SiteDef("first", layer, "post", read, write, D), step, buf=first_buf)
+    writer = Site(
+        "w", SiteDef("w", layer, "post", read, write, D), step, table=_table((Scale(3.0),))
     )
-    install([summed, first], step)
+    install([summed, first, writer], step)
+    assert layer._ie_static_taps.post == [writer, summed, first]
     x = torch.randn(N, D, generator=G)
     h, r = layer(x)
-    assert torch.equal(sum_buf[:N], x * 2.0 + (x + 1.0))  # read before the write after it
     torch.testing.assert_close(h, x * 6.0, rtol=TOL, atol=TOL)
     assert torch.equal(r, x + 1.0)
+    torch.testing.assert_close(sum_buf[:N], h + r, rtol=TOL, atol=TOL)  # read after the write
     torch.testing.assert_close(first_buf[:N], x * 6.0, rtol=TOL, atol=TOL)
+
+
+def test_a_read_of_a_written_input_sees_the_write_whatever_the_declared_order() -> None:
+    """Two sites on one module input (vLLM's `attn_k`, which attention maps are recomputed from,
+    and the `k_rot` point): the read-only one, declared first, still reads the written rows."""
+    module, step = Mixer(), _step()
+    x, bias = torch.randn(N, D, generator=G), torch.randn(D, generator=G)
+    read, write = pre_arg("x", 0)
+    buf = torch.zeros(N + 3, D)
+    maps = Site("attn_k", SiteDef("attn_k", module, "pre", read, None, D), step, buf=buf)
+    chain = (Additive(_vec(), 2.0),)
+    point = Site(
+        "k_rot", SiteDef("k_rot", module, "pre", read, write, D), step, table=_table(chain)
+    )
+    install([maps, point], step)
+    got = module(x, bias=bias)
+    want = apply_ops(x, chain)
+    torch.testing.assert_close(buf[:N], want, rtol=TOL, atol=TOL)
+    torch.testing.assert_close(got, want @ module.weight + bias, rtol=TOL, atol=TOL)
 
 
 def test_post_readers_and_writers_get_the_module_arguments() -> None:

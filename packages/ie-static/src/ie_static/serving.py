@@ -16,21 +16,12 @@ _RECOMPUTE_ATTN = Serving(
 _MULTI_STREAM = Serving(
     Service.NOT_SERVED, "vllm-static does not tap multi-stream trunks yet; use backend='vllm'"
 )
-# Hooked vLLM reads these from the fused projection and attention's arguments (issue #47); the
-# static taps are not placed there yet.
-_QUERIES_KEYS = Serving(
-    Service.NOT_SERVED,
-    "not tapped by vllm-static yet (issue #47): hooked vLLM reads queries and keys, the "
-    "static taps are not placed there; use backend='vllm'",
-)
 
 
 def static_serving(point: Point) -> Serving:
     """Backend `vllm-static`, from hooked vLLM's answer for the same point."""
     if point.requires == "multi_stream":
         return _MULTI_STREAM
-    if point.name in ("q", "k", "q_rot", "k_rot"):
-        return _QUERIES_KEYS
     hooked = vllm_serving(point)
     if hooked.service is Service.HOOK:
         return _TAP

@@ -120,11 +120,20 @@ class ModelTaps:
         return {a: s for a, s in self.sites.items() if s.table is not None}
 
 
+def _reads_only(site: Site) -> bool:
+    return site.table is None
+
+
 def install(sites: Iterable[Site], step: StepInputs) -> ModelTaps:
-    """Install `sites` on their modules (before the model's first forward)."""
+    """Install `sites` on their modules (before the model's first forward).
+
+    On each module the write sites run before the read-only ones: two sites may see one tensor
+    (`k_rot` and the `attn_k` that attention maps are recomputed from, Granite's `attn_out` and
+    its scaled `attn_out_post`), and a read is of the tensor after every write.
+    """
     installed = ModelTaps(step=step)
     per_module: dict[int, tuple[nn.Module, ModuleTaps]] = {}
-    for site in sites:
+    for site in sorted(sites, key=_reads_only):
         module = site.where.module
         _, taps = per_module.setdefault(id(module), (module, ModuleTaps()))
         (taps.pre if site.where.hook == "pre" else taps.post).append(site)

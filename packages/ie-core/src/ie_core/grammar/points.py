@@ -115,12 +115,6 @@ _RECOMPUTE_ATTN = Serving(
 _STATIC_RECOMPUTE_ATTN = Serving(
     Service.RECOMPUTE, "recomputed in the worker from tapped post-RoPE q and k"
 )
-# Hooked vLLM serves queries and keys (issue #47); vllm-static's taps do not yet.
-_STATIC_QK = Serving(
-    Service.NOT_SERVED,
-    "not tapped by vllm-static yet (issue #47): hooked vLLM reads queries and keys, the "
-    "static taps are not placed there; use backend='vllm'",
-)
 _STATIC_MULTI = Serving(
     Service.NOT_SERVED, "vllm-static does not tap multi-stream trunks yet; use backend='vllm'"
 )
@@ -170,9 +164,9 @@ POINTS: tuple[Point, ...] = (
        "Input of the attention module: the normed residual (the raw residual where the family has no pre-attention norm). On the linear-attention / SSM layers of hybrid families (Qwen3-Next) the token mixer takes the attention slot: attn_in and attn_out are its input and output, while the attention internals (q/k norms, value, scores, probs, z, attn_gate) are refused on those layers.",
        tl="blocks.{L}.ln1.hook_out", nnsight="model.layers[{L}].self_attn.input", nnterp="attentions_input[{L}]"),
     _p("q", L, Width.H, RW, "Queries before the rotary embedding: the query projection's output, n_heads x head_dim (TransformerLens hook_q), before any query norm (so it equals q_norm_in on QK-norm families) or clipping. On fused projections, the query slice. Absent on latent-attention families (DeepSeek-V3/V4).",
-       requires="per_head_qk", static=_STATIC_QK, tl="blocks.{L}.attn.hook_q", nnsight="model.layers[{L}].self_attn.q_proj.output"),
+       requires="per_head_qk", tl="blocks.{L}.attn.hook_q", nnsight="model.layers[{L}].self_attn.q_proj.output"),
     _p("k", L, Width.KV, RW, "Keys before the rotary embedding: the key projection's output, n_kv_heads x head_dim (before GQA expansion; TransformerLens hook_k), before any key norm (so it equals k_norm_in on QK-norm families). On fused projections, the key slice. Absent on latent-attention families.",
-       requires="per_head_qk", static=_STATIC_QK, tl="blocks.{L}.attn.hook_k", nnsight="model.layers[{L}].self_attn.k_proj.output"),
+       requires="per_head_qk", tl="blocks.{L}.attn.hook_k", nnsight="model.layers[{L}].self_attn.k_proj.output"),
     _p("q_norm_in", L, Width.H, RW, "Input of the per-head query norm, before RoPE (QK-norm families).",
        requires="qk_norm", tl="blocks.{L}.attn.hook_q", nnsight="model.layers[{L}].self_attn.q_norm.input"),
     _p("q_norm_out", L, Width.H, RW, "Output of the per-head query norm, before RoPE (QK-norm families).",
@@ -182,9 +176,9 @@ POINTS: tuple[Point, ...] = (
     _p("k_norm_out", L, Width.KV, RW, "Output of the per-head key norm, before RoPE (QK-norm families).",
        requires="qk_norm", tl="blocks.{L}.attn.hook_k_normed", nnsight="model.layers[{L}].self_attn.k_norm.output"),
     _p("q_rot", L, Width.H, RW, "Queries after the rotary embedding, as attention dots them with the keys (before the 1/sqrt(head_dim) scale): rotary(q_norm_out) on QK-norm families, rotary(q) elsewhere; partial-rotary families leave the unrotated dims as they were (TransformerLens hook_rot_q). Rotary families only.",
-       requires="rotary", static=_STATIC_QK, tl="blocks.{L}.attn.hook_rot_q"),
+       requires="rotary", tl="blocks.{L}.attn.hook_rot_q"),
     _p("k_rot", L, Width.KV, RW, "Keys after the rotary embedding, n_kv_heads x head_dim (before GQA expansion), this forward's positions only (not the KV cache); a write is what the cache keeps (TransformerLens hook_rot_k). Rotary families only.",
-       requires="rotary", static=_STATIC_QK, tl="blocks.{L}.attn.hook_rot_k"),
+       requires="rotary", tl="blocks.{L}.attn.hook_rot_k"),
     _p("value", L, Width.KV, RW, "Output of the value projection, KV heads wide (before GQA expansion). MLA (DeepSeek-V3): the per-head values kv_b_proj decompresses from the shared latent, n_heads x v_head_dim, not the latent: the latent feeds keys too, and the per-head value is what attention mixes (probs @ value = z). Refused where K and V are one shared tensor (DeepSeek-V4).",
        tl="blocks.{L}.attn.hook_v", nnsight="model.layers[{L}].self_attn.v_proj.output"),
     _p("attn_scores", L, Width.HQK, CAP,

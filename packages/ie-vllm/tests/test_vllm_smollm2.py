@@ -248,14 +248,21 @@ def test_queries_and_keys_read_and_steer_as_on_eager(smollm2: Any, smollm2_eager
     # Negative control: after the rotary embedding the rows past position 0 differ.
     moved = (plain["q_rot.3"][:, 1:] - plain["q.3"][:, 1:]).abs().max()
     assert float(moved) > 1e-2 * float(plain["q.3"].abs().max())
-    steering = [
-        steer_at("q.3", Additive(_unit(smollm2.point_width("q.3"), 21), 8.0)),
-        steer_at("k_rot.7", Additive(_unit(smollm2.point_width("k_rot.7"), 22), 8.0)),
-    ]
+    # One vector added to every key shifts each query's scores by a constant (no softmax moves),
+    # so position 0's key is held out: then the write at k_rot.7 alone moves layer 7's pattern.
+    k_write = steer_at(
+        "k_rot.7", Additive(_unit(smollm2.point_width("k_rot.7"), 22), 8.0), mask=PositionMask((0,))
+    )
+    only_k = run(smollm2.capture([ids], reads, steering=k_write))
+    assert (only_k["attn_probs.7"] - plain["attn_probs.7"]).abs().max() > 1e-2
+    assert (only_k["attn_probs.3"] - plain["attn_probs.3"]).abs().max() == 0  # upstream: untouched
+    steering = [steer_at("q.3", Additive(_unit(smollm2.point_width("q.3"), 21), 8.0)), k_write]
     got = run(smollm2.capture([ids], reads, steering=steering))
     want = run(smollm2_eager.capture([ids], reads, steering=steering))
     diffs = scaled_diffs(got, want, reads)
     assert max(diffs.values()) <= CROSS, diffs
+    assert max(scaled_diffs(only_k, run(smollm2_eager.capture([ids], reads, steering=k_write)),
+                            reads).values()) <= CROSS  # fmt: skip
     for address in ("attn_probs.3", "attn_probs.7"):  # the writes really moved each pattern
         assert (got[address] - plain[address]).abs().max() > 1e-3
     params = SamplingParams(max_new_tokens=4, stop_at_eos=False)

@@ -378,6 +378,9 @@ def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor |
 
 
 def _make_hook(state: WorkerState, site: SiteDef) -> Any:
+    # A site that writes runs before the read-only sites on its module (the attention maps'
+    # q / k reads beside a k_rot write), whatever order requests acquired them in.
+    first = site.write is not None
     if site.hook == "pre":
 
         def pre(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -388,7 +391,7 @@ def _make_hook(state: WorkerState, site: SiteDef) -> Any:
                 return None
             return site.write(args, kwargs, None, new)
 
-        return site.module.register_forward_pre_hook(pre, with_kwargs=True)
+        return site.module.register_forward_pre_hook(pre, with_kwargs=True, prepend=first)
 
     def post(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
         if not state.plan or site.name not in state.plan:
@@ -398,7 +401,7 @@ def _make_hook(state: WorkerState, site: SiteDef) -> Any:
             return None
         return site.write(args, kwargs, output, new)
 
-    return site.module.register_forward_hook(post, with_kwargs=True)
+    return site.module.register_forward_hook(post, with_kwargs=True, prepend=first)
 
 
 def _acquire(state: WorkerState, sites: Iterable[str]) -> None:

@@ -164,6 +164,11 @@ def _canonical(addresses: Sequence[Any]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+# After a disconnect, how long the work may take to fail on its own: a server stopping because its
+# engine died disconnects its requests, and the engine's error names the cause, a 499 would not.
+DISCONNECT_GRACE_S = 1.0
+
+
 async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
     """`work`'s result, or its cancellation (an abort in the engine) once the client has gone."""
     task = asyncio.ensure_future(work)
@@ -175,6 +180,10 @@ async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
     watch = asyncio.ensure_future(gone())
     try:
         await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():  # disconnected first
+            await asyncio.wait({task}, timeout=DISCONNECT_GRACE_S)
+            if not (task.done() and not task.cancelled() and task.exception() is not None):
+                raise BadRequest("the client went away; its request was aborted", 499)
     finally:
         watch.cancel()
         if not task.done():
@@ -183,7 +192,7 @@ async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
                 await task
     if task.cancelled():
         raise BadRequest("the client went away; its request was aborted", 499)
-    return task.result()
+    return task.result()  # raises the work's own error (an engine that died names itself)
 
 
 @router.api_route(**mount("info"))

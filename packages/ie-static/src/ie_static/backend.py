@@ -159,7 +159,10 @@ class StaticModel(VLLMModel):
             )
         result: dict[str, Any] = {"read_site": first, "read_norm": float(rows.norm())}
         if self.writes:
-            site = self.writes[len(self.writes) // 2]
+            # One vector added to every key moves no softmax (each query's scores shift by a
+            # constant), so a key site could leave the output unchanged with its taps working.
+            moving = [w for w in self.writes if to_address(w).name not in ("k", "k_rot")]
+            site = (moving or list(self.writes))[len(moving or self.writes) // 2]
             sp = SamplingParams(max_new_tokens=4, stop_at_eos=False)
             base = await self.generate(ids, sp)
             scale = 50.0 * float(

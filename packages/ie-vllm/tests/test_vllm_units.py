@@ -340,3 +340,21 @@ def test_a_site_installs_and_removes_its_companion_hooks() -> None:
     assert branch.first is not None and torch.equal(branch.first, routed(x))
     _release(state, [site.name])
     assert not routed._forward_hooks and not shared._forward_hooks
+
+
+@pytest.mark.parametrize("order", [("attn_k.0", "k_rot.0"), ("k_rot.0", "attn_k.0")])
+def test_a_write_site_runs_before_the_read_only_sites_of_its_module(order: tuple[str, str]) -> None:
+    """Whatever order requests acquire them in, a site that can write is the first hook of its
+    module, so a read-only site there (the attention maps' key read) sees the written rows."""
+    m = torch.nn.Linear(4, 4)
+    same = lambda a, k, o: o  # noqa: E731
+    reader = SiteDef("attn_k.0", m, "post", same, None, 4)
+    writer = SiteDef("k_rot.0", m, "post", same, lambda a, k, o, new: new, 4)
+    table = PointTable(n_layers=1, d_model=4, sites={s.name: s for s in (reader, writer)})
+    state = WorkerState(table=table)
+    for name in order:
+        _acquire(state, [name])
+    first = next(iter(m._forward_hooks))
+    assert first == state.handles["k_rot.0"][-1].id
+    _release(state, list(order))
+    assert not m._forward_hooks

@@ -498,11 +498,13 @@ def test_the_leak_check_catches_a_request_left_registered(
 def test_circuit_graph_on_vllm_equals_eager(smollm2: Any, smollm2_eager: Any) -> None:
     """ie_core.circuits.attribute with the forward on vLLM (the backward on the CPU through the
     frozen replacement, with the weights eager loaded) gives eager's graph: the same nodes, the
-    adjacency and inputs within CROSS relative; completeness holds on vLLM's own capture."""
+    adjacency and inputs within CROSS relative; completeness holds on vLLM's own capture; so does
+    attribute_many's graph of each prompt of a batch."""
     from ie_core.circuits import (
         ReplacementUnsupportedError,
         TranscoderSet,
         attribute,
+        attribute_many,
         random_transcoder,
     )
     from ie_core.circuits.weights import weights_for
@@ -525,6 +527,14 @@ def test_circuit_graph_on_vllm_equals_eager(smollm2: Any, smollm2_eager: Any) ->
     a, bias, inputs = got.adjacency[rows], got.node_bias[rows], got.node_inputs[rows]
     gap = (a.sum(1) + bias - inputs).abs() / (a.abs().sum(1) + bias.abs() + inputs.abs())
     assert float(gap.max()) <= WITHIN
+    # Two prompts of different lengths from one batched capture: each is eager's graph.
+    prompts = ["The capital of France is", "Paris is"]
+    many = attribute_many(smollm2, prompts, ts, weights=weights)
+    for g, prompt in zip(many, prompts, strict=True):
+        ref = want if prompt == prompts[0] else attribute(smollm2_eager, prompt, ts)
+        assert torch.equal(g.active_features, ref.active_features)
+        scale = float(ref.adjacency.abs().max())
+        assert float((g.adjacency - ref.adjacency).abs().max()) <= CROSS * scale
 
 
 # -- conditional steering (#46): the worker applies the op through ie_core.ops.apply --

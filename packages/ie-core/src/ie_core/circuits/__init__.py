@@ -4,7 +4,8 @@ al. 2025).
 `attribute(model, prompt, transcoders)` captures one forward on the model's backend, then runs
 batched backward passes through the frozen linear replacement (attention patterns and norm
 scales fixed at the prompt's values, MLPs replaced by transcoder features plus error nodes).
-`prune` keeps the influential part, `graph_json` writes what circuit-tracer's and Neuronpedia's
+`attribute_many(model, prompts, transcoders)` gives several prompts' graphs from one batched
+capture. `prune` keeps the influential part, `graph_json` writes what circuit-tracer's and Neuronpedia's
 viewers read. This package imports torch; `import ie_core` does not import it.
 """
 
@@ -19,6 +20,7 @@ from ie_core.circuits.errors import (
 )
 from ie_core.circuits.graph import Graph, LogitTarget, Node
 from ie_core.circuits.graph_json import graph_json, write_graph_json
+from ie_core.circuits.many import attribute_many
 from ie_core.circuits.pruning import Pruned, prune
 from ie_core.circuits.transcoders import (
     TranscoderSet,
@@ -39,6 +41,7 @@ __all__ = [
     "TranscoderSet",
     "TranscoderWidthError",
     "attribute",
+    "attribute_many",
     "attribute_state",
     "cross_layer_set",
     "graph_json",

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ie_core import run_with_cache
+from ie_core.circuits.backward import AutogradRows, TransposedRows, biases, row_engine, row_width
 from ie_core.circuits.errors import AttributionInputError
 from ie_core.circuits.graph import Graph
 from ie_core.circuits.influence import partial_influence
@@ -28,13 +29,12 @@ from ie_core.circuits.prompt_state import (
     moved,
     unembed,
 )
-from ie_core.circuits.replacement import mlp_writes, run_at, run_replacement
 from ie_core.circuits.transcoders import TranscoderSet, load_transcoders
 from ie_core.circuits.weights import ReplacementWeights, weights_for
 from ie_core.sync import unwrap
 
 
-def _check_knobs(max_feature_nodes: int | None, max_n_logits: int, prob: float, batch: int) -> None:
+def check_knobs(max_feature_nodes: int | None, max_n_logits: int, prob: float, batch: int) -> None:
     if max_feature_nodes is not None and max_feature_nodes < 0:
         raise AttributionInputError(f"max_feature_nodes is {max_feature_nodes}; give >= 0 or None")
     if max_n_logits < 1:
@@ -64,117 +64,56 @@ def prepare(
     tokens = inner.to_tokens(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
     check_prompt(tokens, getattr(inner, "max_positions", None))
     cache = run_with_cache(model, [tokens], addresses(inner.n_layers))
+    knobs = (max_n_logits, desired_logit_prob, zero_first_position)
+    return state_of(tokens, cache, ts, w, inner.to_string, *knobs)
+
+
+def state_of(
+    tokens: Sequence[int], cache: Any, ts: TranscoderSet, w: ReplacementWeights, to_string: Any,
+    max_n_logits: int, desired_logit_prob: float, zero_first: bool,
+) -> PromptState:  # fmt: skip
+    """One prompt's state from its capture of `addresses()` (a batch of one)."""
     logits = unembed(w, cache["final_norm"][0, -1].detach().float().cpu())
-    targets = logit_targets(logits, max_n_logits, desired_logit_prob, inner.to_string)
-    return build_state(tokens, cache, ts, w, targets, zero_first=zero_first_position)
-
-
-class _Rows:
-    """The replacement's forward with its autograd graph kept. `rows(ids)` runs one batched
-    backward pass from the chosen targets' read-out vectors (a feature's encoder column at its
-    `mlp_in` row, a logit's demeaned unembed row at the final norm's last row) to the residual
-    writes, and contracts the gradients with each source's write vector."""
-
-    def __init__(self, st: PromptState) -> None:
-        src = st.sources
-        n_feat = st.active_features.shape[0]
-        dev = self.device = st.sources.token_vectors.device
-        ones = (torch.ones(n_feat, device=dev), torch.ones(st.n_layers, st.n_pos, device=dev))
-        self.token_part = src.token_vectors.clone().requires_grad_(True)
-        self.writes = mlp_writes(src, *ones).requires_grad_(True)
-        out = run_replacement(
-            st.weights, st.frozen, src, self.token_part, self.writes, freeze_norms=st.freeze_norms
-        )
-        self.layers_out, self.final = out.mlp_in_layers, out.final
-        with torch.no_grad():
-            zeros = tuple(torch.zeros_like(t) for t in (*ones, ones[1][0]))
-            off = run_at(st.weights, st.frozen, src, *zeros, freeze_norms=st.freeze_norms)
-            self.bias = _target_inputs(st, off.mlp_in, off.final).cpu()
-        self.st = st
-        # Writes sorted by (layer, pos): one [B, d] x [d, n] product per (layer, pos) group.
-        keys = src.write_layer * st.n_pos + src.write_pos
-        edges = torch.arange(st.n_layers * st.n_pos + 1, device=keys.device)
-        bounds = torch.searchsorted(keys, edges).tolist()
-        self.groups = [
-            (k // st.n_pos, k % st.n_pos, bounds[k], bounds[k + 1])
-            for k in range(st.n_layers * st.n_pos)
-            if bounds[k + 1] > bounds[k]
-        ]
-
-    def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows `[len(ids), n_feat + errors + tokens]` of targets `ids`, on the CPU."""
-        st, dev = self.st, self.device
-        ids = ids.to(dev)
-        n_feat, b = st.active_features.shape[0], len(ids)
-        d = self.final.shape[-1]
-        g_in = torch.zeros(b, st.n_layers, st.n_pos, d, device=dev)
-        g_final = torch.zeros(b, st.n_pos, d, device=dev)
-        is_feat = ids < n_feat
-        fi = ids[is_feat]
-        g_in[is_feat.nonzero()[:, 0], st.active_features[fi, 0], st.active_features[fi, 1]] = (
-            st.encoder_vecs[fi]
-        )
-        g_final[(~is_feat).nonzero()[:, 0], -1] = st.unembed_dirs[ids[~is_feat] - n_feat]
-        # Start the backward pass at the highest layer a target reads (all layers for a logit).
-        top = int(st.active_features[fi, 0].max()) + 1 if len(fi) else 0
-        outs, cots = list(self.layers_out[:top]), list(g_in[:, :top].unbind(1))
-        if len(fi) < b:
-            outs, cots = [*outs, self.final], [*cots, g_final]
-        g_tok, g_w = torch.autograd.grad(
-            outs, (self.token_part, self.writes), cots, retain_graph=True,
-            is_grads_batched=True, allow_unused=True, materialize_grads=True,
-        )  # fmt: skip
-        if g_w.dim() == self.writes.dim():  # unused (layer-0 targets): materialised unbatched
-            g_w = g_w.expand(b, *g_w.shape)
-        src = st.sources
-        feats = torch.zeros(b, n_feat, device=dev)
-        for layer, pos, lo, hi in self.groups:
-            # A CLT feature's writes at several layers add up into its one column.
-            part = g_w[:, layer, pos] @ src.decoder_vecs[lo:hi].T
-            feats.index_add_(1, src.write_feat[lo:hi], part)
-        errors = (g_w * src.errors).sum(-1).reshape(b, -1)
-        tokens = (g_tok * src.token_vectors).sum(-1)
-        return torch.cat([feats, errors, tokens], 1).cpu()
-
-
-def _target_inputs(st: PromptState, mlp_in: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
-    """Every active feature's pre-activation, then every logit target's demeaned logit."""
-    f_layer, f_pos, _ = st.active_features.unbind(1)
-    feats = (mlp_in[f_layer, f_pos] * st.encoder_vecs).sum(-1) + st.encoder_bias
-    logits = st.unembed_dirs @ final[-1] + st.unembed_bias
-    return torch.cat([feats, logits])
+    targets = logit_targets(logits, max_n_logits, desired_logit_prob, to_string)
+    return build_state(tokens, cache, ts, w, targets, zero_first=zero_first)
 
 
 def _select(
-    rows: _Rows, st: PromptState, limit: int, batch: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+    rows: TransposedRows | AutogradRows, st: PromptState, logit_rows: torch.Tensor, limit: int,
+    batch: int,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Feature rows up to `limit`, most influential first: (selected ids ascending, their rows)."""
-    n_feat = st.active_features.shape[0]
-    n_logit = len(st.logit_targets)
-    width = n_feat + (st.n_layers + 1) * st.n_pos  # features, errors, tokens
-    logit_rows = rows.rows(torch.arange(n_feat, n_feat + n_logit))
+    n_feat, n_logit = st.active_features.shape[0], len(st.logit_targets)
     done: dict[int, torch.Tensor] = {}
     probs = torch.tensor([t.probability for t in st.logit_targets], dtype=torch.float32)
     while len(done) < limit:
-        if limit == n_feat:
-            pending = [i for i in range(n_feat) if i not in done]
-        else:
-            known = sorted(done)
-            table = torch.cat([logit_rows, *(done[i][None] for i in known)])
-            nodes = torch.tensor([-1] * n_logit + known, dtype=torch.long)
-            weights = torch.cat([probs, torch.zeros(len(known))])
-            score = partial_influence(table, nodes, weights)[:n_feat]
-            order = [int(i) for i in torch.argsort(score, descending=True) if int(i) not in done]
-            pending = order[: min(4 * batch, limit - len(done))]  # re-rank every 4 batches
+        known = sorted(done)
+        table = torch.cat([logit_rows, *(done[i][None] for i in known)])
+        nodes = torch.tensor([-1] * n_logit + known, dtype=torch.long)
+        weights = torch.cat([probs, torch.zeros(len(known))])
+        score = partial_influence(table, nodes, weights)[:n_feat]
+        order = [int(i) for i in torch.argsort(score, descending=True) if int(i) not in done]
+        pending = order[: min(4 * batch, limit - len(done))]  # re-rank every 4 batches
         for start in range(0, len(pending), batch):
             ids = torch.tensor(pending[start : start + batch], dtype=torch.long)
             for i, row in zip(ids.tolist(), rows.rows(ids), strict=True):
                 done[i] = row
     selected = torch.tensor(sorted(done), dtype=torch.long)
-    feature_rows = [done[i] for i in selected.tolist()]
-    return selected, torch.cat(
-        [torch.zeros(0, width), *(r[None] for r in feature_rows), logit_rows]
-    )
+    feature_rows = [done[i][None] for i in selected.tolist()]
+    return selected, torch.cat([torch.zeros(0, row_width(st)), *feature_rows])
+
+
+def _all_rows(
+    rows: TransposedRows | AutogradRows, st: PromptState, batch: int, out: torch.Tensor
+) -> None:
+    """Every feature's row into `out`'s first rows, in batches of features at one position where
+    possible: under causal patterns a batch's pass then stops at that position."""
+    af = st.active_features.cpu()
+    order = torch.argsort(af[:, 1] * (st.n_layers + 1) + af[:, 0], stable=True)
+    width = row_width(st)
+    for start in range(0, len(order), batch):
+        ids = order[start : start + batch]
+        out[ids, :width] = rows.rows(ids)
 
 
 def attribute_state(
@@ -184,23 +123,28 @@ def attribute_state(
 ) -> Graph:  # fmt: skip
     """The backward half: the graph's rows through the frozen replacement of `st`, computed on
     `device` (default: the CPU); the graph's tensors are on the CPU."""
-    rows = _Rows(st if device is None else moved(st, device))
-    n_feat = st.active_features.shape[0]
+    on = st if device is None else moved(st, device)
+    rows = row_engine(on)
+    n_feat, n_logit = st.active_features.shape[0], len(st.logit_targets)
     limit = n_feat if max_feature_nodes is None else min(max_feature_nodes, n_feat)
-    selected, table = _select(rows, st, limit, batch_size)
+    logit_rows = rows.rows(torch.arange(n_feat, n_feat + n_logit))
     # Columns: the selected features, then every error and token node (the row layout's tail).
-    cols = torch.cat([selected, torch.arange(n_feat, table.shape[1])])
-    table = table[:, cols]
-    n_nodes = table.shape[1] + len(st.logit_targets)
-    adjacency = torch.zeros(n_nodes, n_nodes)
-    n_sel = len(selected)
-    adjacency[:n_sel, : table.shape[1]] = table[:n_sel]
-    adjacency[table.shape[1] :, : table.shape[1]] = table[n_sel:]
+    if limit == n_feat:  # every feature: rows go straight into the adjacency, no copies
+        selected, cols = torch.arange(n_feat), torch.arange(row_width(st))
+        adjacency = torch.zeros(len(cols) + n_logit, len(cols) + n_logit)
+        _all_rows(rows, st, batch_size, adjacency)
+    else:
+        selected, feature_rows = _select(rows, st, logit_rows, limit, batch_size)
+        cols = torch.cat([selected, torch.arange(n_feat, row_width(st))])
+        adjacency = torch.zeros(len(cols) + n_logit, len(cols) + n_logit)
+        adjacency[: len(selected), : len(cols)] = feature_rows[:, cols]
+    n_sel, n_cols, n_nodes = len(selected), len(cols), len(cols) + n_logit
+    adjacency[n_cols:, :n_cols] = logit_rows[:, cols]
     inputs, bias = torch.zeros(n_nodes), torch.zeros(n_nodes)
-    target_ids = torch.cat([selected, torch.arange(n_feat, n_feat + len(st.logit_targets))])
-    where = torch.cat([torch.arange(n_sel), torch.arange(table.shape[1], n_nodes)])
+    target_ids = torch.cat([selected, torch.arange(n_feat, n_feat + n_logit)])
+    where = torch.cat([torch.arange(n_sel), torch.arange(n_cols, n_nodes)])
     inputs[where] = torch.cat([st.pre_activations[selected], st.demeaned_logits])
-    bias[where] = rows.bias.detach()[target_ids]
+    bias[where] = biases(on)[target_ids]
     return Graph(
         prompt=prompt,
         tokens=st.tokens,
@@ -241,7 +185,7 @@ def attribute(
     where the backend keeps weights in other processes; `device` is where the backward passes
     run (default: the CPU; e.g. "cuda" for large models)."""
 
-    _check_knobs(max_feature_nodes, max_n_logits, desired_logit_prob, batch_size)
+    check_knobs(max_feature_nodes, max_n_logits, desired_logit_prob, batch_size)
     ts = load_transcoders(transcoders)
     st = prepare(
         model, prompt, ts, max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
@@ -256,4 +200,4 @@ def attribute(
     )  # fmt: skip
 
 
-__all__ = ["attribute", "attribute_state", "prepare"]
+__all__ = ["attribute", "attribute_state", "check_knobs", "prepare", "state_of"]

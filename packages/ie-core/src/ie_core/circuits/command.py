@@ -1,11 +1,14 @@
 """`ie trace MODEL --transcoders SRC --prompt TEXT --out graph.json`: one attribution graph,
-pruned and written as the viewer's JSON (and the raw graph beside it with --raw)."""
+pruned and written as the viewer's JSON (and the raw graph beside it with --raw). Several
+`--prompt`s are captured in one batch (`attribute_many`) and written one JSON per prompt into
+the folder `--out` names (`graph_<i>.json`, `graph_<i>.pt` with --raw)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = ["trace_command"]
 
@@ -26,8 +29,14 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         help="folder of layer_<L>.safetensors files, or a CLT's W_enc_<L> / W_dec_<L> files",
     )
-    p.add_argument("--prompt", required=True, help="the text whose next token is traced")
-    p.add_argument("--out", required=True, type=Path, help="the graph JSON file to write")
+    p.add_argument(
+        "--prompt", required=True, action="append", help="the text whose next token is traced "
+        "(repeat it for several graphs from one batched capture)",
+    )  # fmt: skip
+    p.add_argument(
+        "--out", required=True, type=Path,
+        help="the graph JSON file to write (a folder for several --prompt)",
+    )  # fmt: skip
     p.add_argument("--backend", default="auto", help="eager, vllm, vllm-static, remote")
     p.add_argument("--weights", help="the model's HF folder, for backends that keep weights away")
     p.add_argument("--max-feature-nodes", type=int, help="cap on feature nodes (default: all)")
@@ -42,14 +51,30 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def trace_command(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def _write(graph: Any, out: Path, slug: str, raw: Path | None, options: dict[str, float]) -> None:
     import torch
 
-    from ie_core import load_model
-    from ie_core.circuits.attribution import attribute
     from ie_core.circuits.graph_json import write_graph_json
-    from ie_core.circuits.pruning import check_thresholds, prune
+    from ie_core.circuits.pruning import prune
+
+    pruned = prune(graph, **options)
+    write_graph_json(graph, out, slug=slug, pruned=pruned, **options)
+    if raw:
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({k: getattr(graph, k) for k in graph.__dataclass_fields__}, raw)
+    print(
+        f"{out}: {int(pruned.node_mask.sum())} of {graph.n_nodes} nodes, "
+        f"{int(pruned.edge_mask.sum())} edges kept ({graph.n_features} feature nodes, "
+        f"{len(graph.logit_targets)} logit targets)",
+        file=sys.stdout,
+    )
+
+
+def trace_command(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from ie_core import load_model
+    from ie_core.circuits.many import attribute_many
+    from ie_core.circuits.pruning import check_thresholds
     from ie_core.circuits.transcoders import load_transcoders
     from ie_core.runner import run
 
@@ -58,23 +83,19 @@ def trace_command(argv: list[str]) -> int:
     prune_options = {"node_threshold": args.node_threshold, "edge_threshold": args.edge_threshold}
     model = load_model(args.model, backend=args.backend)
     try:
-        graph = attribute(
+        graphs = attribute_many(
             model, args.prompt, transcoders, max_feature_nodes=args.max_feature_nodes,
             max_n_logits=args.max_logits, desired_logit_prob=args.logit_prob,
             batch_size=args.batch_size, weights=args.weights, device=args.device,
         )  # fmt: skip
     finally:
         run(model.shutdown())
-    pruned = prune(graph, **prune_options)
-    write_graph_json(
-        graph, args.out, slug=args.slug or args.out.stem, pruned=pruned, **prune_options
-    )
-    if args.raw:
-        torch.save({k: getattr(graph, k) for k in graph.__dataclass_fields__}, args.raw)
-    print(
-        f"{args.out}: {int(pruned.node_mask.sum())} of {graph.n_nodes} nodes, "
-        f"{int(pruned.edge_mask.sum())} edges kept ({graph.n_features} feature nodes, "
-        f"{len(graph.logit_targets)} logit targets)",
-        file=sys.stdout,
-    )
+    if len(graphs) > 1:
+        args.out.mkdir(parents=True, exist_ok=True)
+    for i, graph in enumerate(graphs):
+        out, raw, slug = args.out, args.raw, args.slug or args.out.stem
+        if len(graphs) > 1:
+            out, slug = args.out / f"graph_{i}.json", f"{slug}-{i}"
+            raw = args.raw and args.raw / f"graph_{i}.pt"
+        _write(graph, out, slug, raw, prune_options)
     return 0

@@ -12,7 +12,7 @@ under the same load; the load average is recorded beside each. Figures taken whi
 runs on the machine are "under load", not results.
 
     uv run python packages/ie-core/scripts/circuit_tracing_bench.py --python /tmp/ct/bin/python \\
-        --out /tmp/circuits_bench.json [--width 256] [--rounds 1] [--no-vllm]
+        --out /tmp/circuits_bench.json [--width 256] [--rounds 1] [--n-prompts 4] [--no-vllm]
 
 (circuit-tracer's environment: see circuit_tracer_parity.py.)
 """
@@ -156,11 +156,12 @@ def _ratios(r: dict[str, Any]) -> dict[str, float]:
 
 def _round(args: argparse.Namespace, tc: Path, work: Path) -> dict[str, Any]:
     r: dict[str, Any] = {}
+    prompts = list(PROMPTS[: args.n_prompts])
     if args.python:
-        r["circuit_tracer"] = _circuit_tracer(args.python, tc, list(PROMPTS), work)
-    r["ie_eager"] = _ie("eager", tc, list(PROMPTS))
+        r["circuit_tracer"] = _circuit_tracer(args.python, tc, prompts, work)
+    r["ie_eager"] = _ie("eager", tc, prompts)
     if not args.no_vllm:
-        r["ie_vllm"] = _ie("vllm", tc, list(PROMPTS))
+        r["ie_vllm"] = _ie("vllm", tc, prompts)
     r["ratios"] = _ratios(r)
     return r
 
@@ -172,6 +173,7 @@ def main() -> None:
     p.add_argument("--width", type=int, default=256, help="features per transcoder")
     p.add_argument("--rounds", type=int, default=1, help="circuit-tracer, eager, vLLM in turn")
     p.add_argument("--no-vllm", action="store_true")
+    p.add_argument("--n-prompts", type=int, default=len(PROMPTS), help="batch: the first N prompts")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--tc", help=argparse.SUPPRESS)
     p.add_argument("--prompts", help=argparse.SUPPRESS)
@@ -188,7 +190,7 @@ def main() -> None:
     result = {
         "model": "HuggingFaceTB/SmolLM2-135M-Instruct (offline folder)",
         "transcoders": f"random, per-layer, width {args.width}",
-        "prompts": list(PROMPTS),
+        "prompts": list(PROMPTS[: args.n_prompts]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "load_note": "under load unless the machine ran nothing else",
         "load_average_1min": [load, os.getloadavg()[0]],

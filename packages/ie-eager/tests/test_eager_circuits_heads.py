@@ -11,6 +11,7 @@ group, no rotary. fp32 on the CPU."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,6 +29,7 @@ from ie_core.circuits import (
     qk_weights_for,
     random_transcoder,
     top_edge_heads,
+    write_layer_file,
 )
 from ie_core.circuits.clt import random_clt
 from ie_core.circuits.graph import Graph
@@ -297,3 +299,27 @@ def test_attention_share_refusals() -> None:
     ms = prepare(mistral, PROMPT, [random_transcoder(128, 16, i, seed=i) for i in range(4)])
     with pytest.raises(AttributionInputError, match="sliding window of 8"):
         attention_shares(ms, qk_weights_for(mistral), 1, 0, 20, 2)
+
+
+def test_ie_trace_heads_adds_head_flows(tmp_path) -> None:
+    from ie_core.circuits.command import trace_command
+
+    m = synthetic_model("llama")
+    folder = tmp_path / "tc"
+    folder.mkdir()
+    for layer in range(m.n_layers):
+        write_layer_file(
+            random_transcoder(m.d_model, 16, layer, seed=layer),
+            folder / f"layer_{layer}.safetensors",
+        )
+    out = tmp_path / "g.json"
+    argv = ["ie-synthetic/llama", "--backend", "eager", "--transcoders", str(folder)]
+    assert trace_command([*argv, "--prompt", "Paris is", "--out", str(out), "--heads", "3"]) == 0
+    data = json.loads(out.read_text())
+    ids = {n["node_id"] for n in data["nodes"]}
+    links = {(x["source"], x["target"]): x["weight"] for x in data["links"]}
+    assert len(data["head_flows"]) == 3
+    for e in data["head_flows"]:
+        assert e["source"] in ids and e["target"] in ids
+        assert abs(links[e["source"], e["target"]] - e["weight"]) < 1e-6
+        assert len(e["heads"]) == 5 and e["heads"][0]["flow"] != 0

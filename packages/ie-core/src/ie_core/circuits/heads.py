@@ -264,12 +264,27 @@ def top_edge_heads(
     return out
 
 
+def heads_json(
+    st: PromptState, graph: Graph, n_edges: int, edge_mask: torch.Tensor | None = None
+) -> list[dict[str, Any]]:
+    """`top_edge_heads` with the graph JSON's node ids (`ie trace --heads`): the viewers read
+    `nodes` and `links` and leave this extra key alone."""
+    from ie_core.circuits.graph_json import _node
+
+    def nid(i: int) -> str:
+        return _node(graph, graph.node(i), 0.0, i - graph.logit_offset)["node_id"]
+
+    edges = top_edge_heads(st, graph, n_edges, edge_mask=edge_mask)
+    return [e | {"source": nid(e["source"]), "target": nid(e["target"])} for e in edges]
+
+
 __all__ = [
     "HeadFlows",
     "Trunk",
     "graph_source",
     "graph_target",
     "head_flows",
+    "heads_json",
     "per_source",
     "prompt_inputs",
     "source_direction",

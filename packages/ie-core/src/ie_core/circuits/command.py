@@ -4,6 +4,7 @@ pruned and written as the viewer's JSON (and the raw graph beside it with --raw)
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -39,6 +40,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="where the backward passes run (default: cpu; e.g. cuda)")
     p.add_argument("--slug", help="the graph's name in the viewer (default: --out's stem)")
     p.add_argument("--raw", type=Path, help="also save the raw graph (torch.save of its fields)")
+    p.add_argument(
+        "--heads", type=int, default=0,
+        help="add the attention heads carrying the N largest kept cross-position edges "
+        "(key head_flows; viewers ignore it)",
+    )  # fmt: skip
     return p
 
 
@@ -47,8 +53,9 @@ def trace_command(argv: list[str]) -> int:
     import torch
 
     from ie_core import load_model
-    from ie_core.circuits.attribution import attribute
+    from ie_core.circuits.attribution import attribute, prepare
     from ie_core.circuits.graph_json import write_graph_json
+    from ie_core.circuits.heads import heads_json
     from ie_core.circuits.pruning import check_thresholds, prune
     from ie_core.circuits.transcoders import load_transcoders
     from ie_core.runner import run
@@ -63,12 +70,21 @@ def trace_command(argv: list[str]) -> int:
             max_n_logits=args.max_logits, desired_logit_prob=args.logit_prob,
             batch_size=args.batch_size, weights=args.weights, device=args.device,
         )  # fmt: skip
+        # The head flows need the forward half's state, which attribute() does not return.
+        state = None if not args.heads else prepare(
+            model, args.prompt, transcoders, max_n_logits=args.max_logits,
+            desired_logit_prob=args.logit_prob, weights=args.weights,
+        )  # fmt: skip
     finally:
         run(model.shutdown())
     pruned = prune(graph, **prune_options)
     write_graph_json(
         graph, args.out, slug=args.slug or args.out.stem, pruned=pruned, **prune_options
     )
+    if state is not None:
+        data = json.loads(args.out.read_text())
+        data["head_flows"] = heads_json(state, graph, args.heads, pruned.edge_mask)
+        args.out.write_text(json.dumps(data, indent=1))
     if args.raw:
         torch.save({k: getattr(graph, k) for k in graph.__dataclass_fields__}, args.raw)
     print(

@@ -22,12 +22,8 @@ from ie_core.circuits.graph_json import graph_json, write_graph_json
 from ie_core.circuits.heads import HeadFlows, head_flows, top_edge_heads
 from ie_core.circuits.pruning import Pruned, prune
 from ie_core.circuits.qk import QKShares, QKWeights, attention_shares, qk_weights_for
-from ie_core.circuits.transcoders import (
-    TranscoderSet,
-    load_transcoders,
-    random_transcoder,
-    write_layer_file,
-)
+from ie_core.circuits.sources import load_transcoders
+from ie_core.circuits.transcoders import TranscoderSet, random_transcoder, write_layer_file
 
 __all__ = [
     "AttributionInputError",

@@ -57,7 +57,7 @@ def trace_command(argv: list[str]) -> int:
     from ie_core.circuits.graph_json import write_graph_json
     from ie_core.circuits.heads import heads_json
     from ie_core.circuits.pruning import check_thresholds, prune
-    from ie_core.circuits.transcoders import load_transcoders
+    from ie_core.circuits.sources import load_transcoders
     from ie_core.runner import run
 
     check_thresholds(args.node_threshold, args.edge_threshold)

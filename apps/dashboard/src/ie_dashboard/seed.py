@@ -13,12 +13,14 @@ from typing import Any
 
 from ie_core.tooling.records import BenchmarkCell, ValidatorResult
 from pydantic import BaseModel, ValidationError
+from sqlmodel import select
 
 from ie_dashboard.body import BodyError, parse_json
 from ie_dashboard.db import Database
 from ie_dashboard.ingest import replace_record, upsert_cell, upsert_validator
 from ie_dashboard.records import RECORDS, RecordError, read_record
 from ie_dashboard.registry import seed_registry
+from ie_dashboard.tables import BenchmarkCellRow, ValidatorRunRow
 
 BENCH_DIR = Path("benchmarks/cells")
 VALIDATOR_DIR = Path("validator/results")
@@ -171,10 +173,6 @@ def _folder(root: Path, committed: Path) -> Path:
 
 def is_empty(db: Database) -> bool:
     """No results stored yet (the registry alone does not count)."""
-    from sqlmodel import select
-
-    from ie_dashboard.tables import BenchmarkCellRow, ValidatorRunRow
-
     with db.read() as s:
         return (
             s.exec(select(BenchmarkCellRow.id)).first() is None

@@ -21,6 +21,7 @@ from torch.func import jvp, vmap
 
 from ie_core.circuits.errors import AttributionInputError
 from ie_core.circuits.graph import Graph
+from ie_core.circuits.graph_json import node_json
 from ie_core.circuits.prompt_state import PromptState
 from ie_core.circuits.replacement import _norm, mlp_writes
 
@@ -269,10 +270,9 @@ def heads_json(
 ) -> list[dict[str, Any]]:
     """`top_edge_heads` with the graph JSON's node ids (`ie trace --heads`): the viewers read
     `nodes` and `links` and leave this extra key alone."""
-    from ie_core.circuits.graph_json import _node
 
     def nid(i: int) -> str:
-        return _node(graph, graph.node(i), 0.0, i - graph.logit_offset)["node_id"]
+        return node_json(graph, graph.node(i), 0.0, i - graph.logit_offset)["node_id"]
 
     edges = top_edge_heads(st, graph, n_edges, edge_mask=edge_mask)
     return [e | {"source": nid(e["source"]), "target": nid(e["target"])} for e in edges]

@@ -21,7 +21,7 @@ from ie_core.circuits.errors import AttributionInputError, ReplacementUnsupporte
 from ie_core.circuits.graph import Graph
 from ie_core.circuits.heads import graph_source, per_source, prompt_inputs, trunk
 from ie_core.circuits.prompt_state import PromptState
-from ie_core.circuits.weights import SUPPORTED
+from ie_core.circuits.weights import SUPPORTED, hf_model_for
 
 _LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -136,18 +136,7 @@ def qk_weights_for(model: Any, weights: Any = None, n_pos: int = 512) -> QKWeigh
     that keep weights in other processes (as `attribute(..., weights=)`)."""
     if isinstance(weights, QKWeights):
         return weights
-    if weights is not None:
-        from transformers import AutoModelForCausalLM
-
-        hf = AutoModelForCausalLM.from_pretrained(str(weights), torch_dtype=torch.float32)
-        return qk_weights_of(hf, n_pos)
-    hf = getattr(model, "hf_model", None)
-    if hf is None:
-        raise ReplacementUnsupportedError(
-            "the query / key weights live in the backend's workers; pass weights= (the "
-            "model's Hugging Face folder)"
-        )
-    return qk_weights_of(hf, n_pos)
+    return qk_weights_of(hf_model_for(model, weights, "the query / key shares"), n_pos)
 
 
 @dataclass(frozen=True)

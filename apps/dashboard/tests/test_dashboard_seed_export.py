@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shutil
 from pathlib import Path
 from urllib.parse import urldefrag
 
@@ -17,6 +18,8 @@ from ie_dashboard.export import ExportError, export_site
 from ie_dashboard.seed import seed
 from ie_dashboard.tables import BenchmarkCellRow, ValidatorRunRow
 from sqlmodel import func, select
+
+SWEEP = "benchmarks/results/patching_sweep.json"
 
 
 def _repo(root: Path) -> Path:
@@ -35,6 +38,8 @@ def _repo(root: Path) -> Path:
         root / "validator/results/matrix.json", {"models": [], "engines": []}
     )  # an aggregate
     (root / "benchmarks/cells/cpu/.tmp-123.json").write_text("{half a file")  # a writer mid-write
+    (root / SWEEP).parent.mkdir(parents=True)
+    shutil.copy(Path(__file__).resolve().parents[3] / SWEEP, root / SWEEP)  # a workload record
     return root
 
 
@@ -93,12 +98,13 @@ def test_export_prerenders_every_page(site: Path) -> None:
     assert (site / "throughput/index.html").exists() and (site / "validation/index.html").exists()
     assert len(list((site / "validation").glob("*__*.html"))) == 2
     assert {p.name for p in (site / "data").iterdir()} == {
-        "points.json", "architectures.json", "benchmarks.json", "validator.json"
+        "points.json", "architectures.json", "benchmarks.json", "validator.json", "workloads.json"
     }  # fmt: skip
     card = (site / "cheatsheet/llama/resid_post.html").read_text()
     assert 'data-point="resid_post"' in card and "blocks.{L}.hook_resid_post" in card
     tput = (site / "throughput/index.html").read_text()
     assert "1.5x" in tput and "7.8x" in tput  # 30 / 20 and 140 / 18
+    assert 'id="wl-patch-sweep"' in tput and "index.html#wl-patch-sweep" in tput
     assert "htmx" not in (site / "index.html").read_text()
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from ie_core.tooling.progress import progress_enabled
+from ie_core.progress import progress_enabled
 from tqdm import tqdm
 
 from ie_bench.cell import now, skeleton

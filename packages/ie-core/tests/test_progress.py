@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from ie_core.tooling import progress
+from ie_core import progress
 
 
 class Terminal(io.StringIO):
@@ -43,7 +43,7 @@ def test_quieting_reaches_tqdm_in_a_fresh_process() -> None:
     """A process whose stderr is a pipe: after quieting, a plain tqdm bar draws nothing (and the
     user's own setting is kept: TQDM_DISABLE is only set when absent)."""
     code = (
-        "from ie_core.tooling.progress import quiet_third_party_progress as q; q()\n"
+        "from ie_core.progress import quiet_third_party_progress as q; q()\n"
         "from tqdm import tqdm\n"
         "for _ in tqdm(range(3), desc='flood'): pass\n"
     )

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ie_core import FAMILIES, POINTS, get_family, get_point
+from ie_core.capabilities import declared_serving
 from ie_core.grammar import Scope, Service
 from ie_core.tooling.docs import render_supported_points
 
@@ -18,13 +19,20 @@ def test_there_are_38_points_with_unique_names() -> None:
     assert len({p.name for p in POINTS}) == 38
 
 
-def test_vllm_serves_32_and_refuses_the_rest_with_a_reason() -> None:
-    served = [p for p in POINTS if p.vllm.served]
+def test_vllm_is_declared_to_serve_32_and_refuse_the_rest_with_a_reason() -> None:
+    """From the committed record of the vllm plugin's declarations (ie-vllm need not be here)."""
+    declared = {p.name: declared_serving("vllm", p.name) for p in POINTS}
+    assert None not in declared.values()
+    served = [name for name, s in declared.items() if s is not None and s.served]
     assert len(served) == 32
-    for p in POINTS:
-        if not p.vllm.served:
-            assert "use backend='eager'" in p.vllm.reason, p.name
-    assert get_point("attn_probs").vllm.service is Service.RECOMPUTE
+    for name, s in declared.items():
+        assert s is not None
+        if not s.served:
+            assert "use backend='eager'" in s.reason, name
+    probs = declared_serving("vllm", "attn_probs")
+    assert probs is not None and probs.service is Service.RECOMPUTE
+    assert declared_serving("vllm", "no-such-point") is None
+    assert declared_serving("no-such-backend", "resid_post") is None
 
 
 def test_trunk_points() -> None:

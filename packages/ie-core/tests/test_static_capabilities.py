@@ -1,8 +1,8 @@
 """The committed vllm-static answers against the code's facts, without an engine.
 
 vllm-static taps the hooked backend's sites (ie-vllm's resolver) at every point the registry
-marks tappable for it (`Point.serving("vllm-static")`, the set `ie_static.declared.TAPPABLE` is
-built from), and refuses the rest with the hooked backend's reason. So on every family both
+declares tappable (`ie_static.serving`, recorded in the committed file's `declared`; the set
+`ie_static.declared.TAPPABLE` is built from the same rule), and refuses the rest with the hooked backend's reason. So on every family both
 sweeps answered, the static answer is determined by the hooked answer and the registry marks;
 a sweep or a registry change that breaks that shows here. The engine-level check (one compiled
 engine on llama against its cards) is `tests/test_capabilities_honest.py`, marked slow.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from ie_core.capabilities import PointCapability, load_capabilities
+from ie_core.capabilities import PointCapability, declared_serving, load_capabilities
 from ie_core.grammar import FAMILIES as REGISTERED
 from ie_core.grammar import POINTS
 
@@ -44,7 +44,8 @@ def _comparable(family: str, cap: PointCapability) -> PointCapability:
 
 def expected_static(name: str, hooked: PointCapability) -> PointCapability:
     """What vllm-static should answer for point `name`, given hooked vLLM's answer on a family."""
-    mark = next(p for p in POINTS if p.name == name).serving("vllm-static")
+    mark = declared_serving("vllm-static", name)
+    assert mark is not None, f"the committed vllm-static file declares nothing for {name}"
     if not hooked.served or mark.served:
         return hooked  # a hooked refusal is the static refusal; a hooked site is a static tap
     return PointCapability(False, False, (), f"{name} is {mark.reason}")

@@ -19,13 +19,13 @@ from ie_core.circuits import (
     TranscoderWidthError,
     attribute,
     attribute_state,
+    load_transcoders,
     prepare,
 )
 from ie_core.circuits.clt import cross_layer_set, random_clt, write_clt
 from ie_core.circuits.graph import Graph
 from ie_core.circuits.prompt_state import PromptState
 from ie_core.circuits.replacement import Sources, run_at
-from ie_core.circuits.transcoders import load_transcoders
 
 FAMILIES = ("llama", "gpt2")
 WIDTH = 48

@@ -35,6 +35,7 @@ from ie_core.circuits import (
     prepare,
     random_transcoder,
 )
+from ie_core.circuits.qk import qk_weights_for
 from ie_core.circuits.weights import weights_for
 from ie_core.experiments.analysis import chat_spans
 from ie_core.experiments.feature_stream import stream_features
@@ -146,6 +147,7 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
         "circuits.attribution.prepare": lambda m: prepare(m, CLEAN, tcs, max_n_logits=3),
         "circuits.many.attribute_many": lambda m: attribute_many(m, [CLEAN], tcs, max_n_logits=3),
         "circuits.weights.weights_for": lambda m: weights_for(m),
+        "circuits.qk.qk_weights_for": lambda m: qk_weights_for(m),
         "api.capture_attention": lambda m: capture_attention(m, CLEAN, [0]),
         "api.capture_generation": lambda m: capture_generation(
             m, CLEAN, ["resid_post.1"], max_new_tokens=3

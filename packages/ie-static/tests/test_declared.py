@@ -10,6 +10,7 @@ from ie_static.declared import TAPPABLE, declared_sets, describe, unresolved
 from ie_static.memory import MIN_ROWS, BufferBudgetError, plan_buffers
 from ie_static.tables import TableShape, table_bytes
 from ie_static.tap_info import TapInfo
+from ie_vllm import vllm_serving
 
 SHAPE = TableShape(slots=16, ops=4, masks=4, positions=2048)
 
@@ -30,7 +31,9 @@ def test_explicit_lists_bare_names_and_narrowed_writes() -> None:
 
 def test_tappable_set_comes_from_the_registry() -> None:
     hooked = {
-        p.name for p in POINTS if p.vllm.service is Service.HOOK and p.requires != "multi_stream"
+        p.name
+        for p in POINTS
+        if vllm_serving(p).service is Service.HOOK and p.requires != "multi_stream"
     }
     assert hooked <= set(TAPPABLE)
     assert {"q", "k", "q_rot", "k_rot"} <= set(TAPPABLE)  # the qkv output, attention's arguments

@@ -146,6 +146,30 @@ def test_fast_path_when_host_says_nothing_is_steered() -> None:
     assert torch.equal(out, x) and out.data_ptr() != x.data_ptr()
 
 
+def test_cpu_write_tap_computes_only_written_rows_and_equals_the_branch_free_kernel() -> None:
+    """#44: on the CPU the tap runs the math on the rows whose slot has an op at this site; the
+    result equals the branch-free kernel (what a CUDA graph runs over every row) bit for bit."""
+    table = WriteTable.empty(SHAPE, D, torch.device("cpu"))
+    table.fill(1, [(op, -1) for op in EVERY_KIND["patch_then_steer"]])
+    table.fill(3, [(op, -1) for op in EVERY_KIND["chain"]])
+    x, _ = _inputs(12)
+    positions = torch.tensor([0, 1, 2, 3, 0, 1, 2, 0, 1, 2, 3, 4])
+    # slot 1 and 3 write here; slot 2 is a request with nothing at this site; -1 is unsteered.
+    row_slot = torch.tensor([1] * 4 + [2] * 3 + [-1] * 2 + [3] * 3, dtype=torch.int32)
+    masks = torch.zeros(SHAPE.slots, SHAPE.masks, SHAPE.positions, dtype=torch.bool)
+    got = _run(table, x, positions, row_slot, masks)
+    a, c, v, m, *affine = table.tensors()
+    branch_free = ops.steer_rows(x, positions, row_slot, a, c, v, m, masks, *affine)
+    assert torch.equal(got, branch_free)
+    assert torch.equal(got[4:9], x[4:9])  # the rows no op touches, bit for bit
+    # Negative control: the written rows moved, so a tap that skipped them would differ.
+    assert (got[:4] - x[:4]).abs().max().item() > 1e-2
+    assert (got[9:] - x[9:]).abs().max().item() > 1e-2
+    empty = WriteTable.empty(SHAPE, D, torch.device("cpu"))  # a site no request writes
+    out = _run(empty, x, positions, row_slot, masks)
+    assert torch.equal(out, x) and out.data_ptr() != x.data_ptr()
+
+
 def test_read_taps_skip_the_copy_when_host_says_nothing_is_captured() -> None:
     buf = torch.zeros(8, D)
     h, r = torch.randn(5, D), torch.randn(5, D)

@@ -81,14 +81,16 @@ def _merged_capabilities(path: Path, backend: str, mine: dict[str, Any]) -> Any:
     """The committed capability file with this sweep's families replaced, written by ie-core's
     writer under the command `ie points --sweep` reproduces it with (the same claims and checks)."""
     from ie_core.capabilities import CapabilityFile, parse_capabilities
-    from ie_core.tooling.capability_sweep import sweep_command, versions
+    from ie_core.tooling.capability_sweep import declared_of, sweep_command, versions
 
     old = _load_json(path, {"schema": 1, "backend": backend, "command": "", "models": {}})
     models = {
         **parse_capabilities(old).models,
         **parse_capabilities({**old, "models": mine}).models,
     }
-    return CapabilityFile(backend, sweep_command(backend), versions(backend), models)
+    return CapabilityFile(
+        backend, sweep_command(backend), versions(backend), models, declared_of(backend)
+    )
 
 
 def sweep_family(family: str, backend: str, tol: float) -> tuple[dict[str, Any], dict[str, Any]]:

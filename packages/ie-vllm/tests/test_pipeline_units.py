@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 from ie_core.model_info import ModelInfo
-from ie_vllm.pipeline import Stage, keep_stage, layer_range, merge_infos, merge_stats
+from ie_vllm.pipeline import merge_infos, merge_stats
 from ie_vllm.worker.access import post_out
 from ie_vllm.worker.point_table import PointTable, SiteDef
+from ie_vllm.worker.stage import Stage, keep_stage, layer_range
 from torch import nn
 
 pytest.importorskip("vllm")

@@ -552,9 +552,12 @@ DEFAULT_GAPS: dict[str, Gap] = {
 def lookup(engine: str, family: str, point: str) -> Entry:
     """The engine's name for `point` on `family`, or the declared gap."""
     if engine in ("vllm", "vllm-static", "eager"):
+        from ie_core.capabilities import declared_serving
         from ie_core.grammar import get_point
 
-        serving = get_point(point).serving(engine)
+        serving = declared_serving(engine, point)
+        if serving is None:
+            return Gap(f"no committed {engine} capability sweep declares {point}")
         if serving.served:
             return Hook(f"{point}.{{L}}" if get_point(point).per_layer else point)
         return Gap(serving.reason)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from ie_core.grammar import POINTS, Address, get_family, get_point
-from ie_core.tooling.progress import progress_enabled
+from ie_core.progress import progress_enabled
 from tqdm import tqdm
 
 from ie_validator.engines.base import (

@@ -22,7 +22,7 @@ from sqlmodel import Session, col, select
 
 from ie_dashboard import guards, render, views
 from ie_dashboard.body import MAX_BODY, BodyError, parse_json, read_limited
-from ie_dashboard.config import READ_ONLY_ENV, TOKEN_ENV, write_token
+from ie_dashboard.config import READ_ONLY_ENV, TOKEN_ENV, database_url, write_token
 from ie_dashboard.db import Database
 from ie_dashboard.graphs import GraphError, check_graph
 from ie_dashboard.ingest import upsert_cell, upsert_graph, upsert_validator
@@ -98,8 +98,6 @@ def create_app_from_env() -> FastAPI:
 
 
 def _as_url(db: str) -> str:
-    from ie_dashboard.config import database_url
-
     return database_url(db)
 
 

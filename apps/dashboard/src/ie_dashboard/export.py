@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlmodel import col, select
 
-from ie_dashboard import render, validator_runs, views
+from ie_dashboard import render, validator_runs, views, workloads
 from ie_dashboard.app import _arch_json, _cell_json, _run_json
 from ie_dashboard.db import Database
 from ie_dashboard.links import Links
@@ -105,6 +105,7 @@ def export_site(db: Database, out: Path) -> int:
                 _cell_json(s, c)
                 for c in s.exec(select(BenchmarkCellRow).order_by(col(BenchmarkCellRow.id)))
             ],
+            "workloads.json": [x.to_json() for x in workloads.workload_sections(s)],
             "validator.json": [
                 _run_json(s, r, True)
                 for r in s.exec(select(ValidatorRunRow).order_by(col(ValidatorRunRow.id)))

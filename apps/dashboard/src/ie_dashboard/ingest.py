@@ -17,13 +17,15 @@ from ie_core.tooling.records import BenchmarkCell, ValidatorResult
 from sqlmodel import Session, delete, select
 
 from ie_dashboard.graphs import check_graph
-from ie_dashboard.keys import cell_key, graph_key, run_key
+from ie_dashboard.keys import cell_key, graph_key, record_key, run_key
 from ie_dashboard.postgres import claim
+from ie_dashboard.records import Section
 from ie_dashboard.tables import (
     BenchmarkCellRow,
     GraphRow,
     ValidatorPointRow,
     ValidatorRunRow,
+    WorkloadRecordRow,
     WorkloadRow,
 )
 
@@ -178,3 +180,26 @@ def upsert_graph(session: Session, data: Any, source: str) -> tuple[int, bool]:
     session.flush()
     assert row.id is not None
     return row.id, created
+
+
+def replace_record(
+    session: Session, source: str, sections: list[Section], raw: bytes, first: int
+) -> int:
+    """Store the sections read from one record file in place of what it gave before; returns
+    how many. The caller reads the whole file first, so a malformed one never reaches here."""
+    claim(session, f"record {source}")
+    session.exec(delete(WorkloadRecordRow).where(WorkloadRecordRow.source == source))  # type: ignore[arg-type]
+    digest = hashlib.sha256(raw).hexdigest()
+    for i, section in enumerate(sections):
+        session.add(
+            WorkloadRecordRow(
+                record_key=record_key(source, section.key),
+                source=source,
+                section=section.key,
+                position=first + i,
+                section_json=_dumps(section.to_json()),
+                raw_sha256=digest,
+                ingested_at=_now(),
+            )
+        )
+    return len(sections)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["cell_key", "graph_key", "run_key"]
+__all__ = ["cell_key", "graph_key", "record_key", "run_key"]
 
 
 def _encode(*fields: str) -> str:
@@ -30,3 +30,8 @@ def graph_key(slug: str, digest: str) -> str:
     """An attribution graph: (slug, SHA-256 of its canonical JSON); slugs default to a file's
     stem ("graph"), so the content decides identity and a re-traced graph is a new row."""
     return _encode(slug, digest)
+
+
+def record_key(source: str, section: str) -> str:
+    """A workload record's section: (record file, section key); re-reading the file replaces it."""
+    return _encode(source, section)

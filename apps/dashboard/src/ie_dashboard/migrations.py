@@ -252,6 +252,23 @@ def _graph_tables(conn: Connection) -> None:
     md.create_all(conn)
 
 
+def _workload_records(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "workload_records",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("record_key", sa.String, nullable=False, unique=True),
+        sa.Column("source", sa.String, nullable=False, index=True),
+        sa.Column("section", sa.String, nullable=False),
+        sa.Column("position", sa.Integer, nullable=False),
+        sa.Column("section_json", sa.String, nullable=False),
+        sa.Column("raw_sha256", sa.String, nullable=False),
+        sa.Column("ingested_at", sa.String, nullable=False),
+    )
+    md.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "registry: points, traits, architectures", _registry_tables),
     Migration(2, "benchmark cells and workloads", _benchmark_tables),
@@ -260,6 +277,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "the engine's own hook name per validator point", _engine_hook),
     Migration(6, "natural keys as JSON arrays instead of a '|' join", _unambiguous_keys),
     Migration(7, "attribution graphs (ie trace's JSON)", _graph_tables),
+    Migration(8, "workload records (patch sweep, harvest, read-out, ...)", _workload_records),
 )  # fmt: skip
 
 

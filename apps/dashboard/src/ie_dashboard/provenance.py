@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session, select
 
-from ie_dashboard.tables import BenchmarkCellRow, ValidatorRunRow
+from ie_dashboard.tables import BenchmarkCellRow, ValidatorRunRow, WorkloadRecordRow
 
 LOAD_COMMAND = "ie dashboard seed --root PATH"
 MAX_LISTED = 3  # source folders named one by one in the footer; more are summed under their parent
@@ -60,8 +60,32 @@ def benchmark_provenance(session: Session) -> Provenance:
     return _count(list(session.exec(select(BenchmarkCellRow.source)).all()), "benchmark cells")
 
 
+@dataclass(frozen=True)
+class Joined:
+    """Several kinds on one page (the throughput page: cells, then workload records)."""
+
+    parts: tuple[Provenance, ...]
+
+    def sentence(self) -> str:
+        shown = [p for p in self.parts if p.by_source] or list(self.parts[:1])
+        return "; ".join(p.sentence() for p in shown)
+
+
+def throughput_provenance(session: Session) -> Joined:
+    # One record file gives one or more cards; the footer counts files.
+    records = sorted(set(session.exec(select(WorkloadRecordRow.source)).all()))
+    return Joined((benchmark_provenance(session), _count(records, "workload records")))
+
+
 def validator_provenance(session: Session) -> Provenance:
     return _count(list(session.exec(select(ValidatorRunRow.source)).all()), "validator results")
 
 
-__all__ = ["LOAD_COMMAND", "Provenance", "benchmark_provenance", "validator_provenance"]
+__all__ = [
+    "LOAD_COMMAND",
+    "Joined",
+    "Provenance",
+    "benchmark_provenance",
+    "throughput_provenance",
+    "validator_provenance",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ie_core.capabilities import NOT_VERIFIED, declared_serving
 from ie_core.grammar import FAMILIES, POINTS, TRAIT_NOTES
 from sqlalchemy import insert
 from sqlmodel import Session, delete
@@ -14,6 +15,16 @@ from ie_dashboard.tables import (
     PointRow,
     TraitRow,
 )
+
+
+def _declared(backend: str, point: str, prefix: str | None = None) -> dict[str, str]:
+    """How `backend` is designed to reach `point`, from its committed capability file (the
+    dashboard runs without the backend installed); "not verified" where none was recorded."""
+    serving = declared_serving(backend, point)
+    key = prefix or backend
+    if serving is None:
+        return {f"{key}_service": NOT_VERIFIED, f"{key}_reason": f"no committed {backend} sweep"}
+    return {f"{key}_service": serving.service.value, f"{key}_reason": serving.reason}
 
 
 def seed_registry(session: Session) -> int:
@@ -30,10 +41,8 @@ def seed_registry(session: Session) -> int:
             "role": p.role.value,
             "definition": p.definition,
             "requires": p.requires,
-            "vllm_service": p.vllm.service.value,
-            "vllm_reason": p.vllm.reason,
-            "static_service": p.static.service.value,
-            "static_reason": p.static.reason,
+            **_declared("vllm", p.name),
+            **_declared("vllm-static", p.name, prefix="static"),
             "tl_name": p.peers.transformer_lens,
             "nnsight_name": p.peers.nnsight,
             "nnterp_name": p.peers.nnterp,

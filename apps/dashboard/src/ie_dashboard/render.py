@@ -17,6 +17,7 @@ from ie_dashboard import (
     snippets,
     validator_runs,
     views,
+    workloads,
 )
 from ie_dashboard.links import Links
 from ie_dashboard.notes import point_note
@@ -153,6 +154,7 @@ def compare(session: Session, links: Links, a: str, b: str) -> str:
 
 def throughput(session: Session, links: Links) -> str:
     models = views.throughput(session)
+    sections = workloads.workload_sections(session)
     return _render(
         "throughput.html",
         links,
@@ -161,7 +163,9 @@ def throughput(session: Session, links: Links) -> str:
         charts=[charts.chart(m) for m in models],
         one_stream=views.ONE_STREAM,
         concurrent=views.CONCURRENT,
-        provenance=provenance.benchmark_provenance(session),
+        sections=sections,
+        wcharts=[charts.section_chart(x) for x in sections],
+        provenance=provenance.throughput_provenance(session),
     )
 
 

@@ -1,7 +1,8 @@
 """Seed or refresh the database: the registry from ie-core, results from the committed JSON.
 
 Benchmark cells come from `benchmarks/cells/`, validator results from `validator/results/`
-(see those folders' READMEs). Ingest is idempotent, so re-seeding refreshes without duplicates.
+(see those folders' READMEs), workload records from the files `records.RECORDS` names. Ingest
+is idempotent, so re-seeding refreshes without duplicates.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from typing import Any
 
 from ie_core.tooling.records import BenchmarkCell, ValidatorResult
 from pydantic import BaseModel, ValidationError
+from sqlmodel import select
 
 from ie_dashboard.body import BodyError, parse_json
 from ie_dashboard.db import Database
-from ie_dashboard.ingest import upsert_cell, upsert_validator
+from ie_dashboard.ingest import replace_record, upsert_cell, upsert_validator
+from ie_dashboard.records import RECORDS, RecordError, read_record
 from ie_dashboard.registry import seed_registry
+from ie_dashboard.tables import BenchmarkCellRow, ValidatorRunRow
 
 BENCH_DIR = Path("benchmarks/cells")
 VALIDATOR_DIR = Path("validator/results")
@@ -30,13 +34,15 @@ class SeedReport:
     architectures: int = 0
     cells: int = 0
     results: int = 0
+    records: int = 0  # workload record files read (each gives one or more page sections)
     skipped: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         lines = [
             f"registry: {self.architectures} architectures; "
-            f"benchmark cells: {self.cells}; validator results: {self.results}"
+            f"benchmark cells: {self.cells}; validator results: {self.results}; "
+            f"workload records: {self.records}"
         ]
         lines += [f"skipped {s}" for s in self.skipped]
         lines += [f"error: {e}" for e in self.errors]
@@ -125,7 +131,38 @@ def seed(db: Database, root: Path | None) -> SeedReport:
     cells, results = _folder(root, BENCH_DIR), _folder(root, VALIDATOR_DIR)
     report.cells = _ingest_dir(db, root, cells, BenchmarkCell, BENCH_MARK, report)
     report.results = _ingest_dir(db, root, results, ValidatorResult, VALIDATOR_MARK, report)
+    report.records = _ingest_records(db, root, report)
     return report
+
+
+# Sections of one record sort together and records keep RECORDS' order on the page.
+_SECTIONS_PER_RECORD = 100
+
+
+def _ingest_records(db: Database, root: Path, report: SeedReport) -> int:
+    """Each record file whole or not at all: a malformed one is an error naming its field and
+    leaves what an earlier seed stored from it in place."""
+    count = 0
+    for index, spec in enumerate(RECORDS):
+        path = root / spec.path
+        if not path.is_file():
+            continue  # an installed dashboard's folder holds cells and results, not these
+        try:
+            raw = path.read_bytes()
+            sections = read_record(spec, parse_json(raw))
+        except OSError as exc:
+            report.errors.append(f"{spec.path}: not readable ({exc})")
+            continue
+        except BodyError as exc:
+            report.errors.append(f"{spec.path}: not strict JSON ({exc.message})")
+            continue
+        except RecordError as exc:
+            report.errors.append(f"{spec.path}: {exc}")
+            continue
+        with db.write() as session:
+            replace_record(session, spec.path, sections, raw, index * _SECTIONS_PER_RECORD)
+        count += 1
+    return count
 
 
 def _folder(root: Path, committed: Path) -> Path:
@@ -136,10 +173,6 @@ def _folder(root: Path, committed: Path) -> Path:
 
 def is_empty(db: Database) -> bool:
     """No results stored yet (the registry alone does not count)."""
-    from sqlmodel import select
-
-    from ie_dashboard.tables import BenchmarkCellRow, ValidatorRunRow
-
     with db.read() as s:
         return (
             s.exec(select(BenchmarkCellRow.id)).first() is None

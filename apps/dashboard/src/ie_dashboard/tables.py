@@ -94,6 +94,21 @@ class WorkloadRow(SQLModel, table=True):
     detail: str = ""
 
 
+class WorkloadRecordRow(SQLModel, table=True):
+    """One section of a workload record (`records.py`): the figures as read at ingest."""
+
+    __tablename__ = "workload_records"  # type: ignore[assignment]
+
+    id: int | None = Field(default=None, primary_key=True)
+    record_key: str = Field(unique=True)  # keys.record_key: (record file, section)
+    source: str = Field(index=True)  # the record file, relative to the seeded folder
+    section: str
+    position: int  # the page's order: RECORDS order, then the record's own
+    section_json: str  # records.Section.to_json()
+    raw_sha256: str  # of the record file's bytes, to tell which version was read
+    ingested_at: str = ""
+
+
 class ValidatorRunRow(SQLModel, table=True):
     __tablename__ = "validator_runs"  # type: ignore[assignment]
 

@@ -315,7 +315,7 @@ class ModelThroughput:
         return max(values, default=0.0)
 
 
-def _metric(
+def metric(
     cell: BenchmarkCellRow, workloads: dict[str, WorkloadRow], spec: tuple[str, str]
 ) -> tuple[float | None, str]:
     row = workloads.get(spec[0])
@@ -333,14 +333,14 @@ def _metric(
     return float(value), "ok"
 
 
-def _variant_key(variant: str) -> tuple[int, str]:
+def variant_key(variant: str) -> tuple[int, str]:
     return (
         VARIANT_ORDER.index(variant) if variant in VARIANT_ORDER else len(VARIANT_ORDER),
         variant,
     )
 
 
-def _cell_load(raw: Any) -> CellLoad | None:
+def stored_cell_load(raw: Any) -> CellLoad | None:
     """The load a stored cell recorded; None for a cell too old or too partial to say."""
     try:
         return cell_load(raw)
@@ -348,22 +348,32 @@ def _cell_load(raw: Any) -> CellLoad | None:
         return None
 
 
-def throughput(session: Session) -> list[ModelThroughput]:
-    """Per (model, profile), the latest cell of each variant and its multipliers over eager."""
+def latest_cells(session: Session) -> dict[tuple[str, str, str], BenchmarkCellRow]:
+    """The latest cell per (model, profile, variant): what every throughput figure is read from."""
     latest: dict[tuple[str, str, str], BenchmarkCellRow] = {}
     for cell in session.exec(select(BenchmarkCellRow).order_by(col(BenchmarkCellRow.started))):
         latest[(cell.model, cell.profile, cell.variant)] = cell
+    return latest
+
+
+def cell_workloads(session: Session, cell: BenchmarkCellRow) -> dict[str, WorkloadRow]:
+    return {
+        w.workload: w
+        for w in session.exec(select(WorkloadRow).where(WorkloadRow.cell_id == cell.id))
+    }
+
+
+def throughput(session: Session) -> list[ModelThroughput]:
+    """Per (model, profile), the latest cell of each variant and its multipliers over eager."""
+    latest = latest_cells(session)
     groups: dict[tuple[str, str], list[Figure]] = {}
     concurrency: dict[tuple[str, str], set[int]] = {}
     for (model, profile, variant), cell in sorted(
-        latest.items(), key=lambda kv: (kv[0][0], kv[0][1], _variant_key(kv[0][2]))
+        latest.items(), key=lambda kv: (kv[0][0], kv[0][1], variant_key(kv[0][2]))
     ):
-        workloads = {
-            w.workload: w
-            for w in session.exec(select(WorkloadRow).where(WorkloadRow.cell_id == cell.id))
-        }
-        one, one_status = _metric(cell, workloads, ONE_STREAM)
-        conc, conc_status = _metric(cell, workloads, CONCURRENT)
+        workloads = cell_workloads(session, cell)
+        one, one_status = metric(cell, workloads, ONE_STREAM)
+        conc, conc_status = metric(cell, workloads, CONCURRENT)
         assert cell.id is not None
         groups.setdefault((model, profile), []).append(
             Figure(
@@ -379,7 +389,7 @@ def throughput(session: Session) -> list[ModelThroughput]:
             )
         )
         raw = json.loads(cell.raw_json)
-        load = _cell_load(raw)
+        load = stored_cell_load(raw)
         if load is not None:
             fig = groups[(model, profile)][-1]
             groups[(model, profile)][-1] = replace(

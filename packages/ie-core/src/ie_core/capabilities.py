@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
 from ie_core.errors import PointUnavailableError
-from ie_core.grammar import POINTS, Address
+from ie_core.grammar import POINTS, Address, Service, Serving
 
 SCHEMA = 1
 _COMMITTED = files("ie_core") / "data" / "capabilities"
@@ -125,6 +125,9 @@ class CapabilityFile:
     command: str
     versions: Mapping[str, str]
     models: Mapping[str, tuple[str, Capabilities]]  # model id -> (family slug, points)
+    # How the backend's plugin is designed to reach each point (hook, recompute, tap, or why
+    # not), recorded so readers without the backend installed (the dashboard) can say it.
+    declared: Mapping[str, Serving] = field(default_factory=dict)
 
     def for_family(self, family: str) -> Capabilities | None:
         for slug, points in self.models.values():
@@ -145,6 +148,10 @@ class CapabilityFile:
                 }
                 for model, (slug, points) in self.models.items()
             },
+            "declared": {
+                name: {"service": s.service.value, "reason": s.reason}
+                for name, s in self.declared.items()
+            },
         }
 
     def dumps(self) -> str:
@@ -163,8 +170,16 @@ def parse_capabilities(data: Mapping[str, Any]) -> CapabilityFile:
         )
         for model, entry in data["models"].items()
     }
+    declared = {
+        name: Serving(Service(s["service"]), str(s["reason"]))
+        for name, s in data.get("declared", {}).items()
+    }
     return CapabilityFile(
-        str(data["backend"]), str(data.get("command", "")), dict(data.get("versions", {})), models
+        str(data["backend"]),
+        str(data.get("command", "")),
+        dict(data.get("versions", {})),
+        models,
+        declared,
     )
 
 
@@ -198,6 +213,13 @@ def cell(backend: str, family: str, point: str) -> str:
     answers = load_capabilities(backend)
     points = answers.for_family(family) if answers is not None else None
     return verdict(points.get(point) if points is not None else None)
+
+
+def declared_serving(backend: str, point: str) -> Serving | None:
+    """How `backend`'s plugin is designed to reach `point`, as its committed sweep recorded it
+    (None where no sweep recorded it); no backend package needs to be installed."""
+    answers = load_capabilities(backend) if backend in BACKENDS else None
+    return answers.declared.get(point) if answers is not None else None
 
 
 def family_capabilities(backend: str, family: str) -> Capabilities | None:

@@ -13,8 +13,8 @@ from ie_core.awaitable import guard_async
 from ie_core.backend_plugin import BackendLoader, backend_names, backend_plugin, backend_plugins
 from ie_core.errors import BackendNotInstalledError
 from ie_core.models import DEFAULT_MODEL
+from ie_core.progress import quiet_third_party_progress
 from ie_core.protocol import InterpModel
-from ie_core.tooling.progress import quiet_third_party_progress
 
 # Where the project's own backends come from, for the message when one is not installed (an
 # installed backend describes itself: `ie_core.backend_plugin`).

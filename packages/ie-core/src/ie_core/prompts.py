@@ -97,6 +97,16 @@ def text_ids(
     return [int(bos_token_id), *ids]
 
 
+def tokenizer_ids(tokenizer: Any, text: Any, prepend_bos: bool | None) -> list[int]:
+    """`text_ids` with a Hugging Face tokenizer (the eager and vLLM backends' `to_tokens`)."""
+    return text_ids(
+        text,
+        prepend_bos,
+        lambda t, s: tokenizer(t, add_special_tokens=s)["input_ids"],
+        tokenizer.bos_token_id,
+    )
+
+
 def prompt_ids(
     tokens: Any,
     to_tokens: ToTokens,

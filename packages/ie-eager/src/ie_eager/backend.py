@@ -19,7 +19,7 @@ from ie_core.front import ModelFront
 from ie_core.grammar import AddressLike, Family, family_for_architecture
 from ie_core.models import resolve_model_path
 from ie_core.plan import CAPTURE, GENERATE, Outcome, Plan
-from ie_core.prompts import position_limit, text_ids
+from ie_core.prompts import position_limit, tokenizer_ids
 from ie_core.protocol import (
     Generation,
     Prompt,
@@ -183,13 +183,7 @@ class EagerModel(ModelFront):
         """Token ids: the tokenizer's own special tokens (None), its BOS first (True) or no
         special tokens (False); see `ie_core.prompts.text_ids`."""
         self._check_open()
-        tok = self.tokenizer
-        return text_ids(
-            text,
-            prepend_bos,
-            lambda t, s: tok(t, add_special_tokens=s)["input_ids"],
-            tok.bos_token_id,
-        )
+        return tokenizer_ids(self.tokenizer, text, prepend_bos)
 
     def to_string(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids))

@@ -1,6 +1,6 @@
 """A progress bar over eager generation: 150 tokens on a CPU is ~10 s that would pass in silence.
 
-Drawn only where `ie_core.tooling.progress.progress_enabled()` says a person watches (a terminal, Jupyter,
+Drawn only where `ie_core.progress.progress_enabled()` says a person watches (a terminal, Jupyter,
 or `IE_PROGRESS=1`), and only for long generations; the bar goes to stderr and closes at EOS.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TypeVar
 
-from ie_core.tooling.progress import progress_enabled
+from ie_core.progress import progress_enabled
 
 T = TypeVar("T")
 

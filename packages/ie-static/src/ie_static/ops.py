@@ -162,10 +162,25 @@ def write_tap(
     # Outside graph capture the host knows whether any row is steered this step; skip the math.
     if not STEP.any_steered and not _graph_capturing(x):
         return x.clone()
-    return steer_rows(
-        x, positions, row_slot, active, coef, vecs, mask_idx, masks,
-        affine, is_patch, mul, patch_pos, patch_vals,
-    )  # fmt: skip
+    tables = (active, coef, vecs, mask_idx, masks, affine, is_patch, mul, patch_pos, patch_vals)
+    if x.is_cuda:  # branch-free over every row: what a CUDA graph records and replays
+        return steer_rows(x, positions, row_slot, *tables)
+    return _steer_written_rows(x, positions, row_slot, *tables)
+
+
+def _steer_written_rows(
+    x: torch.Tensor, positions: torch.Tensor, row_slot: torch.Tensor, *tables: torch.Tensor
+) -> torch.Tensor:
+    """On the CPU (no graph to keep): the math on only the rows whose request has an op on at
+    this site; a site no request of the step writes costs one copy."""
+    n = x.shape[0]
+    slot = row_slot[:n].long()
+    active = tables[0]
+    written = ((slot >= 0) & active[slot.clamp(min=0)].any(-1)).nonzero().squeeze(-1)
+    out = x.clone()
+    if written.numel():
+        out[written] = steer_rows(x[written], positions[:n][written], slot[written], *tables)
+    return out
 
 
 @write_tap.register_fake

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 
 from ie_core.errors import PointUnavailableError, SteeringSpecError, UnsupportedOperationError
 from ie_core.grammar import get_point, to_address
-from ie_core.ops import Patch
 from ie_vllm import SitePolicy, SteerSpec
 
 from ie_static.config import StaticConfig
@@ -102,7 +101,8 @@ def _check_patches(specs: tuple[SteerSpec, ...], rows: int) -> None:
     seen: set[str] = set()
     for s in specs:
         for op in s.ops:
-            if not isinstance(op, Patch):
+            n = op.patch_rows()
+            if not n:
                 continue
             if s.address in seen:
                 raise SteeringSpecError(
@@ -110,7 +110,6 @@ def _check_patches(specs: tuple[SteerSpec, ...], rows: int) -> None:
                     "site: merge them into one Patch over every position, or use backend='vllm'"
                 )
             seen.add(s.address)
-            n = 1 if op.positions is None else len(op.positions)
             if n > rows:
                 raise SteeringSpecError(
                     f"a Patch of {n} positions at {s.address} exceeds this engine's {rows} patch "

@@ -12,15 +12,9 @@ from dataclasses import dataclass
 
 import torch
 from ie_core.errors import SteeringSpecError
-from ie_core.ops import Patch, Scale, SteeringOp, VectorLike
-from ie_core.ops.vectors import head_columns
+from ie_core.ops import Replacement, SteeringOp
 
 from ie_static.ops import ALPHA, BETA, CONST, GAMMA, HI, LO, N_COEF
-
-
-def _vec(values: VectorLike) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32)
-
 
 _LIKE = torch.zeros((), dtype=torch.float32)  # ops build their vectors on the CPU in fp32
 
@@ -63,7 +57,7 @@ UNUSED, EVERY = -1, -2
 @dataclass
 class WriteTable:
     """One write site's parameters: which op slots are on, their coefficients and vectors, and
-    for replacing ops (`Patch`, `Scale`) h <- h * mul + patch row, the row chosen by position."""
+    for replacing ops (`Op.replacement`: `Patch`, `Scale`) h <- h * mul + patch row, the row chosen by position."""
 
     active: torch.Tensor  # [S, K] bool
     coef: torch.Tensor  # [S, K, 6] fp32
@@ -108,7 +102,7 @@ class WriteTable:
                 f"{len(ops)} steering ops at one site exceed this vllm-static engine's "
                 f"{k_max} op slots per site; reload with static_max_ops={len(ops)} or more"
             )
-        if sum(isinstance(op, Patch) for op, _ in ops) > 1:
+        if sum(op.patch_rows() > 0 for op, _ in ops) > 1:
             raise SteeringSpecError(
                 "vllm-static holds one Patch per site per request (its patch rows are one table "
                 "per slot); merge the patches into one Patch with every position, or use "
@@ -116,8 +110,9 @@ class WriteTable:
             )
         self.clear(slot)
         for k, (op, mask) in enumerate(ops):
-            if isinstance(op, Patch | Scale):
-                self._fill_affine(slot, k, op)
+            form = op.replacement(self.mul.shape[-1], _LIKE)
+            if form is not None:
+                self._fill_replacement(slot, k, form)
             else:
                 coef, u, w = encode_op(op)
                 self.coef[slot, k] = coef.to(self.coef.device)
@@ -126,18 +121,13 @@ class WriteTable:
             self.mask_idx[slot, k] = mask
             self.active[slot, k] = True
 
-    def _fill_affine(self, slot: int, k: int, op: Patch | Scale) -> None:
-        width = self.mul.shape[-1]
-        cols = head_columns(op.heads, op.head_dim, width, self.mul)
-        every = (
-            torch.ones(width, dtype=torch.bool, device=self.mul.device) if cols is None else cols
-        )
+    def _fill_replacement(self, slot: int, k: int, form: Replacement) -> None:
         self.coef[slot, k, LO], self.coef[slot, k, HI] = -math.inf, math.inf
         self.affine[slot, k] = True
-        if isinstance(op, Scale):
-            self.mul[slot, k] = torch.where(every, op.factor, 1.0)
+        self.mul[slot, k] = form.mul.to(self.mul.device)
+        if form.values is None:
             return
-        positions = (EVERY,) if op.positions is None else op.positions
+        positions = (EVERY,) if form.positions is None else form.positions
         rows_max = self.patch_pos.shape[1]
         if len(positions) > rows_max:
             raise SteeringSpecError(
@@ -145,14 +135,10 @@ class WriteTable:
                 f"{rows_max} patch rows per site; reload with static_patch_rows={len(positions)} "
                 "or more, or use backend='vllm'"
             )
-        values = _vec(op.values).to(self.mul.device)
-        if values.shape[0] == 1:
-            values = values.expand(len(positions), -1)
-        self.is_patch[slot, k] = True
-        self.mul[slot, k] = torch.where(every, 0.0, 1.0)
         n = len(positions)
+        self.is_patch[slot, k] = True
         self.patch_pos[slot, :n] = torch.tensor(positions, dtype=torch.long)
-        self.patch_vals[slot, :n] = torch.where(every, values, 0.0)
+        self.patch_vals[slot, :n] = form.values.to(self.mul.device).expand(n, -1)
 
     def clear(self, slot: int) -> None:
         self.active[slot] = False

@@ -64,9 +64,9 @@ _EXPORTS = {
     "tp_rank": "worker.runner_adapter",
     "wrap_model_forward": "worker.runner_adapter",
     # pipeline stages: which layers this worker holds, and the host's merge of their answers
-    "layer_range": "pipeline",
+    "layer_range": "worker.stage",
     "merge_infos": "pipeline",
-    "stage_of": "pipeline",
+    "stage_of": "worker.stage",
 }
 _MODULES = {
     "payload": "payload",
@@ -92,9 +92,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.host.parallel_support import check_data_parallel as check_data_parallel
     from ie_vllm.host.parallel_support import check_pipeline_parallel as check_pipeline_parallel
     from ie_vllm.host.policy import SitePolicy as SitePolicy
-    from ie_vllm.pipeline import layer_range as layer_range
     from ie_vllm.pipeline import merge_infos as merge_infos
-    from ie_vllm.pipeline import stage_of as stage_of
     from ie_vllm.serving import RECOMPUTE_ATTN as RECOMPUTE_ATTN
     from ie_vllm.serving import vllm_serving as vllm_serving
     from ie_vllm.specs import ReducerSpec as ReducerSpec
@@ -123,6 +121,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.worker.runner_adapter import runner_name as runner_name
     from ie_vllm.worker.runner_adapter import tp_rank as tp_rank
     from ie_vllm.worker.runner_adapter import wrap_model_forward as wrap_model_forward
+    from ie_vllm.worker.stage import layer_range as layer_range
+    from ie_vllm.worker.stage import stage_of as stage_of
 
 
 def __getattr__(name: str) -> Any:

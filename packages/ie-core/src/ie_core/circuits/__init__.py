@@ -20,36 +20,41 @@ from ie_core.circuits.errors import (
 )
 from ie_core.circuits.graph import Graph, LogitTarget, Node
 from ie_core.circuits.graph_json import graph_json, write_graph_json
+from ie_core.circuits.heads import HeadFlows, head_flows, top_edge_heads
 from ie_core.circuits.many import attribute_many
 from ie_core.circuits.pruning import Pruned, prune
-from ie_core.circuits.transcoders import (
-    TranscoderSet,
-    load_transcoders,
-    random_transcoder,
-    write_layer_file,
-)
+from ie_core.circuits.qk import QKShares, QKWeights, attention_shares, qk_weights_for
+from ie_core.circuits.sources import load_transcoders
+from ie_core.circuits.transcoders import TranscoderSet, random_transcoder, write_layer_file
 
 __all__ = [
     "AttributionInputError",
     "Graph",
+    "HeadFlows",
     "LogitTarget",
     "Node",
     "Pruned",
+    "QKShares",
+    "QKWeights",
     "ReplacementUnsupportedError",
     "TranscoderFormatError",
     "TranscoderLayerError",
     "TranscoderSet",
     "TranscoderWidthError",
+    "attention_shares",
     "attribute",
     "attribute_many",
     "attribute_state",
     "cross_layer_set",
     "graph_json",
+    "head_flows",
     "load_transcoders",
     "prepare",
     "prune",
+    "qk_weights_for",
     "random_clt",
     "random_transcoder",
+    "top_edge_heads",
     "write_clt",
     "write_graph_json",
     "write_layer_file",

@@ -29,7 +29,8 @@ from ie_core.circuits.prompt_state import (
     moved,
     unembed,
 )
-from ie_core.circuits.transcoders import TranscoderSet, load_transcoders
+from ie_core.circuits.sources import load_transcoders
+from ie_core.circuits.transcoders import TranscoderSet
 from ie_core.circuits.weights import ReplacementWeights, weights_for
 from ie_core.sync import unwrap
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ie_core.circuits.errors import TranscoderFormatError, TranscoderLayerError
-from ie_core.circuits.transcoders import TranscoderSet
+from ie_core.circuits.transcoders import TranscoderSet, random_transcoder
 from ie_core.experiments.saes import SAE, from_tensors
 
 _ENC_FILE = re.compile(r"W_enc_(\d+)\.safetensors$")
@@ -141,8 +141,6 @@ def random_clt(
 ) -> TranscoderSet:  # fmt: skip
     """A seeded random-weight CLT (tests and parity records): encoders as `random_transcoder`'s,
     decoders scaled down by the number of layers each output sums over."""
-    from ie_core.circuits.transcoders import random_transcoder
-
     encoders, decoders = [], []
     g = torch.Generator().manual_seed(seed)
     for layer in range(n_layers):

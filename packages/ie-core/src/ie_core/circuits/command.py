@@ -6,6 +6,7 @@ the folder `--out` names (`graph_<i>.json`, `graph_<i>.pt` with --raw)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,10 +49,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="where the backward passes run (default: cpu; e.g. cuda)")
     p.add_argument("--slug", help="the graph's name in the viewer (default: --out's stem)")
     p.add_argument("--raw", type=Path, help="also save the raw graph (torch.save of its fields)")
+    p.add_argument(
+        "--heads", type=int, default=0,
+        help="add the attention heads carrying the N largest kept cross-position edges "
+        "(key head_flows; viewers ignore it)",
+    )  # fmt: skip
     return p
 
 
-def _write(graph: Any, out: Path, slug: str, raw: Path | None, options: dict[str, float]) -> None:
+def _write(
+    graph: Any, out: Path, slug: str, raw: Path | None, options: dict[str, float], state: Any,
+    heads: int,
+) -> None:  # fmt: skip
     import torch
 
     from ie_core.circuits.graph_json import write_graph_json
@@ -59,6 +68,12 @@ def _write(graph: Any, out: Path, slug: str, raw: Path | None, options: dict[str
 
     pruned = prune(graph, **options)
     write_graph_json(graph, out, slug=slug, pruned=pruned, **options)
+    if state is not None:
+        from ie_core.circuits.heads import heads_json
+
+        data = json.loads(out.read_text())
+        data["head_flows"] = heads_json(state, graph, heads, pruned.edge_mask)
+        out.write_text(json.dumps(data, indent=1))
     if raw:
         raw.parent.mkdir(parents=True, exist_ok=True)
         torch.save({k: getattr(graph, k) for k in graph.__dataclass_fields__}, raw)
@@ -73,9 +88,10 @@ def _write(graph: Any, out: Path, slug: str, raw: Path | None, options: dict[str
 def trace_command(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from ie_core import load_model
+    from ie_core.circuits.attribution import prepare
     from ie_core.circuits.many import attribute_many
     from ie_core.circuits.pruning import check_thresholds
-    from ie_core.circuits.transcoders import load_transcoders
+    from ie_core.circuits.sources import load_transcoders
     from ie_core.runner import run
 
     check_thresholds(args.node_threshold, args.edge_threshold)
@@ -88,14 +104,22 @@ def trace_command(argv: list[str]) -> int:
             max_n_logits=args.max_logits, desired_logit_prob=args.logit_prob,
             batch_size=args.batch_size, weights=args.weights, device=args.device,
         )  # fmt: skip
+        # The head flows need the forward half's state, which attribute_many does not return.
+        states = [
+            prepare(
+                model, p, transcoders, max_n_logits=args.max_logits,
+                desired_logit_prob=args.logit_prob, weights=args.weights,
+            ) if args.heads else None
+            for p in args.prompt
+        ]  # fmt: skip
     finally:
         run(model.shutdown())
     if len(graphs) > 1:
         args.out.mkdir(parents=True, exist_ok=True)
-    for i, graph in enumerate(graphs):
+    for i, (graph, state) in enumerate(zip(graphs, states, strict=True)):
         out, raw, slug = args.out, args.raw, args.slug or args.out.stem
         if len(graphs) > 1:
             out, slug = args.out / f"graph_{i}.json", f"{slug}-{i}"
             raw = args.raw and args.raw / f"graph_{i}.pt"
-        _write(graph, out, slug, raw, prune_options)
+        _write(graph, out, slug, raw, prune_options, state, args.heads)
     return 0

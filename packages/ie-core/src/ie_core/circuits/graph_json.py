@@ -24,7 +24,7 @@ def _cantor(x: int, y: int) -> int:
     return (x + y) * (x + y + 1) // 2 + y
 
 
-def _node(graph: Graph, node: Node, influence: float, rank: int) -> dict[str, Any]:
+def node_json(graph: Graph, node: Node, influence: float, rank: int) -> dict[str, Any]:
     base: dict[str, Any] = {
         "token_prob": 0.0, "is_target_logit": False, "run_idx": 0, "reverse_ctx_idx": 0,
         "clerp": "", "influence": influence, "activation": None, "ctx_idx": node.pos,
@@ -70,7 +70,7 @@ def graph_json(
     pruned = pruned or prune(graph, node_threshold, edge_threshold)
     keep = pruned.node_mask.nonzero()[:, 0].tolist()
     made = {
-        i: _node(graph, graph.node(i), float(pruned.cumulative[i]), i - graph.logit_offset)
+        i: node_json(graph, graph.node(i), float(pruned.cumulative[i]), i - graph.logit_offset)
         for i in keep
     }
     dst, src = pruned.edge_mask.nonzero().unbind(1)
@@ -106,4 +106,4 @@ def write_graph_json(graph: Graph, path: str | Path, **options: Any) -> Path:
     return path
 
 
-__all__ = ["graph_json", "write_graph_json"]
+__all__ = ["graph_json", "node_json", "write_graph_json"]

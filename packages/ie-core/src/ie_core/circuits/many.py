@@ -17,7 +17,8 @@ from ie_core.circuits.attribution import attribute_state, check_knobs, state_of
 from ie_core.circuits.errors import AttributionInputError
 from ie_core.circuits.graph import Graph
 from ie_core.circuits.prompt_state import addresses, check_prompt
-from ie_core.circuits.transcoders import TranscoderSet, load_transcoders
+from ie_core.circuits.sources import load_transcoders
+from ie_core.circuits.transcoders import TranscoderSet
 from ie_core.circuits.weights import ReplacementWeights, weights_for
 from ie_core.experiments.ragged import capture_ragged
 from ie_core.sync import unwrap

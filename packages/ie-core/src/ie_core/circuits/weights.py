@@ -142,23 +142,28 @@ def weights_of(hf_model: Any) -> ReplacementWeights:
     )
 
 
+def hf_model_for(model: Any, weights: Any, what: str) -> Any:
+    """The Hugging Face module `what` is read from: an HF folder given as `weights`, or an eager
+    model's own (a vLLM backend keeps its weights in its workers)."""
+    if weights is not None:
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(str(weights), torch_dtype=torch.float32)
+    hf = getattr(model, "hf_model", None)
+    if hf is None:
+        raise ReplacementUnsupportedError(
+            f"{what} need the model's weights on this process and the "
+            f"{getattr(model, 'backend', type(model).__name__)} backend keeps them in its "
+            "workers; pass weights= (the model's Hugging Face folder)"
+        )
+    return hf
+
+
 def weights_for(model: Any, weights: Any = None) -> ReplacementWeights:
     """The weights of `model`: given ones, an HF folder's, or an eager model's own."""
     if isinstance(weights, ReplacementWeights):
         return weights
-    if weights is not None:
-        from transformers import AutoModelForCausalLM
-
-        hf = AutoModelForCausalLM.from_pretrained(str(weights), torch_dtype=torch.float32)
-        return weights_of(hf)
-    hf = getattr(model, "hf_model", None)
-    if hf is None:
-        raise ReplacementUnsupportedError(
-            f"the backward passes need the model's weights on this process and the "
-            f"{getattr(model, 'backend', type(model).__name__)} backend keeps them in its "
-            "workers; pass weights= (the model's Hugging Face folder)"
-        )
-    return weights_of(hf)
+    return weights_of(hf_model_for(model, weights, "the backward passes"))
 
 
 __all__ = [

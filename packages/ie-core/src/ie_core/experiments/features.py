@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ie_core.active_steering import with_active
 from ie_core.errors import DictionaryShapeError, SteeringSpecError, UnsupportedOperationError
 from ie_core.experiments.sae_math import reduce_rows
 from ie_core.experiments.saes import SAE
@@ -80,8 +81,6 @@ def feature_activations(
 
     A string names a dictionary the server serves (`ie serve --sae NAME=SOURCE`, backend
     `remote`): the encode runs there and only the result comes back."""
-    from ie_core.active_steering import with_active
-
     steering = with_active(model, steering)
     return _activations(unwrap(model), prompts, sae, k, stats, steering)
 

@@ -1,7 +1,7 @@
-"""The 38 standardized points: what each tensor is, how wide, and how the vLLM backends are
-designed to reach it (hook, recompute, or unreachable inside a fused kernel).
+"""The 38 standardized points: what each tensor is, how wide, and its names in peer engines.
 
-This registry says what a point *is*. Whether a backend serves a point on a family is that
+This registry says what a point *is*; how a backend is designed to reach it (`Serving`: a hook, a
+recompute, a tap, or why not) is the backend plugin's declaration (`BackendPlugin.serving`). Whether a backend serves a point on a family is that
 backend's own answer (`model.capabilities()`, committed per backend by the sweep in
 `ie_core.capabilities`); `docs/SUPPORTED_POINTS.md` renders both.
 """
@@ -76,8 +76,6 @@ class Point:
     role: Role
     definition: str
     requires: str | None  # family trait the point needs (see families.Trait), None = every family
-    vllm: Serving
-    static: Serving
     peers: PeerNames
 
     @property
@@ -91,45 +89,6 @@ class Point:
     def address(self, layer: int | None = None, stream: int | None = None) -> Address:
         return Address(self.name, layer if self.per_layer else None, stream)
 
-    def serving(self, backend: str) -> Serving:
-        """Serving on `eager`, `vllm`, `vllm-static` or `vllm-generate`."""
-        if backend == "eager":
-            return Serving(Service.HOOK)
-        if backend == "vllm":
-            return self.vllm
-        if backend == "vllm-static":
-            return self.static
-        if backend == "vllm-generate":
-            return Serving(
-                Service.NOT_SERVED,
-                "vllm-generate runs vLLM untouched; load backend='vllm' or 'vllm-static' to capture",
-            )
-        raise ValueError(f"unknown backend {backend!r}")
-
-
-_HOOK = Serving(Service.HOOK)
-_TAP = Serving(Service.STATIC_TAP)
-_RECOMPUTE_ATTN = Serving(
-    Service.RECOMPUTE, "recomputed in the worker from captured post-RoPE q and k"
-)
-_STATIC_RECOMPUTE_ATTN = Serving(
-    Service.RECOMPUTE, "recomputed in the worker from tapped post-RoPE q and k"
-)
-_STATIC_MULTI = Serving(
-    Service.NOT_SERVED, "vllm-static does not tap multi-stream trunks yet; use backend='vllm'"
-)
-
-
-def _static_from(vllm: Serving, requires: str | None) -> Serving:
-    """vllm-static taps the hooked backend's sites, so it serves what hooked vLLM serves."""
-    if requires == "multi_stream":
-        return _STATIC_MULTI
-    return _TAP if vllm.service is Service.HOOK else vllm
-
-
-def _fused(why: str) -> Serving:
-    return Serving(Service.NOT_SERVED, f"unreachable on vLLM: {why}; use backend='eager'")
-
 
 def _p(
     name: str,
@@ -139,16 +98,11 @@ def _p(
     definition: str,
     *,
     requires: str | None = None,
-    vllm: Serving = _HOOK,
-    static: Serving | None = None,
     tl: str | None = None,
     nnsight: str | None = None,
     nnterp: str | None = None,
 ) -> Point:
-    static = static or _static_from(vllm, requires)
-    return Point(
-        name, scope, width, role, definition, requires, vllm, static, PeerNames(tl, nnsight, nnterp)
-    )
+    return Point(name, scope, width, role, definition, requires, PeerNames(tl, nnsight, nnterp))
 
 
 L, T = Scope.LAYER, Scope.TRUNK
@@ -159,7 +113,7 @@ POINTS: tuple[Point, ...] = (
        "Output of the token-embedding module. Differs from resid_pre.0 where positions or a scale are added outside the module (GPT-2 positions; Gemma's sqrt(d_model) in vLLM).",
        tl="hook_embed", nnsight="model.embed_tokens.output", nnterp="token_embeddings"),
     _p("resid_pre", L, Width.D, RW, "Input of decoder block L: the residual stream before the block. Multi-stream trunks (DeepSeek-V4) carry n_streams copies: the address names one (`resid_pre.L.stream-N`, [batch, seq, d_model]); without a stream it is refused (read resid_streams).",
-       static=_TAP, tl="blocks.{L}.hook_resid_pre", nnsight="model.layers[{L}].input", nnterp="layers_input[{L}]"),
+       tl="blocks.{L}.hook_resid_pre", nnsight="model.layers[{L}].input", nnterp="layers_input[{L}]"),
     _p("attn_in", L, Width.D, RW,
        "Input of the attention module: the normed residual (the raw residual where the family has no pre-attention norm). On the linear-attention / SSM layers of hybrid families (Qwen3-Next) the token mixer takes the attention slot: attn_in and attn_out are its input and output, while the attention internals (q/k norms, value, scores, probs, z, attn_gate) are refused on those layers.",
        tl="blocks.{L}.ln1.hook_out", nnsight="model.layers[{L}].self_attn.input", nnterp="attentions_input[{L}]"),
@@ -183,17 +137,17 @@ POINTS: tuple[Point, ...] = (
        tl="blocks.{L}.attn.hook_v", nnsight="model.layers[{L}].self_attn.v_proj.output"),
     _p("attn_scores", L, Width.HQK, CAP,
        "Pre-softmax attention scores per head: q.k scaled, softcapped where the family does, plus the additive mask (masked = dtype min). Sink families (gpt-oss, DeepSeek-V4): without the sink column, restored from the family's max-shifted softmax input by adding back the shift.",
-       vllm=_RECOMPUTE_ATTN, static=_STATIC_RECOMPUTE_ATTN, tl="blocks.{L}.attn.hook_attn_scores"),
+       tl="blocks.{L}.attn.hook_attn_scores"),
     _p("attn_probs", L, Width.HQK, CAP, "Attention probabilities per head (softmax of attn_scores). Sink families: softmax over [scores | sink] with the sink column dropped, so rows sum to less than 1 (what multiplies the values).",
-       vllm=_RECOMPUTE_ATTN, static=_STATIC_RECOMPUTE_ATTN, tl="blocks.{L}.attn.hook_pattern",
+       tl="blocks.{L}.attn.hook_pattern",
        nnterp="attention_probabilities[{L}]"),
     _p("z", L, Width.H, RW,
        "Input of the attention output projection (o_proj): per-head mixed values, after any output gate.",
        tl="blocks.{L}.attn.hook_z", nnsight="model.layers[{L}].self_attn.o_proj.input"),
     _p("attn_gate", L, Width.H, CAP, "The attention output gate of gated-attention families (Qwen3-Next): sigmoid of the gate half of q_proj's per-head [q | gate] output, n_heads x head_dim; z = (probs @ value) * attn_gate.",
-       requires="gated_attention", vllm=_fused("the output gate is computed inside vLLM's fused attention module")),
+       requires="gated_attention"),
     _p("attn_out", L, Width.D, RW, "Output of the attention module (after o_proj, before any post-attention norm).",
-       static=_TAP, tl="blocks.{L}.hook_attn_out", nnsight="model.layers[{L}].self_attn.output[0]",
+       tl="blocks.{L}.hook_attn_out", nnsight="model.layers[{L}].self_attn.output[0]",
        nnterp="attentions_output[{L}]"),
     _p("attn_out_post", L, Width.D, RW,
        "Attention output after the post-attention norm of sandwich-norm families (Gemma 2/3, OLMo-2); equals attn_out elsewhere. This is what is added to the residual.",
@@ -206,39 +160,36 @@ POINTS: tuple[Point, ...] = (
        tl="blocks.{L}.ln2.hook_out", nnsight="model.layers[{L}].mlp.input", nnterp="mlps_input[{L}]"),
     _p("mlp_pre", L, Width.N, RW,
        "Gate projection output (gated MLP) or the first projection (plain MLP), before the activation.",
-       vllm=_fused("vLLM fuses gate and up projections into one matmul"),
        tl="blocks.{L}.mlp.hook_pre", nnsight="model.layers[{L}].mlp.gate_proj.output"),
     _p("mlp_pre_linear", L, Width.N, RW, "Up projection output (gated MLPs only).", requires="gated_mlp",
-       vllm=_fused("vLLM fuses gate and up projections into one matmul"),
        tl="blocks.{L}.mlp.hook_pre_linear", nnsight="model.layers[{L}].mlp.up_proj.output"),
     _p("mlp_act", L, Width.N, RW, "Input of the down projection: act(gate) * up, or act(pre) on plain MLPs.",
        tl="blocks.{L}.mlp.hook_post", nnsight="model.layers[{L}].mlp.down_proj.input"),
     _p("router_logits", L, Width.E, CAP, "MoE router output, one logit per expert (sparse layers only).",
        requires="moe", tl="blocks.{L}.mlp.gate.hook_out", nnsight="model.layers[{L}].mlp.gate.output[0]"),
     _p("expert_weights", L, Width.K, CAP, "The router's top-k routing weights, in the router's order.",
-       requires="moe", vllm=_fused("routing happens inside the fused MoE kernel")),
+       requires="moe"),
     _p("expert_indices", L, Width.K, CAP, "The router's top-k expert indices, in the router's order.",
-       requires="moe", vllm=_fused("routing happens inside the fused MoE kernel"),
+       requires="moe",
        tl="blocks.{L}.mlp.hook_expert_indices"),
     _p("mlp_out", L, Width.D, RW, "Output of the MLP block (the whole MoE block, shared experts included). Granite-4.0-H adds its routed MoE and its shared MLP inside the decoder layer, with no module for the sum: mlp_out is that sum.",
-       static=_TAP, tl="blocks.{L}.hook_mlp_out", nnsight="model.layers[{L}].mlp.output", nnterp="mlps_output[{L}]"),
+       tl="blocks.{L}.hook_mlp_out", nnsight="model.layers[{L}].mlp.output", nnterp="mlps_output[{L}]"),
     _p("mlp_out_post", L, Width.D, RW,
        "MLP output after the post-MLP norm of sandwich-norm families; mlp_out times residual_multiplier on Granite families; equals mlp_out elsewhere. This is what is added to the residual.",
        tl="blocks.{L}.hook_mlp_out", nnsight="model.layers[{L}].post_feedforward_layernorm.output"),
     _p("resid_post", L, Width.D, RW, "Output of decoder block L: the residual stream after the block (vLLM: hidden + residual). Multi-stream trunks: one stream per address (`resid_post.L.stream-N`).",
-       static=_TAP, tl="blocks.{L}.hook_resid_post", nnsight="model.layers[{L}].output", nnterp="layers_output[{L}]"),
+       tl="blocks.{L}.hook_resid_post", nnsight="model.layers[{L}].output", nnterp="layers_output[{L}]"),
     _p("final_norm", T, Width.D, RW, "Output of the final norm, the unembed's input. Multi-stream trunks first collapse the streams with the model's own head (hc_head, weights from the normed streams), then norm.",
        tl="ln_final.hook_out", nnsight="model.norm.output", nnterp="ln_final.output"),
     _p("lm_head", T, Width.VOCAB, CAP, "Raw unembed output: no logit multiplier, no softcap.",
-       vllm=_fused("vLLM folds the logit scale and softcap into compute_logits"), tl="unembed.hook_out",
+       tl="unembed.hook_out",
        nnsight="lm_head.output", nnterp="logits"),
     _p("resid_streams", L, Width.SD, RW, "Hyper-connection trunks (DeepSeek-V4): block L's output stack of S residual streams, flattened stream-major to [batch, seq, S * d_model] (stream N is columns N*d..(N+1)*d); steering takes an S * d_model vector. resid_post.L.stream-N is one slice of it.",
-       requires="multi_stream",
-       static=Serving(Service.NOT_SERVED, "vllm-static does not tap multi-stream trunks yet; use backend='vllm'")),
+       requires="multi_stream"),
     _p("attn_stream_collapse", L, Width.D, CAP, "Multi-stream trunks: the collapse sum_N pre_N * stream_N that attention reads (before its input norm); pre = sigmoid(fn_pre . rms(all streams) * scale + base) + eps, per token.",
-       requires="multi_stream", vllm=Serving(Service.RECOMPUTE, "recomputed from resid_streams and the collapse weights")),
+       requires="multi_stream"),
     _p("mlp_stream_collapse", L, Width.D, CAP, "Multi-stream trunks: the collapse of the streams after attention that the MLP reads (before its input norm), weighted as attn_stream_collapse.",
-       requires="multi_stream", vllm=Serving(Service.RECOMPUTE, "recomputed from resid_streams and the collapse weights")),
+       requires="multi_stream"),
     _p("attn_stream_write", L, Width.S, CAP, "Multi-stream trunks: per-stream write coefficients of attention, [batch, seq, S]: out_K = write_K * attn_out + sum_J mix[J, K] * in_J.",
        requires="multi_stream"),
     _p("mlp_stream_write", L, Width.S, CAP, "Multi-stream trunks: per-stream write coefficients of the MLP, [batch, seq, S]: out_K = write_K * mlp_out + sum_J mix[J, K] * in_J.",

@@ -1,12 +1,12 @@
 """A one-line progress display (rows written, tokens per second) on stderr, drawn only when a
-person watches a terminal (`ie_core.tooling.progress.progress_enabled`)."""
+person watches a terminal (`ie_core.progress.progress_enabled`)."""
 
 from __future__ import annotations
 
 import sys
 import time
 
-from ie_core.tooling.progress import progress_enabled
+from ie_core.progress import progress_enabled
 
 __all__ = ["ProgressLine"]
 

@@ -4,7 +4,7 @@ registers them; `steering` groups ops at a point and layers. Torch-free at impor
 ops on tensors (and imports torch)."""
 
 from ie_core.ops.additive import Additive
-from ie_core.ops.base import AffineForm, Op
+from ie_core.ops.base import AffineForm, Op, Replacement
 from ie_core.ops.conditional import Conditional
 from ie_core.ops.feature_clamp import ROW_NORM_MAX, FeatureClamp, delta_bound
 from ie_core.ops.heads import check_heads
@@ -36,6 +36,7 @@ __all__ = [
     "Patch",
     "PositionMask",
     "ProjectionCap",
+    "Replacement",
     "Scale",
     "Steering",
     "SteeringOp",

@@ -34,6 +34,18 @@ class AffineForm:
     hi: float = math.inf
 
 
+@dataclass(frozen=True)
+class Replacement:
+    """h <- h * mul + row, for an op that replaces values instead of adding a delta.
+
+    `mul` is [width]; a patch also writes `values` ([rows, width], zero outside its columns) at
+    `positions` (None: one row at every position). vllm-static's write tap evaluates this form."""
+
+    mul: Tensor
+    values: Tensor | None = None
+    positions: tuple[int, ...] | None = None
+
+
 class Op:
     """The interface of a steering or intervention op (`kind` is each op's dataclass field)."""
 
@@ -87,6 +99,15 @@ class Op:
         """The op as vllm-static's affine delta (vectors built like `like`), or None."""
         return None
 
+    def replacement(self, width: int, like: Tensor) -> Replacement | None:
+        """The op as a replacement `h * mul + row` of `width` columns, or None for an op that
+        adds a delta (see `affine`)."""
+        return None
+
+    def patch_rows(self) -> int:
+        """How many rows the op writes by value (a patch's positions); 0 for every other op."""
+        return 0
+
     def to_wire(self) -> dict[str, Any]:
         """Plain JSON data; `ie_core.ops.kinds.op_from_dict` reads it back."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}  # type: ignore[arg-type]
@@ -96,4 +117,4 @@ class Op:
         }
 
 
-__all__ = ["AffineForm", "Op"]
+__all__ = ["AffineForm", "Op", "Replacement"]

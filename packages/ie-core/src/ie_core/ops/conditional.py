@@ -57,10 +57,6 @@ class Conditional(Op):
 
     def __post_init__(self) -> None:
         inner = self.op
-        if isinstance(inner, Mapping):  # the wire form nests the op's own wire form
-            from ie_core.ops.kinds import op_from_dict  # kinds imports this module
-
-            inner = op_from_dict(inner)
         if not isinstance(inner, Op):
             raise SteeringSpecError(
                 f"a Conditional needs an op to apply (Additive, FeatureClamp, ...), got "

@@ -43,6 +43,10 @@ OP_KINDS: Mapping[str, type[Op]] = MappingProxyType(
 )
 
 
+def _is_op_form(value: Any) -> bool:
+    return isinstance(value, Mapping) and "kind" in value
+
+
 def op_from_dict(data: Mapping[str, Any]) -> Op:
     """Build an op from JSON-like data: `{"kind": "additive", "vector": [...], "coeff": 2}`."""
     data = dict(data)
@@ -50,6 +54,8 @@ def op_from_dict(data: Mapping[str, Any]) -> Op:
     cls = OP_KINDS.get(str(kind))
     if cls is None:
         raise SteeringSpecError(f"unknown steering op {kind!r}; use one of {', '.join(OP_KINDS)}")
+    # An op that wraps another (a Conditional) nests the inner op's own wire form.
+    data = {k: op_from_dict(v) if _is_op_form(v) else v for k, v in data.items()}
     try:
         return cls(**data)
     except TypeError as exc:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ie_core.errors import SteeringSpecError
-from ie_core.ops.base import Op
+from ie_core.ops.base import Op, Replacement
 from ie_core.ops.heads import check_heads, parse_heads
 from ie_core.ops.values import Vector, as_row, integer
 from ie_core.ops.vectors import head_columns
@@ -124,6 +124,18 @@ class Patch(Op):
         cols = head_columns(self.heads, self.head_dim, x.shape[-1], x)
         where = hit.unsqueeze(-1) if cols is None else hit.unsqueeze(-1) & cols
         return values.where(where, x)
+
+    def replacement(self, width: int, like: Tensor) -> Replacement:
+        cols = head_columns(self.heads, self.head_dim, width, like)
+        values = like.new_tensor(self.values).float()
+        if cols is None:
+            return Replacement(like.new_zeros(width), values, self.positions)
+        return Replacement(
+            like.new_ones(width).masked_fill(cols, 0.0), values.where(cols, 0.0), self.positions
+        )
+
+    def patch_rows(self) -> int:
+        return 1 if self.positions is None else len(self.positions)
 
     def row_for(self, position: int) -> Vector | None:
         """The row written at `position`, or None where this patch leaves it alone."""

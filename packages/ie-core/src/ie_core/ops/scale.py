@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ie_core.ops.base import Op
+from ie_core.ops.base import Op, Replacement
 from ie_core.ops.heads import check_heads, parse_heads
 from ie_core.ops.values import real_number
 from ie_core.ops.vectors import head_columns
@@ -39,6 +39,11 @@ class Scale(Op):
     def apply(self, x: Tensor, positions: Tensor | None) -> Tensor:
         cols = head_columns(self.heads, self.head_dim, x.shape[-1], x)
         return x * self.factor if cols is None else (x * self.factor).where(cols, x)
+
+    def replacement(self, width: int, like: Tensor) -> Replacement:
+        cols = head_columns(self.heads, self.head_dim, width, like)
+        mul = like.new_full((width,), self.factor)
+        return Replacement(mul if cols is None else mul.where(cols, 1.0))
 
 
 __all__ = ["Scale"]

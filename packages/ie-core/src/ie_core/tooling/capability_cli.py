@@ -74,7 +74,7 @@ def _sweep(args: argparse.Namespace, argv: list[str]) -> int:
         old = parse_capabilities(json.loads(out.read_text()))
         models = {**old.models, **result.models}
         command = sweep_command(args.backend)
-        result = CapabilityFile(args.backend, command, result.versions, models)
+        result = CapabilityFile(args.backend, command, result.versions, models, result.declared)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(result.dumps())
     for model, (_family, caps) in result.models.items():

@@ -28,7 +28,7 @@ from ie_core.errors import (
     PointUnavailableError,
     UnsupportedModelError,
 )
-from ie_core.grammar import FAMILIES, POINTS, Address, Width, get_point
+from ie_core.grammar import FAMILIES, POINTS, Address, Serving, Width, get_point
 from ie_core.ops import Additive, steer_at
 from ie_core.runner import run
 
@@ -174,6 +174,12 @@ def versions(backend: str) -> dict[str, str]:
     return out
 
 
+def declared_of(backend: str) -> dict[str, Serving]:
+    """Per point, how the backend's plugin is designed to reach it (empty where it declares none)."""
+    serving = _plugin(backend).serving
+    return {p.name: serving(p) for p in POINTS} if serving is not None else {}
+
+
 def load_kwargs(backend: str) -> dict[str, Any]:
     """The keyword arguments the backend's descriptor asks the sweep to load with."""
     return dict(_plugin(backend).sweep_kwargs)
@@ -213,7 +219,7 @@ def sweep(
             print(f"  left out: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
         models[f"{SYNTHETIC_PREFIX}{family}"] = (family, caps)
-    return CapabilityFile(backend, command, versions(backend), models)
+    return CapabilityFile(backend, command, versions(backend), models, declared_of(backend))
 
 
 def synthetic_families() -> tuple[str, ...]:

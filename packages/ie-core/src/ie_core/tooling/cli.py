@@ -217,7 +217,7 @@ def describe_failure(name: str, exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ie_core.tooling.progress import quiet_third_party_progress
+    from ie_core.progress import quiet_third_party_progress
 
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet_third_party_progress()  # before any command imports tqdm: logs get no bar redraws

@@ -26,7 +26,7 @@ from ie_core.grammar import POINTS, AddressLike, to_address
 from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.models import resolve_model_path
 from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Outcome, Plan
-from ie_core.prompts import text_ids
+from ie_core.prompts import tokenizer_ids
 from ie_core.protocol import (
     Generation,
     Prompt,
@@ -127,15 +127,7 @@ class VLLMModel(ModelFront, DescribedModel):
     def to_tokens(self, text: str, *, prepend_bos: bool | None = None) -> list[int]:
         """Token ids: the tokenizer's own special tokens (None), its BOS first (True) or no
         special tokens (False); see `ie_core.prompts.text_ids`."""
-        if not isinstance(text, str):
-            raise TypeError(f"to_tokens takes a string, got {type(text).__name__}")
-        tok = self.tokenizer
-        return text_ids(
-            text,
-            prepend_bos,
-            lambda t, s: tok(t, add_special_tokens=s)["input_ids"],
-            tok.bos_token_id,
-        )
+        return tokenizer_ids(self.tokenizer, text, prepend_bos)
 
     def to_string(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids)))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 from ie_core.errors import EngineDeadError, EngineShutdownError, EngineStoppedError
-from ie_core.tooling.progress import progress_enabled
+from ie_core.progress import progress_enabled
 
 from ie_vllm import payload
 from ie_vllm.host.cpu_support import on_cpu

@@ -21,7 +21,6 @@ from ie_core.ops.conditional import judge, with_judged
 from ie_core.steer_scope import scoped
 
 from ie_vllm import payload
-from ie_vllm.pipeline import layer_range, stage_of
 from ie_vllm.specs import ReducerSpec, RequestSpec
 from ie_vllm.worker import reducers
 from ie_vllm.worker.conditions import Held, held_for, judges_of
@@ -40,6 +39,7 @@ from ie_vllm.worker.runner_adapter import (
     tp_rank,
     wrap_model_forward,
 )
+from ie_vllm.worker.stage import layer_range, stage_of
 
 ATTN_POINTS = ("attn_scores", "attn_probs")
 

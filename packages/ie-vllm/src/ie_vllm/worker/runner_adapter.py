@@ -18,10 +18,10 @@ from typing import Any
 
 from ie_core.errors import UnsupportedEngineError
 
-from ie_vllm.pipeline import keep_stage, stage_of
 from ie_vllm.worker.layout import KEY_ARG, SPEC_ARG, BatchLayout, RequestRows
 from ie_vllm.worker.point_table import PointTable
 from ie_vllm.worker.resolve import resolve
+from ie_vllm.worker.stage import keep_stage, stage_of
 
 Forward = Callable[..., Any]
 

@@ -127,10 +127,11 @@ def test_ie_trace_with_several_prompts_writes_one_graph_each(tmp_path: Path) -> 
     prompts = ["Paris is", "The capital of Japan is"]
     argv = ["ie-synthetic/llama", "--backend", "eager", "--transcoders", str(folder)]
     argv += ["--prompt", prompts[0], "--prompt", prompts[1], "--out", str(tmp_path / "graphs")]
-    assert trace_command([*argv, "--raw", str(tmp_path / "raw")]) == 0
+    assert trace_command([*argv, "--raw", str(tmp_path / "raw"), "--heads", "2"]) == 0
     for i, prompt in enumerate(prompts):
         data = json.loads((tmp_path / "graphs" / f"graph_{i}.json").read_text())
         assert data["metadata"]["prompt"] == prompt and data["metadata"]["slug"] == f"graphs-{i}"
+        assert "head_flows" in data  # each prompt's own forward state
         raw = torch.load(tmp_path / "raw" / f"graph_{i}.pt", weights_only=False)
         want = attribute(m, prompt, folder)
         assert _gap(raw["adjacency"], want.adjacency) <= TOL

@@ -67,9 +67,14 @@ def _expected() -> dict[str, list[tuple[str, float]]]:
             if isinstance(v, dict)
         ],
         "circuit-tracing": [
-            ("ie eager", ct["ie_eager"]["seconds"][0]),
-            ("ie vllm", ct["ie_vllm"]["seconds"][0]),
-            ("circuit-tracer", ct["circuit_tracer"]["seconds"]),
+            ("ie eager", ct["rounds"][-1]["ie_eager"]["single_seconds"]),
+            ("ie vllm", ct["rounds"][-1]["ie_vllm"]["single_seconds"]),
+            ("circuit-tracer", ct["rounds"][-1]["circuit_tracer"]["single_seconds"]),
+        ],
+        "circuit-tracing-batch": [
+            ("ie eager", ct["rounds"][-1]["ie_eager"]["graphs_per_minute"]),
+            ("ie vllm", ct["rounds"][-1]["ie_vllm"]["graphs_per_minute"]),
+            ("circuit-tracer", ct["rounds"][-1]["circuit_tracer"]["graphs_per_minute"]),
         ],
         "static-vs-generate": [
             (p, v) for p in ("vllm-static", "vllm-generate") for v in static[p]["generate"].values()
@@ -132,7 +137,13 @@ def test_every_record_is_a_card_with_its_figures(real_page: str) -> None:
 def test_measured_alone_only_where_the_record_says_so(real_page: str) -> None:
     sections = _sections(real_page)
     alone = {k for k, s in sections.items() if "measured alone</span>" in s["__body__"][0]}
-    assert alone == {"harvest", "dictionary-readout", "circuit-tracing", "capture-overhead"}
+    assert alone == {
+        "harvest",
+        "dictionary-readout",
+        "circuit-tracing",
+        "circuit-tracing-batch",
+        "capture-overhead",
+    }
     assert "the record logs no load" in sections["static-vs-generate"]["__body__"][0]
     harvest = _load("benchmarks/harvest-results/harvest_throughput.json")
     assert html.escape(harvest["measured_alone"]["command"]) in sections["harvest"]["__body__"][0]

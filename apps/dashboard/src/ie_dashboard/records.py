@@ -261,36 +261,48 @@ def _steering(rec: Any) -> list[Section]:
 
 
 def _circuit_tracing(rec: Any) -> list[Section]:
-    """The first prompt is the work all three peers did alike (equal node counts)."""
-    bars = []
-    for key in ("ie_eager", "ie_vllm"):
-        per_min = _num(rec, f"{key}.graphs_per_minute")
-        n = len(_list(rec, f"{key}.seconds"))
-        note = f"{per_min:.2f} graphs/min over {n} prompts"
-        bars.append(
-            Bar(
-                f"ie {_text(rec, f'{key}.backend')}",
-                "first prompt",
-                _num(rec, f"{key}.seconds[0]"),
-                note=note,
-            )
-        )
-    bars.append(Bar("circuit-tracer", "first prompt", _num(rec, "circuit_tracer.seconds")))
+    """The record's last round: one graph (the first prompt, the work every peer did alike) in
+    seconds, and a batch of prompts in graphs per minute (circuit-tracer one by one)."""
+    last = len(_list(rec, "rounds")) - 1
+    peers = (("ie_eager", "ie eager"), ("ie_vllm", "ie vllm"), ("circuit_tracer", "circuit-tracer"))
+    single, batch = [], []
+    for key, name in peers:
+        at = f"rounds[{last}].{key}"
+        rss = f"peak RSS {_num(rec, f'{at}.peak_rss_mib_single'):.0f} MiB"
+        single.append(Bar(name, "one graph", _num(rec, f"{at}.single_seconds"), note=rss))
+        batch.append(Bar(name, "batch", _num(rec, f"{at}.graphs_per_minute")))
     load = _text(rec, "load_note")
+    n = len(_list(rec, "prompts"))
+    common = {
+        "command": _text(rec, "command"),
+        "machine": f"{_text(rec, 'machine.cpus', '?')} cpus, {_text(rec, 'machine.platform')}",
+        "load": load,
+        "alone": True if load.startswith("measured alone") else None,
+    }
+    about = (
+        f"{_text(rec, 'model')}, transcoders {_text(rec, 'transcoders')}; {_text(rec, 'same_work')}"
+    )
     return [
         Section(
             "circuit-tracing",
             "Circuit tracing: one attribution graph",
             "s",
             True,
-            f"{_text(rec, 'model')}, transcoders {_text(rec, 'transcoders')}; {_text(rec, 'same_work')}",
-            ("first prompt",),
-            tuple(bars),
-            command=_text(rec, "command"),
-            machine=f"{_text(rec, 'machine.cpus', '?')} cpus, {_text(rec, 'machine.platform')}",
-            load=load,
-            alone=True if load.startswith("measured alone") else None,
-        )
+            about,
+            ("one graph",),
+            tuple(single),
+            **common,
+        ),
+        Section(
+            "circuit-tracing-batch",
+            f"Circuit tracing: graphs per minute over {n} prompts",
+            "graphs/min",
+            False,
+            about + "; ie batches the forwards (attribute_many), circuit-tracer runs one by one",
+            ("batch",),
+            tuple(batch),
+            **common,
+        ),
     ]
 
 

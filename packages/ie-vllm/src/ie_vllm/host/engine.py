@@ -243,6 +243,16 @@ class Engine:
         finally:
             self._waiting.discard(task)
 
+    def stop_reason(self) -> EngineStoppedError | None:
+        """Why this engine can run nothing more (shut down, or its core died), else None; read
+        now, not at the next liveness poll."""
+        if self._stopped is not None:
+            return _fresh(self._stopped)
+        with contextlib.suppress(Exception):
+            if self.llm.errored:
+                return _dead()
+        return None
+
     def _fail(self, error: EngineStoppedError) -> None:
         """On the engine loop: refuse new calls and wake every task waiting on the engine."""
         if self._stopped is not None:

@@ -628,3 +628,30 @@ def test_a_named_feature_condition_over_http_equals_eager(remote: Any, ref: Any)
     r = _post(remote.server.url, "/v1/ie/capture", {**body, "steering": earlier})
     assert r.status_code == 400 and "not computed after" in r.json()["error"]["message"], r.text
     assert run(remote.stats())["registered"] == 0
+
+
+def test_graph_interventions_over_http_equal_eager(server: str, remote: Any, ref: Any) -> None:
+    """ie_core.circuits.intervene through the remote backend: each TranscoderClamp travels as
+    its wire form (the read point with it), is judged at mlp_in.L on the server and gives eager's
+    logits; an encoder of the wrong width is a 400 naming it, before any forward."""
+    from ie_core.circuits import FeatureIntervention, TranscoderSet, intervene, random_transcoder
+    from ie_core.circuits.interventions import clamp_steering
+
+    ts = TranscoderSet.of(
+        [random_transcoder(ref.d_model, 32, i, seed=40 + i) for i in range(ref.n_layers)]
+    )
+    ivs = [FeatureIntervention(0, 3, 6.0), FeatureIntervention(1, 4, 0.0, (1, 2))]
+    got, want = intervene(remote, PROMPT, ts, ivs), intervene(ref, PROMPT, ts, ivs)
+    assert float((got.logits_after - want.logits_after).abs().max()) <= TOL_EAGER * max(
+        1.0, float(want.logits_after.abs().max())
+    )
+    assert float((want.logits_after - want.logits_before).abs().max()) > 1e-2
+    wire = json.loads(json.dumps(steering_to_wire(clamp_steering(ts, ivs[:1]))))
+    wire[0]["ops"][0]["encoder"] = [1.0] * 7
+    headers = {"Authorization": f"Bearer {KEY}", "content-type": "application/json"}
+    ids = ref.to_tokens(PROMPT)
+    r = httpx.post(f"{server}/v1/ie/capture", headers=headers, timeout=120,
+                   content=json.dumps({"prompts": [ids], "addresses": ["resid_post.1"],
+                                       "steering": wire}))  # fmt: skip
+    assert r.status_code == 400 and "encoder" in r.json()["error"]["message"], r.text
+    assert run(remote.stats())["registered"] == 0

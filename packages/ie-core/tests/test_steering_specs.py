@@ -186,6 +186,13 @@ def op_fields(draw, elements=ELEMENTS, scalars=SCALARS, width=None):  # type: ig
             "bias": draw(scalars),
             "value": draw(scalars),
         },
+        "transcoder_clamp": lambda: {
+            "encoder": draw(vector),
+            "decoder": draw(vector),
+            "read": "mlp_in.0",
+            "bias": draw(scalars),
+            "value": draw(scalars),
+        },
         "conditional": lambda: {
             "op": {"kind": "additive", "vector": draw(vector), "coeff": draw(scalars)},
             "probe": draw(vector),
@@ -218,8 +225,14 @@ def test_any_accepted_op_gives_finite_activations(drawn, data) -> None:  # type:
     if op is None:
         return
     h = _rows(data.draw, op.width or 4)  # a Scale fits any width
-    out = apply_ops(h, [op])
+    out = apply_ops(h, _judged([op], h))
     assert torch.isfinite(out).all(), (op, h)
+
+
+def _judged(ops, rows: torch.Tensor) -> list:  # type: ignore[no-untyped-def]
+    """Ops that read an earlier point (a transcoder clamp at mlp_in) judged on `rows` there,
+    as a backend does before the write."""
+    return [op.judged(op.judge(rows)) if op.kind == "transcoder_clamp" else op for op in ops]
 
 
 @st.composite
@@ -249,14 +262,15 @@ def test_any_accepted_spec_gives_finite_activations(drawn, data) -> None:  # typ
         return
     if any(_clamp_growth(op) > 1e3 for op in spec.ops):
         return  # beyond the chain's growth bound (a lone clamp up to its range check is above)
-    out = apply_ops(_rows(data.draw, width), spec.ops)
+    rows = _rows(data.draw, width)
+    out = apply_ops(rows, _judged(spec.ops, rows))
     assert torch.isfinite(out).all(), spec
 
 
 def _clamp_growth(op) -> float:  # type: ignore[no-untyped-def]
     """How much a FeatureClamp can multiply a row's size: |encoder| * max|decoder| (its other
     ops' growth is their scalar, bounded by the draw)."""
-    if op.kind != "feature_clamp":
+    if op.kind not in ("feature_clamp", "transcoder_clamp"):
         return 0.0
     return float(np.hypot.reduce(op.encoder)) * max(abs(x) for x in op.decoder)
 

@@ -537,6 +537,46 @@ def test_circuit_graph_on_vllm_equals_eager(smollm2: Any, smollm2_eager: Any) ->
         assert float((g.adjacency - ref.adjacency).abs().max()) <= CROSS * scale
 
 
+def test_graph_interventions_on_vllm_equal_eager(smollm2: Any, smollm2_eager: Any) -> None:
+    """ie_core.circuits.intervene: each transcoder clamp judged at mlp_in.L in the worker and
+    written at mlp_out.L (every later layer for a CLT) gives eager's logits (CROSS), prompt and
+    greedy generation; the clamps move the logits; vllm-static's refusal is named up front."""
+    from ie_core.circuits import (
+        FeatureIntervention,
+        TranscoderSet,
+        clamp_steering,
+        intervene,
+        random_transcoder,
+    )
+    from ie_core.circuits.clt import random_clt
+
+    prompt = "The capital of France is"
+    n = len(smollm2.to_tokens(prompt))
+    per_layer = TranscoderSet.of([random_transcoder(576, 16, i, seed=300 + i) for i in range(30)])
+    cases = [
+        (per_layer, [FeatureIntervention(3, 2, 8.0), FeatureIntervention(10, 5, 0.0, (2, 4)),
+                     FeatureIntervention(20, 1, -6.0, (n - 1,))]),
+        (random_clt(576, 16, 30, seed=5), [FeatureIntervention(4, 3, 5.0)]),
+    ]  # fmt: skip
+    for ts, ivs in cases:
+        got, want = intervene(smollm2, prompt, ts, ivs), intervene(smollm2_eager, prompt, ts, ivs)
+        scale = max(1.0, float(want.logits_after.abs().max()))
+        for a, b in (
+            (got.logits_after, want.logits_after),
+            (got.logits_before, want.logits_before),
+        ):
+            assert float((a - b).abs().max()) <= CROSS * scale
+        assert float((want.logits_after - want.logits_before).abs().max()) > 100 * CROSS * scale
+    params = SamplingParams(max_new_tokens=5, stop_at_eos=False)
+    steering = clamp_steering(per_layer, [FeatureIntervention(3, 2, 40.0)])
+    ids = smollm2.to_tokens(prompt)
+    assert (
+        run(smollm2.generate(ids, params, steering=steering)).token_ids
+        == run(smollm2_eager.generate(ids, params, steering=steering)).token_ids
+    )
+    assert run(smollm2.stats())["registered"] == 0
+
+
 # -- conditional steering (#46): the worker applies the op through ie_core.ops.apply --
 
 COND_AT = "resid_post.8"

@@ -5,7 +5,8 @@ al. 2025).
 batched backward passes through the frozen linear replacement (attention patterns and norm
 scales fixed at the prompt's values, MLPs replaced by transcoder features plus error nodes).
 `attribute_many(model, prompts, transcoders)` gives several prompts' graphs from one batched
-capture. `prune` keeps the influential part, `graph_json` writes what circuit-tracer's and Neuronpedia's
+capture. `intervene` clamps or ablates graph features in the live forward and reports how
+the prediction moves. `prune` keeps the influential part, `graph_json` writes what circuit-tracer's and Neuronpedia's
 viewers read. This package imports torch; `import ie_core` does not import it.
 """
 
@@ -21,6 +22,12 @@ from ie_core.circuits.errors import (
 from ie_core.circuits.graph import Graph, LogitTarget, Node
 from ie_core.circuits.graph_json import graph_json, write_graph_json
 from ie_core.circuits.heads import HeadFlows, head_flows, top_edge_heads
+from ie_core.circuits.interventions import (
+    FeatureIntervention,
+    InterventionResult,
+    clamp_steering,
+    intervene,
+)
 from ie_core.circuits.many import attribute_many
 from ie_core.circuits.pruning import Pruned, prune
 from ie_core.circuits.qk import QKShares, QKWeights, attention_shares, qk_weights_for
@@ -29,8 +36,10 @@ from ie_core.circuits.transcoders import TranscoderSet, random_transcoder, write
 
 __all__ = [
     "AttributionInputError",
+    "FeatureIntervention",
     "Graph",
     "HeadFlows",
+    "InterventionResult",
     "LogitTarget",
     "Node",
     "Pruned",
@@ -45,9 +54,11 @@ __all__ = [
     "attribute",
     "attribute_many",
     "attribute_state",
+    "clamp_steering",
     "cross_layer_set",
     "graph_json",
     "head_flows",
+    "intervene",
     "load_transcoders",
     "prepare",
     "prune",

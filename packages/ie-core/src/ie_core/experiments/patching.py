@@ -19,7 +19,7 @@ import torch
 from ie_core.errors import BadPromptError, SteeringSpecError
 from ie_core.grammar import Width, get_point, point_name, to_address
 from ie_core.ops import Patch, PositionMask, Steering
-from ie_core.protocol import InterpModel, Prompt
+from ie_core.protocol import InterpModel, Prompt, SteeringArg
 from ie_core.runner import run
 from ie_core.sync import ModelLike, unwrap
 
@@ -159,7 +159,7 @@ class SweepResult:
 
 
 async def final_logits(
-    model: ModelLike, prompts: Sequence[Prompt], steerings: Sequence[Steering | None]
+    model: ModelLike, prompts: Sequence[Prompt], steerings: Sequence[SteeringArg]
 ) -> torch.Tensor:
     """`[n, vocab]` fp32 logits at the last position of each (prompt, steering) request; the
     model's own lens turns the last residual row into logits.

@@ -18,6 +18,7 @@ from ie_core.ops.patch import Patch
 from ie_core.ops.projection_cap import ProjectionCap
 from ie_core.ops.scale import Scale
 from ie_core.ops.steering import PositionMask, Steering, steer_at
+from ie_core.ops.transcoder_clamp import TranscoderClamp
 from ie_core.ops.values import VectorLike
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "Scale",
     "Steering",
     "SteeringOp",
+    "TranscoderClamp",
     "VectorLike",
     "check_heads",
     "delta_bound",

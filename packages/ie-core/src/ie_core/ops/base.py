@@ -82,6 +82,15 @@ class Op:
         """Refuse a condition whose probe is not as wide as the point it reads (`width_of`: the
         backend's width of a readable point, raising where it cannot read it)."""
 
+    def judge(self, rows: Tensor) -> Tensor:
+        """What the op needs from the rows of the earlier point it reads (`condition_read`), one
+        value per row (`rows.shape[:-1]`); a backend computes it there, in the same forward."""
+        raise TypeError(f"a {self.kind} op reads no earlier point, so it has nothing to judge")
+
+    def judged(self, held: Tensor) -> Op:
+        """The op for one forward, given what `judge` found at its earlier point."""
+        raise TypeError(f"a {self.kind} op reads no earlier point, so it has nothing to judge")
+
     def static_refusal(self) -> str | None:
         """Why vllm-static's compiled affine tables cannot run this op, with what to use
         instead; None where they can."""

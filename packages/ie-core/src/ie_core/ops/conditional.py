@@ -103,18 +103,8 @@ class Conditional(Op):
 
     def check_site(self, address: str) -> None:
         read = self.condition_read(address)
-        if read is not None and get_point(to_address(read).name).width in _NOT_ROWS:
-            raise ConditionPointError(
-                f"{read} is not one row per token, so no probe reads it; read a point whose rows "
-                "are one vector per token (resid_post, z, mlp_out, ...)"
-            )
-        if read is not None and not runs_before(to_address(read), to_address(address)):
-            raise ConditionPointError(
-                f"this condition reads {read} but the op writes {address}, which is not computed "
-                f"after {read} in the forward; a condition is judged at its point, earlier in the "
-                f"same step than the write: place the op at {read} or later, or fit the probe on "
-                "an earlier point's rows"
-            )
+        if read is not None:
+            check_earlier_read(read, address)
         if self.op.condition_read(address) is not None:
             raise ConditionPointError(
                 "a Conditional inside a Conditional judges the rows the outer one writes; give "
@@ -141,6 +131,12 @@ class Conditional(Op):
     def holds(self, h: Tensor) -> Tensor:
         """Where the condition holds: bool, `h.shape[:-1]`."""
         return self.score(h) > self.threshold
+
+    def judge(self, rows: Tensor) -> Tensor:
+        return self.holds(rows)
+
+    def judged(self, held: Tensor) -> Op:
+        return Judged(self.op, held)
 
     def delta(self, h: Tensor) -> Tensor:
         return self.op.delta(h).where(self.holds(h).unsqueeze(-1), h.new_zeros(()))
@@ -187,23 +183,39 @@ class Judged(Op):
         return self.op.apply(x, positions).where(held, x)
 
 
+def check_earlier_read(read: str, address: str) -> None:
+    """Refuse an op written at `address` that reads `read`: not one row per token, or not
+    computed before `address` in the forward (its rows would not exist yet)."""
+    if get_point(to_address(read).name).width in _NOT_ROWS:
+        raise ConditionPointError(
+            f"{read} is not one row per token, so no probe reads it; read a point whose rows "
+            "are one vector per token (resid_post, z, mlp_out, ...)"
+        )
+    if not runs_before(to_address(read), to_address(address)):
+        raise ConditionPointError(
+            f"this op reads {read} but writes {address}, which is not computed after {read} in "
+            f"the forward; what it reads is judged at its point, earlier in the same step than "
+            f"the write: place the op at {read} or later, or read an earlier point's rows"
+        )
+
+
 def judge(op: Op, rows: Tensor) -> Tensor:
-    """Where `op`'s condition holds on `rows`, the rows of the earlier point it reads."""
-    if not isinstance(op, Conditional):
-        raise TypeError(f"a {op.kind} op has no condition to judge")
-    return op.holds(rows)
+    """What `op` needs from `rows`, the rows of the earlier point it reads (`Op.judge`)."""
+    return op.judge(rows)
 
 
 def with_judged(ops: Sequence[Op], held: Mapping[int, Tensor]) -> tuple[Op, ...]:
-    """`ops` with each op `j` in `held` (a `Conditional` reading an earlier point) replaced by
-    its inner op where `held[j]`, the condition a backend judged at that point."""
-    return tuple(_judged(op, held[j]) if j in held else op for j, op in enumerate(ops))
+    """`ops` with each op `j` in `held` (one reading an earlier point) replaced by its form for
+    this forward, given what a backend judged at that point (`Op.judged`)."""
+    return tuple(op.judged(held[j]) if j in held else op for j, op in enumerate(ops))
 
 
-def _judged(op: Op, holds: Tensor) -> Judged:
-    if not isinstance(op, Conditional):
-        raise TypeError(f"a {op.kind} op has no condition to judge")
-    return Judged(op.op, holds)
-
-
-__all__ = ["ACTIVATIONS", "Conditional", "Judged", "activate", "judge", "with_judged"]
+__all__ = [
+    "ACTIVATIONS",
+    "Conditional",
+    "Judged",
+    "activate",
+    "check_earlier_read",
+    "judge",
+    "with_judged",
+]

@@ -19,6 +19,7 @@ from ie_core.ops.orthogonal import Orthogonal
 from ie_core.ops.patch import Patch
 from ie_core.ops.projection_cap import ProjectionCap
 from ie_core.ops.scale import Scale
+from ie_core.ops.transcoder_clamp import TranscoderClamp
 
 SteeringOp = Op
 """Any op; `Op` is the interface, the classes below its kinds."""
@@ -33,6 +34,7 @@ _ALL: tuple[type[Op], ...] = (
     Patch,
     Scale,
     FeatureClamp,
+    TranscoderClamp,
     Hook,
     Conditional,
 )

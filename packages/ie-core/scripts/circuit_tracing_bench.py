@@ -1,5 +1,6 @@
-"""Circuit tracing speed on SmolLM2 (random per-layer transcoders of a given width, circuit-tracer's
-format), ie against circuit-tracer 0.5.0 on the same ids (circuit-tracer's special token first):
+"""Circuit tracing speed on SmolLM2 (random per-layer transcoders of a given width, or a trained
+set, in circuit-tracer's format), ie against circuit-tracer 0.5.0 on the same ids (circuit-tracer's
+special token first):
 
 - one prompt's graph time and peak RSS: ie on eager, ie on vLLM (engine start excluded), and
   circuit-tracer in its own environment;
@@ -12,7 +13,8 @@ under the same load; the load average is recorded beside each. Figures taken whi
 runs on the machine are "under load", not results.
 
     uv run python packages/ie-core/scripts/circuit_tracing_bench.py --python /tmp/ct/bin/python \\
-        --out /tmp/circuits_bench.json [--width 256] [--rounds 1] [--n-prompts 4] [--no-vllm]
+        --out /tmp/circuits_bench.json [--width 256 | --transcoders DIR] [--rounds 1] \\
+        [--n-prompts 4] [--no-vllm]
 
 (circuit-tracer's environment: see circuit_tracer_parity.py.)
 """
@@ -62,6 +64,16 @@ def _ids(prompts: list[str]) -> tuple[Path, list[list[int]]]:
     tok = AutoTokenizer.from_pretrained(str(folder))
     plain = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
     return folder, [_special_first(tok, ids) for ids in plain]
+
+
+def _described(args: argparse.Namespace) -> str:
+    if args.transcoders is None:
+        return f"random, per-layer, width {args.width}"
+    from safetensors import safe_open
+
+    with safe_open(str(args.transcoders / "layer_0.safetensors"), "pt") as f:
+        width = f.get_slice("W_enc").get_shape()[0]
+    return f"trained, per-layer, width {width} ({args.transcoders.name})"
 
 
 def _rss_mib() -> float:
@@ -170,7 +182,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description="circuit tracing time and memory on SmolLM2")
     p.add_argument("--python", help="circuit-tracer's venv interpreter (omit to skip it)")
     p.add_argument("--out", type=Path, help="the result file (required)")
-    p.add_argument("--width", type=int, default=256, help="features per transcoder")
+    p.add_argument("--width", type=int, default=256, help="features per random transcoder")
+    p.add_argument(
+        "--transcoders", type=Path,
+        help="a trained set's folder (circuit-tracer's per-layer format; docs/examples/"
+        "transcoders_smollm2.py writes one) instead of random transcoders",
+    )  # fmt: skip
     p.add_argument("--rounds", type=int, default=1, help="circuit-tracer, eager, vLLM in turn")
     p.add_argument("--no-vllm", action="store_true")
     p.add_argument("--n-prompts", type=int, default=len(PROMPTS), help="batch: the first N prompts")
@@ -185,11 +202,11 @@ def main() -> None:
         p.error("--out is required")
     start, load = time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        tc = _set(Path(tmp) / "tc", args.width)
+        tc = args.transcoders or _set(Path(tmp) / "tc", args.width)
         rounds = [_round(args, tc, Path(tmp)) for _ in range(args.rounds)]
     result = {
         "model": "HuggingFaceTB/SmolLM2-135M-Instruct (offline folder)",
-        "transcoders": f"random, per-layer, width {args.width}",
+        "transcoders": _described(args),
         "prompts": list(PROMPTS[: args.n_prompts]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "load_note": "under load unless the machine ran nothing else",

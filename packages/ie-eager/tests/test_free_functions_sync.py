@@ -32,9 +32,12 @@ from ie_core.circuits import (
     TranscoderSet,
     attribute,
     attribute_many,
+    intervene,
     prepare,
+    prepare_many,
     random_transcoder,
 )
+from ie_core.circuits.attribution import graph_of
 from ie_core.circuits.qk import qk_weights_for
 from ie_core.circuits.weights import weights_for
 from ie_core.experiments.analysis import chat_spans
@@ -132,6 +135,7 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
     opts = HarvestOptions.make(model, ("resid_post.1",), ())
     vec = steer_at("resid_post.1", Additive(torch.ones(model.d_model)))
     tcs = _transcoders(model)
+    state = prepare(model, CLEAN, tcs)
 
     def steered(m: Any) -> Any:
         with steer(m, vec):
@@ -145,7 +149,12 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
         ),
         "circuits.attribution.attribute": lambda m: attribute(m, CLEAN, tcs, max_n_logits=3),
         "circuits.attribution.prepare": lambda m: prepare(m, CLEAN, tcs, max_n_logits=3),
-        "circuits.many.attribute_many": lambda m: attribute_many(m, [CLEAN], tcs, max_n_logits=3),
+        "circuits.attribution.prepare_many": lambda m: prepare_many(m, [CLEAN], tcs),
+        "circuits.attribution.attribute_many": lambda m: attribute_many(
+            m, [CLEAN], tcs, max_n_logits=3
+        ),
+        "circuits.attribution.graph_of": lambda m: graph_of(m, state, CLEAN),
+        "circuits.interventions.intervene": lambda m: intervene(m, CLEAN, tcs, [(1, None, 2, 3.0)]),
         "circuits.weights.weights_for": lambda m: weights_for(m),
         "circuits.qk.qk_weights_for": lambda m: qk_weights_for(m),
         "api.capture_attention": lambda m: capture_attention(m, CLEAN, [0]),

@@ -10,7 +10,13 @@ the prediction moves. `prune` keeps the influential part, `graph_json` writes wh
 viewers read. This package imports torch; `import ie_core` does not import it.
 """
 
-from ie_core.circuits.attribution import attribute, attribute_state, prepare
+from ie_core.circuits.attribution import (
+    attribute,
+    attribute_many,
+    attribute_state,
+    prepare,
+    prepare_many,
+)
 from ie_core.circuits.clt import cross_layer_set, random_clt, write_clt
 from ie_core.circuits.errors import (
     AttributionInputError,
@@ -28,7 +34,6 @@ from ie_core.circuits.interventions import (
     clamp_steering,
     intervene,
 )
-from ie_core.circuits.many import attribute_many
 from ie_core.circuits.pruning import Pruned, prune
 from ie_core.circuits.qk import QKShares, QKWeights, attention_shares, qk_weights_for
 from ie_core.circuits.sources import load_transcoders
@@ -61,6 +66,7 @@ __all__ = [
     "intervene",
     "load_transcoders",
     "prepare",
+    "prepare_many",
     "prune",
     "qk_weights_for",
     "random_clt",

@@ -1,21 +1,22 @@
-"""`attribute(model, prompt, transcoders)`: one captured forward on the model's own backend, then
-batched backward passes through the frozen linear replacement for the rows of the graph.
+"""`attribute(model, prompt, transcoders)` and `attribute_many(model, prompts, transcoders)`: the
+forward half captures every prompt together on the model's own backend (`capture_ragged`: prompts
+of one length share a `capture` call, the length groups run concurrently, so vLLM batches them;
+a prompt's rows are what a capture of it alone returns), then the backward half computes each
+prompt's graph rows through its frozen linear replacement (`backward.py`), prompt by prompt.
 
 A row is the gradient of one target's input (a feature's pre-activation, a logit target's
-demeaned logit) with respect to every source coefficient, so rows come straight out of
-`torch.autograd.grad` with a batch of one-hot output weights. Features are taken in order of
-their influence on the logits when `max_feature_nodes` caps them (circuit-tracer's scheme).
+demeaned logit) with respect to every source coefficient. Features are taken in order of their
+influence on the logits when `max_feature_nodes` caps them (circuit-tracer's scheme).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import torch
 
-from ie_core import run_with_cache
 from ie_core.circuits.backward import AutogradRows, TransposedRows, biases, row_engine, row_width
 from ie_core.circuits.errors import AttributionInputError
 from ie_core.circuits.graph import Graph
@@ -32,6 +33,7 @@ from ie_core.circuits.prompt_state import (
 from ie_core.circuits.sources import load_transcoders
 from ie_core.circuits.transcoders import TranscoderSet
 from ie_core.circuits.weights import ReplacementWeights, weights_for
+from ie_core.experiments.ragged import capture_ragged
 from ie_core.sync import unwrap
 
 
@@ -46,27 +48,65 @@ def check_knobs(max_feature_nodes: int | None, max_n_logits: int, prob: float, b
         raise AttributionInputError(f"batch_size is {batch}; give at least 1")
 
 
-def prepare(
+class ForwardKnobs(TypedDict, total=False):
+    """`prepare`'s keywords: `prepare_many`'s."""
+
+    max_n_logits: int
+    desired_logit_prob: float
+    zero_first_position: bool
+    weights: ReplacementWeights | str | Path | None
+
+
+class GraphKnobs(ForwardKnobs, total=False):
+    """`attribute`'s keywords: `attribute_many`'s."""
+
+    max_feature_nodes: int | None
+    batch_size: int
+    device: torch.device | str | None
+
+
+def prepare_many(
     model: Any,
-    prompt: str | Sequence[int],
+    prompts: Sequence[str | Sequence[int]],
     transcoders: TranscoderSet | str | Path | Sequence[Any],
     *,
     max_n_logits: int = 10,
     desired_logit_prob: float = 0.95,
     zero_first_position: bool = True,
     weights: ReplacementWeights | str | Path | None = None,
-) -> PromptState:
-    """The forward half: checks, one capture through `run_with_cache`, the frozen constants."""
-
+) -> list[PromptState]:
+    """The forward half of each prompt, in order: every check first, then one batched capture,
+    then each prompt's frozen constants."""
+    check_knobs(None, max_n_logits, desired_logit_prob, 1)
+    if isinstance(prompts, str) or not isinstance(prompts, Sequence) or not prompts:
+        raise AttributionInputError("give a non-empty list of prompts")
     inner = unwrap(model)
     ts = load_transcoders(transcoders)
     ts.check(inner.n_layers, inner.d_model)  # widths and layers before any forward
     w = weights_for(inner, weights)
-    tokens = inner.to_tokens(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-    check_prompt(tokens, getattr(inner, "max_positions", None))
-    cache = run_with_cache(model, [tokens], addresses(inner.n_layers))
+    rows = [inner.to_tokens(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+    for tokens in rows:
+        check_prompt(tokens, getattr(inner, "max_positions", None))
+    points = addresses(inner.n_layers)
+    cache = capture_ragged(model, rows, points)
+    per_prompt = {a: cache.unpadded(a) for a in points}
     knobs = (max_n_logits, desired_logit_prob, zero_first_position)
-    return state_of(tokens, cache, ts, w, inner.to_string, *knobs)
+    return [
+        state_of(tokens, {a: per_prompt[a][i][None] for a in points}, ts, w, inner.to_string,
+                 *knobs)
+        for i, tokens in enumerate(rows)
+    ]  # fmt: skip
+
+
+def prepare(
+    model: Any,
+    prompt: str | Sequence[int],
+    transcoders: TranscoderSet | str | Path | Sequence[Any],
+    **knobs: Unpack[ForwardKnobs],
+) -> PromptState:
+    """The forward half of one prompt (`prepare_many`'s keywords): keep it to attribute again,
+    or for `head_flows` and `attention_shares`."""
+    return prepare_many(model, [prompt], transcoders, **knobs)[0]
 
 
 def state_of(
@@ -162,9 +202,9 @@ def attribute_state(
     )
 
 
-def attribute(
+def attribute_many(
     model: Any,
-    prompt: str | Sequence[int],
+    prompts: Sequence[str | Sequence[int]],
     transcoders: TranscoderSet | str | Path | Sequence[Any],
     *,
     max_feature_nodes: int | None = None,
@@ -174,31 +214,65 @@ def attribute(
     zero_first_position: bool = True,
     weights: ReplacementWeights | str | Path | None = None,
     device: torch.device | str | None = None,
-) -> Graph:
-    """The attribution graph of `prompt`'s next-token prediction through `transcoders`.
+) -> list[Graph]:
+    """The attribution graph of each prompt's next-token prediction through `transcoders`, in
+    order, from one batched forward on `model`'s backend (see the module docstring).
 
-    The forward runs on `model`'s backend through its capture API; the backward passes run on
-    the CPU through the frozen linear replacement (patterns and norm scales at this prompt's
-    values). `max_feature_nodes` caps feature nodes (most influential first); logit targets are
-    the fewest top tokens reaching `desired_logit_prob` (at most `max_n_logits`);
-    `zero_first_position` leaves position 0's features and error out of the graph as
-    circuit-tracer does (its MLP output then counts as bias); `weights` is the model's HF folder
-    where the backend keeps weights in other processes; `device` is where the backward passes
-    run (default: the CPU; e.g. "cuda" for large models)."""
-
+    The backward passes run on the CPU through the frozen linear replacement (patterns and norm
+    scales at each prompt's values). `max_feature_nodes` caps feature nodes (most influential
+    first); logit targets are the fewest top tokens reaching `desired_logit_prob` (at most
+    `max_n_logits`); `zero_first_position` leaves position 0's features and error out of the
+    graph as circuit-tracer does (its MLP output then counts as bias); `weights` is the model's
+    HF folder where the backend keeps weights in other processes; `device` is where the backward
+    passes run (default: the CPU; e.g. "cuda" for large models)."""
     check_knobs(max_feature_nodes, max_n_logits, desired_logit_prob, batch_size)
     ts = load_transcoders(transcoders)
-    st = prepare(
-        model, prompt, ts, max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
+    states = prepare_many(
+        model, prompts, ts, max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
         zero_first_position=zero_first_position, weights=weights,
     )  # fmt: skip
+    return [
+        graph_of(model, st, prompt, ts.scan, max_feature_nodes, batch_size, device)
+        for st, prompt in zip(states, prompts, strict=True)
+    ]
+
+
+def attribute(
+    model: Any,
+    prompt: str | Sequence[int],
+    transcoders: TranscoderSet | str | Path | Sequence[Any],
+    **knobs: Unpack[GraphKnobs],
+) -> Graph:
+    """The attribution graph of `prompt`'s next-token prediction through `transcoders`
+    (`attribute_many`'s keywords: `max_feature_nodes`, `max_n_logits`, `desired_logit_prob`,
+    `batch_size`, `zero_first_position`, `weights`, `device`)."""
+    return attribute_many(model, [prompt], transcoders, **knobs)[0]
+
+
+def graph_of(
+    model: Any, st: PromptState, prompt: str | Sequence[int], scan: str = "",
+    max_feature_nodes: int | None = None, batch_size: int = 256,
+    device: torch.device | str | None = None,
+) -> Graph:  # fmt: skip
+    """`attribute_state` of a prepared prompt, with the prompt's text and token strings."""
     inner = unwrap(model)
     strings = tuple(inner.to_string([t]) for t in st.tokens)
     text = prompt if isinstance(prompt, str) else inner.to_string(list(st.tokens))
     return attribute_state(
         st, max_feature_nodes=max_feature_nodes, batch_size=batch_size, prompt=text,
-        token_strings=strings, scan=ts.scan, device=device,
+        token_strings=strings, scan=scan, device=device,
     )  # fmt: skip
 
 
-__all__ = ["attribute", "attribute_state", "check_knobs", "prepare", "state_of"]
+__all__ = [
+    "ForwardKnobs",
+    "GraphKnobs",
+    "attribute",
+    "attribute_many",
+    "attribute_state",
+    "check_knobs",
+    "graph_of",
+    "prepare",
+    "prepare_many",
+    "state_of",
+]

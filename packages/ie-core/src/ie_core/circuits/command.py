@@ -88,29 +88,25 @@ def _write(
 def trace_command(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from ie_core import load_model
-    from ie_core.circuits.attribution import prepare
-    from ie_core.circuits.many import attribute_many
+    from ie_core.circuits.attribution import check_knobs, graph_of, prepare_many
     from ie_core.circuits.pruning import check_thresholds
     from ie_core.circuits.sources import load_transcoders
     from ie_core.runner import run
 
     check_thresholds(args.node_threshold, args.edge_threshold)
+    check_knobs(args.max_feature_nodes, args.max_logits, args.logit_prob, args.batch_size)
     transcoders = load_transcoders(args.transcoders)  # a bad folder fails before the load
     prune_options = {"node_threshold": args.node_threshold, "edge_threshold": args.edge_threshold}
     model = load_model(args.model, backend=args.backend)
     try:
-        graphs = attribute_many(
-            model, args.prompt, transcoders, max_feature_nodes=args.max_feature_nodes,
-            max_n_logits=args.max_logits, desired_logit_prob=args.logit_prob,
-            batch_size=args.batch_size, weights=args.weights, device=args.device,
+        states = prepare_many(
+            model, args.prompt, transcoders, max_n_logits=args.max_logits,
+            desired_logit_prob=args.logit_prob, weights=args.weights,
         )  # fmt: skip
-        # The head flows need the forward half's state, which attribute_many does not return.
-        states = [
-            prepare(
-                model, p, transcoders, max_n_logits=args.max_logits,
-                desired_logit_prob=args.logit_prob, weights=args.weights,
-            ) if args.heads else None
-            for p in args.prompt
+        graphs = [
+            graph_of(model, st, p, transcoders.scan, args.max_feature_nodes, args.batch_size,
+                     args.device)
+            for st, p in zip(states, args.prompt, strict=True)
         ]  # fmt: skip
     finally:
         run(model.shutdown())
@@ -121,5 +117,5 @@ def trace_command(argv: list[str]) -> int:
         if len(graphs) > 1:
             out, slug = args.out / f"graph_{i}.json", f"{slug}-{i}"
             raw = args.raw and args.raw / f"graph_{i}.pt"
-        _write(graph, out, slug, raw, prune_options, state, args.heads)
+        _write(graph, out, slug, raw, prune_options, state if args.heads else None, args.heads)
     return 0

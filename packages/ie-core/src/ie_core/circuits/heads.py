@@ -13,29 +13,17 @@ different layers do not add up to the edge.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.func import jvp, vmap
 
+from ie_core.circuits import replacement
 from ie_core.circuits.errors import AttributionInputError
 from ie_core.circuits.graph import Graph
 from ie_core.circuits.graph_json import node_json
 from ie_core.circuits.prompt_state import PromptState
-from ie_core.circuits.replacement import _norm, mlp_writes
-
-
-@dataclass(frozen=True)
-class Trunk:
-    """The replacement's forward with its per-layer intermediates: the attention norm's output
-    `[pos, d]`, each head's mixed values `[pos, n_heads, head_dim]`, the MLP inputs, the final
-    norm's output."""
-
-    attn_in: tuple[torch.Tensor, ...]
-    z: tuple[torch.Tensor, ...]
-    mlp_in: tuple[torch.Tensor, ...]
-    final: torch.Tensor
+from ie_core.circuits.replacement import Trunk, mlp_writes
 
 
 def trunk(
@@ -45,31 +33,11 @@ def trunk(
     z_add: Sequence[torch.Tensor] | None = None,
     stop: int | None = None,
 ) -> Trunk:
-    """`run_replacement` of `st` with its intermediates kept and `z_add[l]` added to layer l's
-    mixed values (zeros whose gradient is the target's gradient at z); `stop=L` ends at layer L's
-    attention norm (what the queries and keys of layer L read)."""
-    w, fr, src = st.weights, st.frozen, st.sources
-    resid = src.position_const + token_part
-    attn_in, zs, mlp_in = [], [], []
-    n_pos = resid.shape[0]
-    for layer, lw in enumerate(w.layers):
-        h = _norm(resid, lw.norm1, fr.scale_attn[layer] if st.freeze_norms else None)
-        attn_in.append(h)
-        if layer == stop:
-            break
-        v = h @ lw.W_V.T if lw.b_V is None else h @ lw.W_V.T + lw.b_V
-        v = v.view(n_pos, lw.n_kv_heads, lw.head_dim)
-        v = v.repeat_interleave(lw.n_heads // lw.n_kv_heads, dim=1)  # grouped-query heads
-        z = torch.einsum("hqk,khd->qhd", fr.patterns[layer], v)
-        if z_add is not None:
-            z = z + z_add[layer]
-        zs.append(z)
-        out = z.reshape(n_pos, -1) @ lw.W_O.T
-        resid = resid + (out if lw.b_O is None else out + lw.b_O)
-        mlp_in.append(_norm(resid, lw.norm2, fr.scale_mlp[layer] if st.freeze_norms else None))
-        resid = resid + writes[layer]
-    final = _norm(resid, w.final_norm, fr.scale_final if st.freeze_norms else None)
-    return Trunk(tuple(attn_in), tuple(zs), tuple(mlp_in), final)
+    """The replacement's `trunk` of one prompt's state."""
+    return replacement.trunk(
+        st.weights, st.frozen, st.sources, token_part, writes, freeze_norms=st.freeze_norms,
+        z_add=z_add, stop=stop,
+    )  # fmt: skip
 
 
 def prompt_inputs(st: PromptState) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,6 +116,7 @@ def _readouts(st: PromptState, out: Trunk, targets: Sequence[int]) -> torch.Tens
     """Each target's input (a feature's pre-activation less b_enc, a logit's demeaned value
     less the unembed bias) from the trunk's outputs: one scalar per target."""
     n_feat = st.active_features.shape[0]
+    assert out.final is not None  # a full walk (no `stop`)
     vals = []
     for t in targets:
         if t < n_feat:

@@ -11,11 +11,12 @@ inputs at `c = 0` are the nodes' biases.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from ie_core.circuits.weights import NormWeights, ReplacementWeights
+from ie_core.circuits.weights import LayerWeights, NormWeights, ReplacementWeights
 
 
 @dataclass(frozen=True)
@@ -72,18 +73,53 @@ def _norm(x: torch.Tensor, norm: NormWeights, scale: torch.Tensor | None) -> tor
     return out if norm.bias is None else out + norm.bias
 
 
-def _attention(
-    h: torch.Tensor, pattern: torch.Tensor, w: ReplacementWeights, layer: int
-) -> torch.Tensor:
-    lw = w.layers[layer]
-    v = h @ lw.W_V.T
-    if lw.b_V is not None:
-        v = v + lw.b_V
+def _mixed_values(h: torch.Tensor, pattern: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
+    """Each head's pattern-weighted values `[pos, n_heads, head_dim]` (before `W_O`)."""
+    v = h @ lw.W_V.T if lw.b_V is None else h @ lw.W_V.T + lw.b_V
     v = v.view(h.shape[0], lw.n_kv_heads, lw.head_dim)
     v = v.repeat_interleave(lw.n_heads // lw.n_kv_heads, dim=1)  # grouped-query heads
-    z = torch.einsum("hqk,khd->qhd", pattern, v).reshape(h.shape[0], -1)
-    out = z @ lw.W_O.T
-    return out if lw.b_O is None else out + lw.b_O
+    return torch.einsum("hqk,khd->qhd", pattern, v)
+
+
+@dataclass(frozen=True)
+class Trunk:
+    """The replacement's forward with its per-layer intermediates: the attention norm's output
+    `[pos, d]`, each head's mixed values `[pos, n_heads, head_dim]`, the MLP inputs, the final
+    norm's output (None where the walk stopped early)."""
+
+    attn_in: tuple[torch.Tensor, ...]
+    z: tuple[torch.Tensor, ...]
+    mlp_in: tuple[torch.Tensor, ...]
+    final: torch.Tensor | None
+
+
+def trunk(
+    w: ReplacementWeights, frozen: Frozen, src: Sources, token_part: torch.Tensor,
+    writes: torch.Tensor, *, freeze_norms: bool = True,
+    z_add: Sequence[torch.Tensor] | None = None, stop: int | None = None,
+) -> Trunk:  # fmt: skip
+    """The replacement's forward given what the token nodes put into the residual
+    (`token_part` `[pos, d]`) and what each MLP writes (`writes` `[n_layers, pos, d]`), keeping
+    the intermediates. `z_add[l]` is added to layer l's mixed values (zeros whose gradient is a
+    target's gradient at z); `stop=L` ends at layer L's attention norm (what its queries and
+    keys read); `freeze_norms=False` recomputes norm scales (not linear: a negative control)."""
+    resid = src.position_const + token_part
+    attn_in, zs, mlp_in = [], [], []
+    for layer, lw in enumerate(w.layers):
+        h = _norm(resid, lw.norm1, frozen.scale_attn[layer] if freeze_norms else None)
+        attn_in.append(h)
+        if layer == stop:
+            return Trunk(tuple(attn_in), tuple(zs), tuple(mlp_in), None)
+        z = _mixed_values(h, frozen.patterns[layer], lw)
+        if z_add is not None:
+            z = z + z_add[layer]
+        zs.append(z)
+        out = z.reshape(h.shape[0], -1) @ lw.W_O.T
+        resid = resid + (out if lw.b_O is None else out + lw.b_O)
+        mlp_in.append(_norm(resid, lw.norm2, frozen.scale_mlp[layer] if freeze_norms else None))
+        resid = resid + writes[layer]
+    final = _norm(resid, w.final_norm, frozen.scale_final if freeze_norms else None)
+    return Trunk(tuple(attn_in), tuple(zs), tuple(mlp_in), final)
 
 
 def mlp_writes(src: Sources, c_feat: torch.Tensor, c_err: torch.Tensor) -> torch.Tensor:
@@ -102,23 +138,14 @@ def run_replacement(
     *,
     freeze_norms: bool = True,
 ) -> ReplacementOutput:
-    """The replacement's forward given what the token nodes put into the residual
-    (`token_part` `[pos, d]`, `c_tok * token_vectors`) and what each MLP writes (`writes`
-    `[n_layers, pos, d]`, `mlp_writes`). `freeze_norms=False` recomputes norm scales from its
-    own residual, which is not linear: the negative control of the tests."""
-    resid = src.position_const + token_part
-    mlp_in = []
-    for layer, lw in enumerate(w.layers):
-        s1 = frozen.scale_attn[layer] if freeze_norms else None
-        resid = resid + _attention(_norm(resid, lw.norm1, s1), frozen.patterns[layer], w, layer)
-        s2 = frozen.scale_mlp[layer] if freeze_norms else None
-        mlp_in.append(_norm(resid, lw.norm2, s2))
-        resid = resid + writes[layer]
-    final = _norm(resid, w.final_norm, frozen.scale_final if freeze_norms else None)
-    logits = final @ w.W_U.T
+    """`trunk`'s forward through the unembed (`token_part` `c_tok * token_vectors`, `writes`
+    from `mlp_writes`)."""
+    out = trunk(w, frozen, src, token_part, writes, freeze_norms=freeze_norms)
+    assert out.final is not None
+    logits = out.final @ w.W_U.T
     if w.b_U is not None:
         logits = logits + w.b_U
-    return ReplacementOutput(torch.stack(mlp_in), final, logits, tuple(mlp_in))
+    return ReplacementOutput(torch.stack(out.mlp_in), out.final, logits, out.mlp_in)
 
 
 def run_at(
@@ -142,8 +169,10 @@ __all__ = [
     "Frozen",
     "ReplacementOutput",
     "Sources",
+    "Trunk",
     "mlp_writes",
     "norm_scale",
     "run_at",
     "run_replacement",
+    "trunk",
 ]

@@ -316,6 +316,11 @@ class VLLMModel(ModelFront, DescribedModel):
     async def warmup(self) -> None:
         await self.generate([self.tokenizer.bos_token_id or 0], SamplingParams(max_new_tokens=2))
 
+    def stop_reason(self) -> Exception | None:
+        """Why this model's engine can run nothing more (shut down, or its core died), else
+        None: a server asks before calling a disconnected request the client's doing."""
+        return self.engine.stop_reason()
+
     async def shutdown(self) -> None:
         """Fail requests in flight with `EngineShutdownError`, then stop the engine's processes."""
         close = self.engine.close()

@@ -267,9 +267,8 @@ class Engine:
         """vLLM marks a dead engine core but leaves pending RPCs waiting; wake them ourselves."""
         while self._stopped is None:
             await asyncio.sleep(LIVENESS_POLL_S)
-            with contextlib.suppress(Exception):
-                if self.llm.errored:
-                    self._fail(_dead())
+            if (why := self.stop_reason()) is not None:
+                self._fail(why)
 
     async def close(self, timeout: float = SHUTDOWN_TIMEOUT_S) -> list[int]:
         """Fail requests in flight with `EngineShutdownError`, stop vLLM, reap its processes.

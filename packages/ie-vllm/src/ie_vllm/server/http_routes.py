@@ -169,11 +169,6 @@ def _canonical(addresses: Sequence[Any]) -> list[str]:
 DISCONNECT_GRACE_S = 1.0
 
 
-def _engine_stopped(request: Request) -> Exception | None:
-    stop_reason = getattr(getattr(_model(request), "engine", None), "stop_reason", None)
-    return stop_reason() if stop_reason is not None else None
-
-
 async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
     """`work`'s result, or its cancellation (an abort in the engine) once the client has gone."""
     task = asyncio.ensure_future(work)
@@ -190,7 +185,7 @@ async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
             if not (task.done() and not task.cancelled() and task.exception() is not None):
                 # A server stopping because its engine died disconnects its requests too: they
                 # get the engine's error, however slowly the work itself would have failed.
-                stopped = _engine_stopped(request)
+                stopped = _model(request).stop_reason()
                 if stopped is not None:
                     raise stopped
                 raise BadRequest("the client went away; its request was aborted", 499)

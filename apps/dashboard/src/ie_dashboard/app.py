@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from importlib.resources import files
 from typing import Any
 
@@ -441,32 +442,36 @@ def _refuse_if_read_only(database: Database) -> None:
         )  # fmt: skip
 
 
-def _ingest_api(app: FastAPI, database: Database) -> None:
-    @app.post(
-        "/api/benchmarks",
-        status_code=201,
-        responses=_INGEST_ERRORS,  # type: ignore[arg-type]
-        openapi_extra=_ingest_doc(BenchmarkCell),
-    )
-    async def post_benchmark(request: Request) -> JSONResponse:
-        _refuse_if_read_only(database)
-        _authorize(request)
-        cell = await _parse(request, BenchmarkCell, "benchmark cell")
-        row_id, created = await run_in_threadpool(_store, database, upsert_cell, cell)
-        return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)
+def _ingest_route(schema: type[BaseModel]) -> dict[str, Any]:
+    """The `app.post` options of a route whose body is one `schema` record."""
+    return {"status_code": 201, "responses": _INGEST_ERRORS, "openapi_extra": _ingest_doc(schema)}
 
-    @app.post(
-        "/api/validator",
-        status_code=201,
-        responses=_INGEST_ERRORS,  # type: ignore[arg-type]
-        openapi_extra=_ingest_doc(ValidatorResult),
-    )
+
+async def _ingest(
+    request: Request,
+    database: Database,
+    read: Callable[[Request], Awaitable[Any]],
+    upsert: Callable[..., tuple[int, bool]],
+) -> JSONResponse:
+    """What every ingest route does, in this order: read-only and token checks before the body is
+    read, then one stored row: 201 when it is new, 200 when it replaced one with the same key."""
+    _refuse_if_read_only(database)
+    _authorize(request)
+    item = await read(request)
+    row_id, created = await run_in_threadpool(_store, database, upsert, item)
+    return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)
+
+
+def _ingest_api(app: FastAPI, database: Database) -> None:
+    @app.post("/api/benchmarks", **_ingest_route(BenchmarkCell))
+    async def post_benchmark(request: Request) -> JSONResponse:
+        read = partial(_parse, schema=BenchmarkCell, what="benchmark cell")
+        return await _ingest(request, database, read, upsert_cell)
+
+    @app.post("/api/validator", **_ingest_route(ValidatorResult))
     async def post_validator(request: Request) -> JSONResponse:
-        _refuse_if_read_only(database)
-        _authorize(request)
-        result = await _parse(request, ValidatorResult, "validator result")
-        row_id, created = await run_in_threadpool(_store, database, upsert_validator, result)
-        return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)
+        read = partial(_parse, schema=ValidatorResult, what="validator result")
+        return await _ingest(request, database, read, upsert_validator)
 
     @app.post(
         "/api/graphs",
@@ -479,10 +484,6 @@ def _ingest_api(app: FastAPI, database: Database) -> None:
         openapi_extra=_graph_doc(),
     )
     async def post_graph(request: Request) -> JSONResponse:
-        _refuse_if_read_only(database)
-        _authorize(request)
-        data = await _parse_graph(request)
-        row_id, created = await run_in_threadpool(_store, database, upsert_graph, data)
-        return JSONResponse({"id": row_id, "created": created}, status_code=201 if created else 200)
+        return await _ingest(request, database, _parse_graph, upsert_graph)
 
     app.openapi = _openapi_with_bodies(app)  # type: ignore[method-assign]

@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ie_core.tooling.records import BenchmarkCell, ValidatorResult
-from sqlmodel import Session, delete, select
+from sqlmodel import Session, SQLModel, delete, select
 
 from ie_dashboard.graphs import check_graph
 from ie_dashboard.keys import cell_key, graph_key, record_key, run_key
@@ -28,6 +28,8 @@ from ie_dashboard.tables import (
     WorkloadRecordRow,
     WorkloadRow,
 )
+
+R = TypeVar("R", bound=SQLModel)
 
 
 def iso(value: datetime) -> str:
@@ -43,6 +45,13 @@ def _now() -> str:
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
+
+
+def _stored(session: Session, table: type[R], column: Any, key: str, lock: str) -> R | None:
+    """The row stored under `key`, looked up only once this writer holds `lock` (so a concurrent
+    ingest of the same key waits here rather than inserting it twice)."""
+    claim(session, lock)
+    return session.exec(select(table).where(column == key)).first()
 
 
 def environment_summary(cell: BenchmarkCell) -> tuple[str, str]:
@@ -65,8 +74,7 @@ def upsert_cell(session: Session, cell: BenchmarkCell, source: str) -> tuple[int
     """Store `cell`; returns (row id, created)."""
     started = iso(cell.started_at)
     key = cell_key(cell.model.model_id, cell.variant.key, cell.profile.name, started)
-    claim(session, f"cell {key}")
-    row = session.exec(select(BenchmarkCellRow).where(BenchmarkCellRow.cell_key == key)).first()
+    row = _stored(session, BenchmarkCellRow, BenchmarkCellRow.cell_key, key, f"cell {key}")
     created = row is None
     if row is None:
         row = BenchmarkCellRow(
@@ -109,8 +117,7 @@ def upsert_cell(session: Session, cell: BenchmarkCell, source: str) -> tuple[int
 def upsert_validator(session: Session, result: ValidatorResult, source: str) -> tuple[int, bool]:
     """Store `result`; returns (row id, created)."""
     key = run_key(result.hf_id, result.engine, iso(result.captured_at))
-    claim(session, f"run {key}")
-    row = session.exec(select(ValidatorRunRow).where(ValidatorRunRow.run_key == key)).first()
+    row = _stored(session, ValidatorRunRow, ValidatorRunRow.run_key, key, f"run {key}")
     created = row is None
     if row is None:
         row = ValidatorRunRow(
@@ -163,8 +170,7 @@ def upsert_graph(session: Session, data: Any, source: str) -> tuple[int, bool]:
     doc = check_graph(data)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     key = graph_key(doc.slug, hashlib.sha256(canonical.encode()).hexdigest())
-    claim(session, f"graph {key}")
-    row = session.exec(select(GraphRow).where(GraphRow.graph_key == key)).first()
+    row = _stored(session, GraphRow, GraphRow.graph_key, key, f"graph {key}")
     created = row is None
     if row is None:
         row = GraphRow(graph_key=key, slug=doc.slug, n_nodes=0, n_links=0, raw_json="{}")

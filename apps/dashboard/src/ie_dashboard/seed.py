@@ -65,6 +65,13 @@ def _objects(path: Path) -> list[Any]:
     return data if isinstance(data, list) else [data]
 
 
+def _unreadable(where: str, exc: OSError | BodyError) -> str:
+    """The report's line for a result file that cannot be read or is not strict JSON."""
+    if isinstance(exc, BodyError):
+        return f"{where}: not strict JSON ({exc.message})"
+    return f"{where}: not readable ({exc})"
+
+
 def _looks_like(obj: Any, mark: tuple[str, ...]) -> bool:
     return isinstance(obj, dict) and all(k in obj for k in mark)
 
@@ -89,11 +96,8 @@ def _ingest_dir(
         rel = path.relative_to(root).as_posix()
         try:
             objects = _objects(path)
-        except OSError as exc:
-            report.errors.append(f"{rel}: not readable ({exc})")
-            continue
-        except BodyError as exc:
-            report.errors.append(f"{rel}: not strict JSON ({exc.message})")
+        except (OSError, BodyError) as exc:
+            report.errors.append(_unreadable(rel, exc))
             continue
         for i, obj in enumerate(objects):
             where = rel if len(objects) == 1 else f"{rel}[{i}]"
@@ -150,11 +154,8 @@ def _ingest_records(db: Database, root: Path, report: SeedReport) -> int:
         try:
             raw = path.read_bytes()
             sections = read_record(spec, parse_json(raw))
-        except OSError as exc:
-            report.errors.append(f"{spec.path}: not readable ({exc})")
-            continue
-        except BodyError as exc:
-            report.errors.append(f"{spec.path}: not strict JSON ({exc.message})")
+        except (OSError, BodyError) as exc:
+            report.errors.append(_unreadable(spec.path, exc))
             continue
         except RecordError as exc:
             report.errors.append(f"{spec.path}: {exc}")

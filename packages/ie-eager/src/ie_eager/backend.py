@@ -10,24 +10,13 @@ from typing import Any, cast
 import torch
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import Capabilities
-from ie_core.errors import (
-    ModelClosedError,
-    PointUnavailableError,
-    UnsupportedOperationError,
-)
+from ie_core.errors import ModelClosedError, PointUnavailableError, UnsupportedOperationError
 from ie_core.front import ModelFront
 from ie_core.grammar import AddressLike, Family, family_for_architecture
 from ie_core.models import resolve_model_path
 from ie_core.plan import CAPTURE, GENERATE, Outcome, Plan
 from ie_core.prompts import position_limit, tokenizer_ids
-from ie_core.protocol import (
-    Generation,
-    Prompt,
-    SamplingParams,
-    SteeringArg,
-    StreamChunk,
-    TopK,
-)
+from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk, TopK
 from ie_core.steer_scope import pin_prompt
 from ie_core.text_stream import TextStream
 from torch import nn

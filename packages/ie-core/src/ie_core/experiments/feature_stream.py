@@ -8,13 +8,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ie_core.active_steering import with_active
-from ie_core.errors import UnsupportedOperationError
 from ie_core.experiments.features import Features, check_dictionary
 from ie_core.experiments.saes import SAE
+from ie_core.experiments.streamed import open_stream
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
 from ie_core.runner import iterate
-from ie_core.sync import unwrap
 
 __all__ = ["FeatureStep", "stream_features"]
 
@@ -38,16 +36,14 @@ def stream_features(
     **sampling: Any,
 ) -> Iterator[FeatureStep]:
     """Generate, yielding each token with the top-k features of its new rows per dictionary."""
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
-    model, steering = unwrap(model), with_active(model, steering)
-    stream = getattr(model, "dictionary_generation_stream", None)
-    if stream is None:
-        raise UnsupportedOperationError(
-            f"{type(model).__name__} has no streamed dictionary read-out (it reduces in the vLLM "
-            "workers); use backend 'vllm' or 'vllm-static', or generate then feature_activations "
-            "on prompt + generated ids"
-        )
+    model, steering, stream = open_stream(
+        model,
+        steering,
+        k,
+        "dictionary_generation_stream",
+        "streamed dictionary read-out (it reduces in the vLLM workers); use backend 'vllm' or "
+        "'vllm-static', or generate then feature_activations on prompt + generated ids",
+    )
     for sae in saes.values():
         check_dictionary(model, sae)
     params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)

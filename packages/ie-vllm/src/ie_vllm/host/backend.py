@@ -17,24 +17,14 @@ import torch
 from ie_core.admission import check_row_steering
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import PointCapability
-from ie_core.errors import (
-    BadPromptError,
-    GradientUnavailableError,
-)
+from ie_core.errors import BadPromptError, GradientUnavailableError
 from ie_core.front import ModelFront
 from ie_core.grammar import POINTS, AddressLike, to_address
 from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.models import resolve_model_path
 from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Outcome, Plan
 from ie_core.prompts import tokenizer_ids
-from ie_core.protocol import (
-    Generation,
-    Prompt,
-    SamplingParams,
-    SteeringArg,
-    StreamChunk,
-    TopK,
-)
+from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk, TopK
 from ie_core.runner import run
 
 from ie_vllm.host import capability, features, lens_decode, lens_stream

@@ -8,6 +8,8 @@ example: transcoders for SmolLM2").
    circuit-tracer's layout (`layer_<L>.safetensors` + config.yaml) to OUT/transcoders;
 3. `ie_core.circuits.attribute` on the prompt: OUT/graph.json (the viewers' JSON), the answer, the
    error nodes' share of its influence and its most influential features;
+   then one intervention that tests it (`ie_core.circuits.intervene`): every feature the graph
+   found at " France" set to minus its activation, over all layers and per third of them;
 4. the dashboard's graph page in headless Chromium -> docs/img/graph_smollm2.png, the numbers ->
    docs/notes/transcoders_smollm2.json.
 
@@ -29,9 +31,11 @@ from typing import Any
 import torch
 from ie_core import load_model
 from ie_core.circuits import (
+    FeatureIntervention,
     Graph,
     TranscoderSet,
     attribute,
+    intervene,
     load_transcoders,
     prune,
     write_graph_json,
@@ -196,6 +200,32 @@ def describe(graph: Graph, top: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def clamp_answer(
+    model: Any, transcoders: TranscoderSet, graph: Graph, token: str, factor: float
+) -> dict[str, Any]:
+    """Test the graph with one intervention: every feature it found at `token`'s position set to
+    `factor` times its activation there (in the live forward, `ie_core.circuits.intervene`),
+    then the same for each third of the layers alone, to see where the answer is carried."""
+    pos = graph.token_strings.index(token)
+    at = [graph.node(i) for i in range(graph.n_features) if graph.node(i).pos == pos]
+    answer = graph.logit_targets[0].token_id
+
+    def run(nodes: list[Any]) -> dict[str, Any]:
+        ivs = [FeatureIntervention.at_node(n, factor * (n.activation or 0.0)) for n in nodes]
+        r = intervene(model, graph.prompt, transcoders, ivs)
+        top = [{"token": t.token, "p": round(t.probability, 4)} for t in r.top_after[:3]]
+        return {"features": len(ivs), "moved": r.moved, "top_after": top,
+                "answer_p_change": round(r.probability_change(answer), 4)}  # fmt: skip
+
+    thirds = [
+        (lo, lo + graph.n_layers // 3) for lo in range(0, graph.n_layers, graph.n_layers // 3)
+    ]
+    by_layers = {f"layers {lo}-{hi - 1}": run([n for n in at if lo <= n.layer < hi])
+                 for lo, hi in thirds}  # fmt: skip
+    return {"token": token, "position": pos, "factor": factor, "all_layers": run(at),
+            "by_layers": by_layers}  # fmt: skip
+
+
 def screenshot(graph_file: Path, png: Path) -> None:
     """The dashboard's graph page in headless Chromium (as `ie dashboard screenshots` takes its
     pages), from the title to the drawing's bottom, saved as a palette PNG."""
@@ -244,6 +274,8 @@ def main() -> dict[str, Any]:
     ap.add_argument("--steps", type=int, default=240, help="Adam steps of 512 rows per layer")
     ap.add_argument("--l1", type=float, default=2e-2, help="sparsity penalty")
     ap.add_argument("--prompt", default=PROMPT)
+    ap.add_argument("--clamp-token", default=" France", help="the position whose features flip")
+    ap.add_argument("--clamp-factor", type=float, default=-1.0, help="value / own activation")
     # circuit-tracer's 0.8 / 0.98 keep 1,784 nodes and 668k edges here: over the dashboard's
     # 50k-edge limit, and unreadable drawn.
     ap.add_argument("--node-threshold", type=float, default=0.5)
@@ -275,6 +307,10 @@ def main() -> dict[str, Any]:
     for f in traced["top_features"]:
         print(f"  layer {f['layer']:2d} position {f['position']} ({f['token']!r}) feature "
               f"{f['feature']:4d}: activation {f['activation']:.3f}, influence {f['influence']:.4f}")  # fmt: skip
+    clamped = clamp_answer(model, transcoders, graph, args.clamp_token, args.clamp_factor)
+    every = clamped["all_layers"]
+    print(f"features at {args.clamp_token!r} set to {args.clamp_factor:g} x their activation: "
+          f"top {every['top_after']}, answer p {every['answer_p_change']:+.3f}")  # fmt: skip
     start = time.perf_counter()
     screenshot(graph_file, args.picture)
     timings["screenshot"] = round(time.perf_counter() - start, 1)
@@ -289,16 +325,11 @@ def main() -> dict[str, Any]:
         "l0_range": [min(l0s), max(l0s)], "layers": layers, "prompt": args.prompt,
         "graph": traced, "graph_json": {"nodes_kept": int(kept.node_mask.sum()),
                                         "edges_kept": int(kept.edge_mask.sum()), **thresholds},
-        "timings_s": timings, "machine": {**load, "load_average_at_end": os.getloadavg()},
+        "clamp": clamped, "timings_s": timings, "machine": {**load, "load_average_at_end": os.getloadavg()},
     }  # fmt: skip
     args.summary.write_text(json.dumps(summary, indent=1) + "\n")
     print(f"train {timings['train']:.0f} s; wrote {args.summary} and {args.picture}")
 
-    # -----------------------------------------------------------------------------------------
-    # TO BE WRITTEN (issue #45): one clamp that moves the answer, with the feature-clamp API
-    # being written now. At hand: `model` (loaded, eager), `transcoders` (the TranscoderSet),
-    # `graph` (its Graph) and `traced["top_features"]` (layer, position, feature, activation).
-    # -----------------------------------------------------------------------------------------
     return {"model": model, "transcoders": transcoders, "graph": graph, "summary": summary}
 
 

@@ -165,8 +165,23 @@ def _canonical(addresses: Sequence[Any]) -> list[str]:
 
 
 # After a disconnect, how long the work may take to fail on its own: a server stopping because its
-# engine died disconnects its requests, and the engine's error names the cause, a 499 would not.
-DISCONNECT_GRACE_S = 1.0
+# engine died disconnects its requests, and the engine's error names the cause, a 499 would not
+# (on a loaded 2-core machine a dead replica took over 1 s to show).
+DISCONNECT_GRACE_S = 5.0
+
+
+async def _stop_reason_within_grace(
+    request: Request, task: asyncio.Future[Any]
+) -> Exception | None:
+    """After a disconnect: why the engine stopped, if it does before the work ends or the
+    grace runs out (checked every 0.1 s, so a gone client's work is not held longer than that)."""
+    model, loop = _model(request), asyncio.get_running_loop()
+    deadline = loop.time() + DISCONNECT_GRACE_S
+    while not task.done() and loop.time() < deadline:
+        if (stopped := model.stop_reason()) is not None:
+            return stopped
+        await asyncio.wait({task}, timeout=0.1)
+    return model.stop_reason()
 
 
 async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
@@ -181,11 +196,10 @@ async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
     try:
         await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():  # disconnected first
-            await asyncio.wait({task}, timeout=DISCONNECT_GRACE_S)
+            stopped = await _stop_reason_within_grace(request, task)
             if not (task.done() and not task.cancelled() and task.exception() is not None):
                 # A server stopping because its engine died disconnects its requests too: they
                 # get the engine's error, however slowly the work itself would have failed.
-                stopped = _model(request).stop_reason()
                 if stopped is not None:
                     raise stopped
                 raise BadRequest("the client went away; its request was aborted", 499)

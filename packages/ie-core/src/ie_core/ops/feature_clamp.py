@@ -40,6 +40,15 @@ def delta_bound(
     return (abs(value) + abs(bias) + ROW_NORM_MAX * enc_norm) * dec_peak
 
 
+def feature_activation(
+    h64: Tensor, encoder: tuple[float, ...], bias: float, threshold: float
+) -> Tensor:
+    """A ReLU / JumpReLU feature's activation per float64 row: relu(p) * (p > threshold),
+    p = h . encoder + bias (shared by the clamps that write it)."""
+    p = h64 @ h64.new_tensor(encoder) + bias
+    return p.relu() * (p > threshold)
+
+
 @dataclass(frozen=True)
 class FeatureClamp(Op):
     """delta = (value - a(h)) * decoder, a(h) = relu(p) * (p > threshold), p = h . encoder + bias.
@@ -92,8 +101,7 @@ class FeatureClamp(Op):
         """Computed in float64: `h . encoder` of a huge row by a large encoder can pass float32's
         max even where the delta the range check above admits does not."""
         h64 = h.double()
-        p = h64 @ h64.new_tensor(self.encoder) + self.bias
-        act = p.relu() * (p > self.threshold)
+        act = feature_activation(h64, self.encoder, self.bias, self.threshold)
         return ((self.value - act).unsqueeze(-1) * h64.new_tensor(self.decoder)).float()
 
     def static_refusal(self) -> str | None:
@@ -116,4 +124,4 @@ class FeatureClamp(Op):
         )
 
 
-__all__ = ["ROW_NORM_MAX", "FeatureClamp", "delta_bound"]
+__all__ = ["ROW_NORM_MAX", "FeatureClamp", "delta_bound", "feature_activation"]

@@ -19,7 +19,7 @@ from ie_core.errors import SteeringSpecError
 from ie_core.grammar import to_address
 from ie_core.ops.base import Op
 from ie_core.ops.conditional import check_earlier_read
-from ie_core.ops.feature_clamp import ROW_NORM_MAX, delta_bound
+from ie_core.ops.feature_clamp import ROW_NORM_MAX, delta_bound, feature_activation
 from ie_core.ops.values import FLOAT32_MAX, as_row, integer, real_number
 
 if TYPE_CHECKING:
@@ -113,9 +113,7 @@ class TranscoderClamp(Op):
     def judge(self, rows: Tensor) -> Tensor:
         """The feature's activation per row of the read point, in float64 so that every backend
         handed the same fp32 rows clamps by the same amount."""
-        r64 = rows.double()
-        p = r64 @ r64.new_tensor(self.encoder) + self.bias
-        return p.relu() * (p > self.threshold)
+        return feature_activation(rows.double(), self.encoder, self.bias, self.threshold)
 
     def judged(self, held: Tensor) -> Op:
         return Clamped(self.decoder, self.value, held, self.positions)

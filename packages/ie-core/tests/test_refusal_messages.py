@@ -20,6 +20,7 @@ from ie_core.experiments import ragged, sae_math
 from ie_core.experiments.ragged import PaddedCache
 from ie_core.ops import Additive, FeatureClamp, Hook, Patch, Scale
 from ie_core.ops import apply as steer_math
+from ie_core.ops.transcoder_clamp import Clamped, TranscoderClamp
 from ie_core.ops.values import as_row, as_vector, integer, real_number
 
 
@@ -197,6 +198,38 @@ CASES: dict[str, tuple[Callable[[], Any], type[Exception], str]] = {
         lambda: Patch([[1.0]], positions=(0,)).rows(None, torch.zeros(1, 1)),
         RuntimeError,
         "a Patch at given positions needs the rows' positions",
+    ),
+    # Patch and TranscoderClamp read their positions through ops.values.absolute_positions.
+    "patch_positions_empty": (
+        lambda: Patch([1.0], positions=()),
+        SteeringSpecError,
+        "patch positions are empty; give positions, or None to patch every position",
+    ),
+    "patch_positions_repeat": (
+        lambda: Patch([1.0], positions=(2, 2)),
+        SteeringSpecError,
+        "patch positions [2, 2] repeat a position",
+    ),
+    "clamp_positions_empty": (
+        lambda: TranscoderClamp([1.0], [1.0], read="mlp_in.0", positions=[]),
+        SteeringSpecError,
+        "clamp positions are empty; give positions, or None for all",
+    ),
+    "clamp_positions_repeat": (
+        lambda: TranscoderClamp([1.0], [1.0], read="mlp_in.0", positions=(3, 1, 3)),
+        SteeringSpecError,
+        "clamp positions [3, 1, 3] repeat a position or are negative; give each absolute "
+        "position once",
+    ),
+    "clamp_position_negative": (
+        lambda: TranscoderClamp([1.0], [1.0], read="mlp_in.0", positions=-1),
+        SteeringSpecError,
+        "clamp position must be >= 0, got -1",
+    ),
+    "clamp_without_positions": (
+        lambda: Clamped((1.0,), 0.0, torch.zeros(1, 1), (0,)).apply(torch.zeros(1, 1, 1), None),
+        RuntimeError,
+        "a clamp at given positions needs the rows' positions",
     ),
     "replacing_op_delta": (
         lambda: Scale(2.0).delta(torch.zeros(1, 1)),

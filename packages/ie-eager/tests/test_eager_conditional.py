@@ -7,6 +7,8 @@ unconditional op. Bad input is refused before any forward."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -24,6 +26,8 @@ from ie_eager.backend import EagerModel
 LAYER = 1
 READ = f"resid_post.{LAYER + 1}"
 TOL = 1e-5
+EARLY = f"resid_post.{LAYER - 1}"  # a condition judged here ...
+LATE = f"mlp_out.{LAYER + 1}"  # ... written here, in the same forward
 
 
 @pytest.fixture(scope="module")
@@ -35,31 +39,59 @@ def _vec(width: int, seed: int) -> torch.Tensor:
     return torch.randn(width, generator=torch.Generator().manual_seed(seed))
 
 
-def _hand_forward(model: EagerModel, ids: list[int], probe: torch.Tensor, bias: float,
-                  threshold: float, vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(the next block's output, the rows the condition held on) from a plain HF forward."""
+@contextmanager
+def _hand_hooks(model: EagerModel, probe: torch.Tensor, threshold: float, vector: torch.Tensor,
+                far: bool = False, bias: float = 0.0) -> Iterator[list[torch.Tensor]]:  # fmt: skip
+    """The condition written as forward hooks on the plain HF model: score = h . probe + bias in
+    float64 judged on block LAYER's output, the vector added to that output where it passes the
+    threshold; `far`: judged on block LAYER - 1's output (EARLY), added to block LAYER + 1's MLP
+    output (LATE). Yields each forward's judged rows."""
     hf: Any = model.hf_model
+    layers = hf.model.layers
+    judged, written = (layers[LAYER - 1], layers[LAYER + 1].mlp) if far else (layers[LAYER],) * 2
     held: list[torch.Tensor] = []
-    out: list[torch.Tensor] = []
+
+    def judge(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
+        held.append(output.double() @ probe.double() + bias > threshold)
 
     def steer(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        score = output.double() @ probe.double() + bias
-        hit = score > threshold
-        held.append(hit[0])
-        return torch.where(hit.unsqueeze(-1), output + vector, output)
+        return torch.where(held[-1].unsqueeze(-1), output + vector, output)
 
-    def keep(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
-        out.append(output[0])
-
-    handles = [hf.model.layers[LAYER].register_forward_hook(steer),
-               hf.model.layers[LAYER + 1].register_forward_hook(keep)]  # fmt: skip
+    # In this order, so that one module judges its own rows before they are steered.
+    handles = [judged.register_forward_hook(judge), written.register_forward_hook(steer)]
     try:
-        with torch.no_grad():
-            hf(input_ids=torch.tensor([ids]), use_cache=False)
+        yield held
     finally:
         for h in handles:
             h.remove()
-    return out[0], held[0]
+
+
+def _hand_forward(model: EagerModel, ids: list[int], probe: torch.Tensor, threshold: float,
+                  vector: torch.Tensor, far: bool = False,
+                  bias: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(block LAYER + 1's output, the rows the condition held on) from a plain HF forward."""
+    hf: Any = model.hf_model
+    out: list[torch.Tensor] = []
+    keep = hf.model.layers[LAYER + 1].register_forward_hook(lambda m, a, o: out.append(o[0]))
+    try:
+        with _hand_hooks(model, probe, threshold, vector, far, bias) as held, torch.no_grad():
+            hf(input_ids=torch.tensor([ids]), use_cache=False)
+    finally:
+        keep.remove()
+    return out[0], held[0][0]
+
+
+def _hand_greedy(model: EagerModel, ids: list[int], probe: torch.Tensor, threshold: float,
+                 vector: torch.Tensor, far: bool = False, steps: int = 5) -> list[int]:  # fmt: skip
+    """Greedy tokens by repeated full forwards (no KV cache) with the hand hooks."""
+    hf: Any = model.hf_model
+    seq = list(ids)
+    with _hand_hooks(model, probe, threshold, vector, far):
+        for _ in range(steps):
+            with torch.no_grad():
+                logits = hf(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1]
+            seq.append(int(logits.argmax()))
+    return seq[len(ids) :]
 
 
 def _capture(model: EagerModel, ids: list[int], steering: Any = None) -> torch.Tensor:
@@ -70,12 +102,16 @@ def _scaled(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max()) / max(1.0, float(b.abs().max()))
 
 
-def _setup(model: EagerModel) -> tuple[list[int], torch.Tensor, torch.Tensor, float]:
-    """Prompt ids, a probe, a vector and a threshold midway between two middle scores (so no row
-    sits at the threshold and about half the rows pass)."""
+def _setup(
+    model: EagerModel, far: bool = False
+) -> tuple[list[int], torch.Tensor, torch.Tensor, float]:
+    """Prompt ids, a probe, a vector and a threshold midway between two middle scores of the
+    judged rows (block LAYER's, or EARLY's when `far`), so no row sits at the threshold and about
+    half the rows pass."""
     ids = model.to_tokens(PROMPT)
-    probe, vector = _vec(model.d_model, 1), _vec(model.d_model, 2) * 4
-    rows = run(model.capture([ids], [f"resid_post.{LAYER}"]))[f"resid_post.{LAYER}"][0]
+    judged, seeds = (EARLY, (6, 7)) if far else (f"resid_post.{LAYER}", (1, 2))
+    probe, vector = _vec(model.d_model, seeds[0]), _vec(model.d_model, seeds[1]) * 4
+    rows = run(model.capture([ids], [judged]))[judged][0]
     scores = (rows.double() @ probe.double()).sort().values
     mid = len(scores) // 2
     return ids, probe, vector, float(scores[mid - 1] + scores[mid]) / 2
@@ -86,7 +122,7 @@ def test_conditional_steering_equals_its_definition_row_by_row(model: EagerModel
     bias = 0.25
     op = Conditional(Additive(vector, 1.0), probe, bias, threshold + bias)
     got = _capture(model, ids, steer_at(f"resid_post.{LAYER}", op))
-    want, held = _hand_forward(model, ids, probe, bias, threshold + bias, vector)
+    want, held = _hand_forward(model, ids, probe, threshold + bias, vector, bias=bias)
     assert 0 < int(held.sum()) < len(ids)  # some rows steered, some not
     assert _scaled(got, want) <= TOL
     plain = _capture(model, ids)
@@ -119,22 +155,7 @@ def test_conditional_generation_equals_full_forwards_with_the_hand_hook(model: E
     op = Conditional(Additive(vector, 1.0), probe, 0.0, threshold)
     params = SamplingParams(max_new_tokens=5, stop_at_eos=False)
     got = run(model.generate(ids, params, steering=steer_at(f"resid_post.{LAYER}", op))).token_ids
-    hf: Any = model.hf_model
-    seq = list(ids)
-
-    def steer(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        hit = (output.double() @ probe.double()) > threshold
-        return torch.where(hit.unsqueeze(-1), output + vector, output)
-
-    handle = hf.model.layers[LAYER].register_forward_hook(steer)
-    try:
-        for _ in range(5):
-            with torch.no_grad():
-                logits = hf(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1]
-            seq.append(int(logits.argmax()))
-    finally:
-        handle.remove()
-    assert list(got) == seq[len(ids) :]
+    assert list(got) == _hand_greedy(model, ids, probe, threshold, vector)
 
 
 def test_feature_condition_equals_the_dictionary_encode(model: EagerModel) -> None:
@@ -156,7 +177,9 @@ def test_feature_condition_equals_the_dictionary_encode(model: EagerModel) -> No
     assert op.holds(rows).tolist() == (acts[:, f] > t).tolist()
     assert 0 < int((acts[:, f] > t).sum()) < len(ids)
     got = _capture(model, ids, steer_at(at, op))
-    want, held = _hand_forward(model, ids, torch.tensor(op.probe), op.bias, op.threshold, vector)
+    want, held = _hand_forward(
+        model, ids, torch.tensor(op.probe), op.threshold, vector, bias=op.bias
+    )
     assert held.tolist() == (acts[:, f] > t).tolist()
     assert _scaled(got, want) <= TOL
     with pytest.raises(DictionaryShapeError, match="outside"):
@@ -192,54 +215,12 @@ def test_bad_conditions_are_refused_before_any_forward(model: EagerModel) -> Non
 
 # -- a condition read at an earlier point than the one written --
 
-EARLY = f"resid_post.{LAYER - 1}"  # judged here ...
-LATE = f"mlp_out.{LAYER + 1}"  # ... written here, in the same forward
-
-
-def _hand_far(model: EagerModel, ids: list[int], probe: torch.Tensor, threshold: float,
-              vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(block LAYER + 1's output, the rows judged at EARLY) from a plain HF forward: the probe
-    scores block LAYER - 1's output, and the MLP of block LAYER + 1 adds the vector there."""
-    hf: Any = model.hf_model
-    held: list[torch.Tensor] = []
-    out: list[torch.Tensor] = []
-
-    def judge(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
-        held.append((output.double() @ probe.double()) > threshold)
-
-    def steer(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        return torch.where(held[-1].unsqueeze(-1), output + vector, output)
-
-    def keep(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
-        out.append(output[0])
-
-    layers = hf.model.layers
-    handles = [layers[LAYER - 1].register_forward_hook(judge),
-               layers[LAYER + 1].mlp.register_forward_hook(steer),
-               layers[LAYER + 1].register_forward_hook(keep)]  # fmt: skip
-    try:
-        with torch.no_grad():
-            hf(input_ids=torch.tensor([ids]), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
-    return out[0], held[0][0]
-
-
-def _far_setup(model: EagerModel) -> tuple[list[int], torch.Tensor, torch.Tensor, float]:
-    ids = model.to_tokens(PROMPT)
-    probe, vector = _vec(model.d_model, 6), _vec(model.d_model, 7) * 4
-    rows = run(model.capture([ids], [EARLY]))[EARLY][0]
-    scores = (rows.double() @ probe.double()).sort().values
-    mid = len(scores) // 2
-    return ids, probe, vector, float(scores[mid - 1] + scores[mid]) / 2
-
 
 def test_a_condition_read_at_an_earlier_point_equals_its_definition(model: EagerModel) -> None:
-    ids, probe, vector, threshold = _far_setup(model)
+    ids, probe, vector, threshold = _setup(model, far=True)
     op = Conditional(Additive(vector, 1.0), probe, 0.0, threshold, read=EARLY)
     got = _capture(model, ids, steer_at(LATE, op))
-    want, held = _hand_far(model, ids, probe, threshold, vector)
+    want, held = _hand_forward(model, ids, probe, threshold, vector, far=True)
     assert 0 < int(held.sum()) < len(ids)
     assert _scaled(got, want) <= TOL
     # Negative control: the same condition judged on the written rows picks other rows.
@@ -259,39 +240,18 @@ def test_a_condition_read_at_an_earlier_point_equals_its_definition(model: Eager
 
 def test_an_earlier_condition_in_generation_equals_full_forwards(model: EagerModel) -> None:
     """Each generated token is judged by its own row at the earlier point (KV-cached steps)."""
-    ids, probe, vector, threshold = _far_setup(model)
+    ids, probe, vector, threshold = _setup(model, far=True)
     op = Conditional(Additive(vector, 1.0), probe, 0.0, threshold, read=EARLY)
     params = SamplingParams(max_new_tokens=5, stop_at_eos=False)
     got = run(model.generate(ids, params, steering=steer_at(LATE, op))).token_ids
-    hf: Any = model.hf_model
-    seq = list(ids)
-    held: list[torch.Tensor] = []
-
-    def judge(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
-        held.append((output.double() @ probe.double()) > threshold)
-
-    def steer(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        return torch.where(held[-1].unsqueeze(-1), output + vector, output)
-
-    layers = hf.model.layers
-    handles = [layers[LAYER - 1].register_forward_hook(judge),
-               layers[LAYER + 1].mlp.register_forward_hook(steer)]  # fmt: skip
-    try:
-        for _ in range(5):
-            with torch.no_grad():
-                logits = hf(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1]
-            seq.append(int(logits.argmax()))
-    finally:
-        for h in handles:
-            h.remove()
-    assert list(got) == seq[len(ids) :]
+    assert list(got) == _hand_greedy(model, ids, probe, threshold, vector, far=True)
 
 
 def test_rows_with_their_own_earlier_conditions_equal_their_serial_runs(
     model: EagerModel,
 ) -> None:
     """Batched row steering: each row's condition is judged on its own row only."""
-    ids, probe, vector, threshold = _far_setup(model)
+    ids, probe, vector, threshold = _setup(model, far=True)
     specs = [
         steer_at(
             LATE,
@@ -319,7 +279,8 @@ def test_conditions_at_later_or_unreadable_points_are_refused(model: EagerModel)
     narrow = Conditional(Additive(vec), [1.0] * 7, read=EARLY)  # the probe is the read point's
     with pytest.raises(SteeringSpecError, match=f"reads {EARLY}"):
         run(model.capture([ids], [READ], steering=steer_at(LATE, narrow)))
-    wide = model.hf_model.config.intermediate_size  # type: ignore[union-attr]
+    hf: Any = model.hf_model
+    wide = hf.config.intermediate_size
     mlp = Conditional(Additive(vec), _vec(wide, 9), read=f"mlp_act.{LAYER}")
     got = run(model.capture([ids], [READ], steering=steer_at(LATE, mlp)))[READ]
     assert got.shape[-1] == model.d_model  # a probe as wide as the point it reads is taken

@@ -7,12 +7,16 @@ control: starting one position after the patch skips it, and the numbers move.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from eager_support import PROMPT, synthetic_model
 from ie_core.errors import BadPromptError
 from ie_core.ops import Patch, Steering, steer_at
 from ie_core.runner import run
+from ie_eager import prefix_cells
+from ie_eager.admission import EagerAdmission
 from ie_eager.prefix_cells import final_token_logits, first_written
 
 FAMILIES = ("llama", "gpt2", "bloom", "gemma2", "gemma3", "gpt-oss", "deepseek-v3", "deepseek-v4",
@@ -73,3 +77,32 @@ def test_first_written_and_bad_tokens() -> None:
     assert first_written(two, 10) == 3
     with pytest.raises(BadPromptError, match="vocabulary"):
         final_token_logits(model.hf_model, model.admission, [ids], [None], [10**9])
+
+
+def test_each_request_is_admitted_once_and_the_forward_read_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Admission runs once per request (before any forward) and the forward's signature is read
+    once per call, however many prefix groups and batches the cells fall into."""
+    model = synthetic_model("llama")
+    ids = model.to_tokens(PROMPT)[:6]
+    cells = _cells(model, ids)
+    args = (model.hf_model, model.admission, [ids] * len(cells), cells, [5, 9])
+    whole, _ = final_token_logits(*args)
+    calls = {"admitted": 0, "signature": 0}
+    row_writes, keeps_logits = EagerAdmission.row_writes, prefix_cells._keeps_logits
+
+    def admitted(self: EagerAdmission, *a: Any) -> Any:
+        calls["admitted"] += 1
+        return row_writes(self, *a)
+
+    def signature(hf_model: Any) -> bool:
+        calls["signature"] += 1
+        return keeps_logits(hf_model)
+
+    monkeypatch.setattr(EagerAdmission, "row_writes", admitted)
+    monkeypatch.setattr(prefix_cells, "_keeps_logits", signature)
+    monkeypatch.setattr(prefix_cells, "BATCH_ROWS", 2)  # several batches per prefix group
+    chunked, _ = final_token_logits(*args)
+    assert calls == {"admitted": len(cells), "signature": 1}
+    assert float((chunked - whole).abs().max()) <= TOL * max(1.0, float(whole.abs().max()))

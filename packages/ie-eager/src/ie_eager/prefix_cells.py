@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from ie_eager.admission import EagerAdmission
-from ie_eager.hooks import Session
+from ie_eager.hooks import Session, Write
 
 __all__ = ["BATCH_ROWS", "final_token_logits", "first_written"]
 
@@ -65,16 +66,19 @@ def final_token_logits(
             f"token ids must be within the vocabulary [0, {admission.vocab}), got {ids}"
         )
     rows = [admission.prompt_ids(p) for p in prompts]
+    admitted: list[list[Write]] = []  # each request's writes, admitted once, before any forward
     groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
     for i, (r, s) in enumerate(zip(rows, steerings, strict=True)):
-        admission.row_writes([s], [r])  # every request admitted before any forward
+        admitted.append(admission.row_writes([s], [r]))
         groups.setdefault((tuple(r), start(s, len(r))), []).append(i)
+    keep = {"logits_to_keep": 1} if _keeps_logits(hf_model) else {}
     selected = torch.empty(len(rows), len(ids))
     lse = torch.empty(len(rows))
     for (prompt, at), members in groups.items():
         for lo in range(0, len(members), BATCH_ROWS):
             chunk = members[lo : lo + BATCH_ROWS]
-            logits = _continue(hf_model, admission, list(prompt), at, [steerings[i] for i in chunk])
+            writes = [admitted[i] for i in chunk]
+            logits = _continue(hf_model, list(prompt), at, writes, keep)
             selected[chunk] = logits[:, ids].cpu()
             lse[chunk] = torch.logsumexp(logits, dim=-1).cpu()
     return selected, lse
@@ -82,27 +86,32 @@ def final_token_logits(
 
 def _continue(
     hf_model: nn.Module,
-    admission: EagerAdmission,
     prompt: list[int],
     at: int,
-    steerings: list[SteeringArg],
+    row_writes: list[list[Write]],
+    keep: dict[str, int],
 ) -> torch.Tensor:
-    """`[len(steerings), vocab]` fp32 last-position logits, each row steered by its own spec,
-    the first `at` positions taken from one unsteered forward's cache."""
+    """`[len(row_writes), vocab]` fp32 last-position logits, each row steered by its own admitted
+    writes (each one row's, of this prompt), the first `at` positions taken from one unsteered
+    forward's cache."""
     device = next(hf_model.parameters()).device
     past = _prefix_cache(hf_model, prompt[:at], device) if at else None
     if at and past is None:
         at = 0  # not a plain KV cache: compute every position
-    batch = len(steerings)
+    batch = len(row_writes)
     if past is not None:
         past.batch_repeat_interleave(batch)
-    writes = admission.row_writes(steerings, [prompt] * batch)
+    # Row b's writes steer batch row b; every row is the same prompt, so its masks repeat.
+    writes = [
+        replace(w, masked=w.masked * batch, batch_rows=(b,))
+        for b, own in enumerate(row_writes)
+        for w in own
+    ]
     inputs = torch.tensor([prompt[at:]] * batch, dtype=torch.long, device=device)
     session = Session(hf_model, (), writes)
     session.offset, session.batch_shape = at, (batch, inputs.shape[1])
-    kwargs = {"logits_to_keep": 1} if _keeps_logits(hf_model) else {}
     with torch.no_grad(), session:
-        out = hf_model(input_ids=inputs, past_key_values=past, use_cache=past is not None, **kwargs)
+        out = hf_model(input_ids=inputs, past_key_values=past, use_cache=past is not None, **keep)
     return out.logits[:, -1].float()
 
 

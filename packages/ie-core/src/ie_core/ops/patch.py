@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from ie_core.errors import SteeringSpecError
 from ie_core.ops.base import Op, Replacement
 from ie_core.ops.heads import check_heads, parse_heads
-from ie_core.ops.values import Vector, as_row, integer
-from ie_core.ops.vectors import head_columns
+from ie_core.ops.values import Vector, absolute_positions, as_row
+from ie_core.ops.vectors import head_columns, position_hits
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -65,17 +65,8 @@ class Patch(Op):
 
     def __post_init__(self) -> None:
         rows = _rows(self.values)
-        positions = self.positions
+        positions = absolute_positions(self.positions, "patch", "to patch every position")
         if positions is not None:
-            if isinstance(positions, int):
-                positions = (positions,)
-            positions = tuple(integer(p, "patch position") for p in positions)
-            if not positions:
-                raise SteeringSpecError(
-                    "patch positions are empty; give positions, or None to patch every position"
-                )
-            if len(set(positions)) != len(positions):
-                raise SteeringSpecError(f"patch positions {list(positions)} repeat a position")
             if len(rows) not in (1, len(positions)):
                 raise SteeringSpecError(
                     f"patch has {len(rows)} value rows for {len(positions)} positions; give one "
@@ -112,10 +103,8 @@ class Patch(Op):
         values = x.new_tensor(self.values).float()
         if self.positions is None:
             return values[0].expand_as(x), x.new_ones(x.shape[:-1]).bool()
-        if positions is None:
-            raise RuntimeError("a Patch at given positions needs the rows' positions")
-        wanted = positions.new_tensor(self.positions).long().to(x.device)
-        match = positions.to(x.device).long().unsqueeze(-1) == wanted  # [..., m]
+        match = position_hits(self.positions, positions, x, "a Patch")  # [..., m]
+        assert positions is not None  # position_hits refused None
         index = match.int().argmax(-1) if values.shape[0] > 1 else positions.long().mul(0)
         return values[index.to(x.device)], match.any(-1)
 

@@ -20,35 +20,18 @@ from ie_core.grammar import to_address
 from ie_core.ops.base import Op
 from ie_core.ops.conditional import check_earlier_read
 from ie_core.ops.feature_clamp import ROW_NORM_MAX, delta_bound, feature_activation
-from ie_core.ops.values import FLOAT32_MAX, as_row, integer, real_number
+from ie_core.ops.values import FLOAT32_MAX, absolute_positions, as_row, real_number
+from ie_core.ops.vectors import position_hits
 
 if TYPE_CHECKING:
     from torch import Tensor
 
 
 def _positions(value: Any) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    items = (value,) if isinstance(value, int) else tuple(value)
-    positions = tuple(integer(p, "clamp position") for p in items)
-    if not positions:
-        raise SteeringSpecError("clamp positions are empty; give positions, or None for all")
-    if len(set(positions)) != len(positions) or min(positions) < 0:
-        raise SteeringSpecError(
-            f"clamp positions {list(positions)} repeat a position or are negative; give each "
-            "absolute position once"
-        )
-    return tuple(sorted(positions))
-
-
-def _at(positions: tuple[int, ...] | None, rows: Tensor | None, like: Tensor) -> Tensor | None:
-    """Where rows at absolute `rows` positions are clamped (None: every row)."""
-    if positions is None:
-        return None
-    if rows is None:
-        raise RuntimeError("a clamp at given positions needs the rows' positions")
-    wanted = rows.new_tensor(positions).long().to(like.device)
-    return (rows.to(like.device).long().unsqueeze(-1) == wanted).any(-1)
+    found = absolute_positions(
+        value, "clamp", "for all", " or are negative; give each absolute position once"
+    )
+    return None if found is None else tuple(sorted(found))
 
 
 @dataclass(frozen=True)
@@ -152,8 +135,10 @@ class Clamped(Op):
         acts = self.acts.to(x.device).double()
         acts = acts.reshape(*acts.shape, *(1,) * (x.dim() - acts.dim()))
         delta = ((self.value - acts) * acts.new_tensor(self.decoder)).float()
-        hit = _at(self.positions, positions, x)
-        return x + delta if hit is None else (x + delta).where(hit.unsqueeze(-1), x)
+        if self.positions is None:
+            return x + delta
+        hit = position_hits(self.positions, positions, x, "a clamp").any(-1)
+        return (x + delta).where(hit.unsqueeze(-1), x)
 
 
 __all__ = ["Clamped", "TranscoderClamp"]

@@ -63,6 +63,22 @@ def integer(value: Any, label: str) -> int:
     return int(value)
 
 
+def absolute_positions(value: Any, what: str, every: str, once: str = "") -> tuple[int, ...] | None:
+    """Absolute positions as given (an int or ints, each at most once), or None: every position.
+
+    `what` names the op in the refusals, `every` says what None does, `once` adds to the repeat
+    refusal."""
+    if value is None:
+        return None
+    items = (value,) if isinstance(value, int) else tuple(value)
+    found = tuple(integer(p, f"{what} position") for p in items)
+    if not found:
+        raise SteeringSpecError(f"{what} positions are empty; give positions, or None {every}")
+    if len(set(found)) != len(found):
+        raise SteeringSpecError(f"{what} positions {list(found)} repeat a position{once}")
+    return found
+
+
 def _real_dtype(values: Any) -> bool:
     name = str(getattr(values, "dtype", "")).removeprefix("torch.")
     return "complex" not in name and name != "bool"

@@ -38,6 +38,17 @@ def row_norm(h: Tensor) -> Tensor:
     return h.ldexp(-exponent).norm(dim=-1, keepdim=True).ldexp(exponent)
 
 
+def position_hits(
+    wanted: tuple[int, ...], positions: Tensor | None, like: Tensor, what: str
+) -> Tensor:
+    """Bool `[..., len(wanted)]`: which of the absolute positions `wanted` each row is at, given
+    the rows' positions `[...]`; `what` names the op that needs them."""
+    if positions is None:
+        raise RuntimeError(f"{what} at given positions needs the rows' positions")
+    want = positions.new_tensor(wanted).long().to(like.device)
+    return positions.to(like.device).long().unsqueeze(-1) == want
+
+
 def head_columns(
     heads: tuple[int, ...], head_dim: int | None, width: int, like: Tensor
 ) -> Tensor | None:
@@ -50,4 +61,4 @@ def head_columns(
     return cols
 
 
-__all__ = ["head_columns", "row_norm", "unit", "vector"]
+__all__ = ["head_columns", "position_hits", "row_norm", "unit", "vector"]

@@ -5,7 +5,9 @@
 Each backend loads SmolLM2 (vllm-static: reads at every layer, one write site) and generates
 `--new-tokens` greedy tokens for 1 and for 8 requests submitted together, after a warm-up request;
 tok/s = generated tokens / wall time, best of `--repeats`. vllm-static also reports tok/s while
-capturing resid_post at every layer.
+capturing resid_post at every layer. The pair's three measurements (static generate, generate-only,
+static capturing every layer) run interleaved in each round after `SETTLE_S` idle seconds, and each
+round's ratios are kept (`rounds`, `ratios`) with the load sampled throughout (`load`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import statistics
 import sys
 import time
 from typing import Any
 
 from gpu_check_lib.parity import PROMPTS  # the GPU check's requests: both price the same work
+from ie_core.tooling.load_sampling import SETTLE_S, LoadSampler
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -96,6 +101,36 @@ def load(backend: str) -> Any:
     return load_model(MODEL, backend=backend, max_model_len=1024)
 
 
+def _paired_round(pair: dict[str, Any], every: list[str], new_tokens: int) -> dict[str, Any]:
+    """One round: at 1 then 8 requests, static generate, generate-only, static capturing every
+    layer, each after `SETTLE_S` idle seconds (an idle vLLM worker spins for 1 s after a step)."""
+    from ie_core.runner import run
+
+    out: dict[str, Any] = {"load_1m": round(os.getloadavg()[0], 2)}
+    for c in (1, 8):
+        for name, model, capture in (
+            ("vllm-static", pair["vllm-static"], None),
+            ("vllm-generate", pair["vllm-generate"], None),
+            ("capture_all", pair["vllm-static"], every),
+        ):
+            time.sleep(SETTLE_S)
+            out.setdefault(name, {})[f"c{c}"] = run(_rate(model, c, new_tokens, capture))
+    return out
+
+
+def _ratio_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per request count, static / generate-only and capture-all / generate-only of each round
+    (same round, so same load): their median, min and max."""
+    out: dict[str, Any] = {}
+    for key in ("vllm-static", "capture_all"):
+        for c in ("c1", "c8"):
+            per = [r[key][c] / r["vllm-generate"][c] for r in rounds]
+            out[f"{key}_vs_generate_{c}"] = {
+                "median": statistics.median(per), "min": min(per), "max": max(per),
+            }  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from ie_core.runner import run
 
@@ -108,27 +143,32 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"model": MODEL, "new_tokens": args.new_tokens}
 
     # vllm-static and vllm-generate are loaded together and measured alternately, so a busy
-    # machine slows both alike; the best of `repeats` rounds is kept.
+    # machine slows both alike; the best of `repeats` rounds is kept, and each round's ratios.
     pair = {}
     for backend in ("vllm-static", "vllm-generate"):
         t0 = time.perf_counter()
         pair[backend] = load(backend)
         results[backend] = {"load_s": time.perf_counter() - t0, "generate": {}}
+    static = pair["vllm-static"]
+    every = [f"resid_post.{i}" for i in range(static.n_layers)]
     for model in pair.values():
         run(_rate(model, 1, 4, None))
-    for _ in range(args.repeats):
-        for c in (1, 8):
-            for backend, model in pair.items():
-                rate = run(_rate(model, c, args.new_tokens, None))
-                best = results[backend]["generate"].get(f"c{c}", 0.0)
-                results[backend]["generate"][f"c{c}"] = max(best, rate)
+    run(_rate(static, 1, 4, every))
+    with LoadSampler() as sampler:
+        rounds = [_paired_round(pair, every, args.new_tokens) for _ in range(args.repeats)]
+    results["rounds"], results["load"] = rounds, sampler.summary()
+    results["ratios"] = _ratio_summary(rounds)
+    for backend in pair:
+        results[backend]["generate"] = {
+            f"c{c}": max(r[backend][f"c{c}"] for r in rounds) for c in (1, 8)
+        }
+    results["vllm-static"]["capture_all_resid_post"] = {
+        f"c{c}": max(r["capture_all"][f"c{c}"] for r in rounds) for c in (1, 8)
+    }
     for backend, model in pair.items():
         results[backend]["engine_cpu_ms_per_token"] = {
             f"c{c}": min(cpu_per_token(model, c, args.new_tokens) for _ in range(2)) for c in (1, 8)
         }
-    static = pair["vllm-static"]
-    every = [f"resid_post.{i}" for i in range(static.n_layers)]
-    results["vllm-static"]["capture_all_resid_post"] = measure(static, args.new_tokens, 1, every)
     for model in pair.values():
         run(model.shutdown())
     results["ratio_static_vs_generate"] = {

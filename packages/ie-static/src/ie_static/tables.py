@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from ie_core.errors import SteeringSpecError
 from ie_core.ops import Replacement, SteeringOp
+from ie_vllm import to_device
 
 from ie_static.ops import ALPHA, BETA, CONST, GAMMA, HI, LO, N_COEF
 
@@ -115,16 +116,17 @@ class WriteTable:
                 self._fill_replacement(slot, k, form)
             else:
                 coef, u, w = encode_op(op)
-                self.coef[slot, k] = coef.to(self.coef.device)
-                self.vecs[slot, k, 0] = u.to(self.vecs.device)
-                self.vecs[slot, k, 1] = w.to(self.vecs.device)
+                # Built on the host; to CUDA through pinned memory, not waiting for the stream.
+                self.coef[slot, k] = to_device(coef, self.coef.device)
+                self.vecs[slot, k, 0] = to_device(u, self.vecs.device)
+                self.vecs[slot, k, 1] = to_device(w, self.vecs.device)
             self.mask_idx[slot, k] = mask
             self.active[slot, k] = True
 
     def _fill_replacement(self, slot: int, k: int, form: Replacement) -> None:
         self.coef[slot, k, LO], self.coef[slot, k, HI] = -math.inf, math.inf
         self.affine[slot, k] = True
-        self.mul[slot, k] = form.mul.to(self.mul.device)
+        self.mul[slot, k] = to_device(form.mul, self.mul.device)
         if form.values is None:
             return
         positions = (EVERY,) if form.positions is None else form.positions
@@ -137,8 +139,10 @@ class WriteTable:
             )
         n = len(positions)
         self.is_patch[slot, k] = True
-        self.patch_pos[slot, :n] = torch.tensor(positions, dtype=torch.long)
-        self.patch_vals[slot, :n] = form.values.to(self.mul.device).expand(n, -1)
+        self.patch_pos[slot, :n] = to_device(
+            torch.tensor(positions, dtype=torch.long), self.patch_pos.device
+        )
+        self.patch_vals[slot, :n] = to_device(form.values, self.mul.device).expand(n, -1)
 
     def clear(self, slot: int) -> None:
         self.active[slot] = False

@@ -22,6 +22,7 @@ from ie_vllm import (
     ATTN_POINTS,
     RETIRED_KEPT,
     BatchLayout,
+    Landing,
     PointTable,
     ReducerSpec,
     RequestSpec,
@@ -39,6 +40,8 @@ from ie_vllm import (
     reducers,
     stage_of,
     store_reduced,
+    to_device,
+    to_host,
     tp_rank,
     wrap_model_forward,
 )
@@ -82,6 +85,8 @@ class StaticState:
     forwards: int = 0
     capture_rank: bool = True
     held: Callable[[str], bool] = lambda address: True  # this pipeline stage's addresses
+    # After the harvest's non-blocking copies to the host (CUDA): waited on once per collect.
+    landing: Landing = field(default_factory=Landing)
     # Cumulative host seconds per part of a step (see `ie_static_stats`): the profile's source.
     seconds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(("set_rows", "forward", "harvest", "collect"), 0.0)
@@ -128,6 +133,7 @@ class StaticWorkerMixin:
     ) -> dict[str, Any]:
         state = self._ie_static
         t0 = time.perf_counter()
+        state.landing.wait()  # the harvested rows are on the host from here
         why = state.refused.get(key)
         if why is not None:
             _release(state, key)
@@ -148,6 +154,7 @@ class StaticWorkerMixin:
         whose carried spec this worker could not register, with why."""
         state = self._ie_static
         t0 = time.perf_counter()
+        state.landing.wait()  # one wait for every step's harvest copies, per drain
         out: dict[str, torch.Tensor] = {}
         refused: dict[str, str] = {}
         for key, stop in asks:
@@ -293,7 +300,8 @@ def _fill_slot(state: StaticState, spec: RequestSpec, slot: int) -> tuple[str, .
     step.masks[slot] = False
     for q, masked in enumerate(masks):
         positions = [p for p in masked if p < state.shape.positions]
-        step.masks[slot, q, torch.tensor(positions, dtype=torch.long)] = True
+        index = to_device(torch.tensor(positions, dtype=torch.long), step.masks.device)
+        step.masks[slot, q, index] = True
     sites = state.taps.write_sites()
     for address, ops_here in per_site.items():
         sites[address].table.fill(slot, ops_here)  # type: ignore[union-attr]
@@ -361,12 +369,16 @@ def _set_rows(state: StaticState, layout: BatchLayout | None) -> None:
     host = np.full(row_slot.shape[0], -1, dtype=np.int32)
     for start, end, slot in steered:
         host[start:end] = slot
-    row_slot.copy_(torch.from_numpy(host))
+    if row_slot.is_cuda:  # from pinned memory, without waiting for the stream
+        row_slot.copy_(torch.from_numpy(host).pin_memory(), non_blocking=True)
+    else:
+        row_slot.copy_(torch.from_numpy(host))
     state.steered_last_step = bool(steered)
 
 
 def _harvest(state: StaticState, layout: BatchLayout) -> None:
-    """Copy each needed buffer's rows once, then hand each request its slice."""
+    """Copy each needed buffer's rows once, then hand each request its slice. On CUDA the copies
+    go to pinned memory without blocking; `state.landing` marks where they have all landed."""
     if not state.capture_rank:
         return
     wanted: dict[str, list[tuple[Any, StaticEntry]]] = {}
@@ -385,9 +397,11 @@ def _harvest(state: StaticState, layout: BatchLayout) -> None:
         _reduce_site(reads[name].buf, items)  # type: ignore[arg-type]
     for name, items in wanted.items():
         buf = reads[name].buf
-        host = buf[:n].to("cpu", copy=True)  # type: ignore[index]
+        host = to_host(buf[:n])  # type: ignore[index]
         for r, entry in items:
             entry.rows.setdefault(name, Rows()).add(r.first_pos, host[r.start : r.end])
+    if jobs or wanted:
+        state.landing.record(state.taps.step.row_slot.device)
 
 
 def _gather(
@@ -420,5 +434,5 @@ def _reduce_site(buf: torch.Tensor, items: list[tuple[Any, StaticEntry, ReducerS
     ]
     got = reducers.run([(spec, rows) for _, spec, (_, rows) in jobs])
     for (entry, spec, (first, _)), out in zip(jobs, got, strict=True):
-        host = {k: v.to("cpu") for k, v in out.items()}
+        host = {k: to_host(v, copy=False) for k, v in out.items()}
         store_reduced(entry.rows, spec.label, first, host)

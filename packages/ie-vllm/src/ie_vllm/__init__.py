@@ -67,6 +67,10 @@ _EXPORTS = {
     "layer_range": "worker.stage",
     "merge_infos": "pipeline",
     "stage_of": "worker.stage",
+    # host <-> device copies that do not stall the stream
+    "Landing": "worker.transfer",
+    "to_device": "worker.transfer",
+    "to_host": "worker.transfer",
 }
 _MODULES = {
     "payload": "payload",
@@ -123,6 +127,9 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.worker.runner_adapter import wrap_model_forward as wrap_model_forward
     from ie_vllm.worker.stage import layer_range as layer_range
     from ie_vllm.worker.stage import stage_of as stage_of
+    from ie_vllm.worker.transfer import Landing as Landing
+    from ie_vllm.worker.transfer import to_device as to_device
+    from ie_vllm.worker.transfer import to_host as to_host
 
 
 def __getattr__(name: str) -> Any:
@@ -145,6 +152,7 @@ __all__ = [
     "Engine",
     "HookedChannel",
     "IEWorkerExtension",
+    "Landing",
     "LoadedModel",
     "PointTable",
     "ReducerSpec",
@@ -182,6 +190,8 @@ __all__ = [
     "runner_name",
     "stage_of",
     "store_reduced",
+    "to_device",
+    "to_host",
     "tp_rank",
     "vllm_serving",
     "wrap_model_forward",

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from ie_vllm.worker.transfer import Landing, to_device
+
 _DTYPES: dict[str, torch.dtype] = {
     str(d).removeprefix("torch."): d
     for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
@@ -26,7 +28,6 @@ def encode(tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     manifest: list[list[Any]] = []
     parts: list[torch.Tensor] = []
     offset = 0
-    device: torch.device | None = None
     for name, t in tensors.items():
         flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
         manifest.append(
@@ -37,10 +38,19 @@ def encode(tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
         if pad:
             parts.append(torch.zeros(pad, dtype=torch.uint8, device=flat.device))
         offset += flat.numel() + pad
-        device = device or t.device
     if not parts:
         return {"manifest": [], "data": b""}
-    buf = torch.cat([p.to(device) for p in parts]) if len(parts) > 1 else parts[0]
+    # Concatenated where the rows are (a device's, if any part is on one: a drain's rows are).
+    device = next((p.device for p in parts if p.is_cuda), parts[0].device)
+    buf = torch.cat([to_device(p, device) for p in parts]) if len(parts) > 1 else parts[0]
+    if buf.is_cuda:
+        # One non-blocking copy into pinned memory, then one wait: the payload's only sync.
+        host = torch.empty(buf.shape, dtype=buf.dtype, pin_memory=True)
+        host.copy_(buf, non_blocking=True)
+        landing = Landing()
+        landing.record(buf.device)
+        landing.wait()
+        buf = host
     return {"manifest": manifest, "data": buf.cpu().numpy().tobytes()}
 
 

@@ -18,6 +18,7 @@ from ie_core.errors import SteeringSpecError
 from ie_core.grammar import AddressLike, to_address
 from ie_core.ops.conditional import ACTIVATIONS, activate
 from ie_core.ops.values import as_row, real_number
+from ie_core.ops.vectors import CACHE_ATTR, cached, on_device
 from ie_core.protocol import Prompt, SteeringArg
 from ie_core.runner import run
 from ie_core.sync import ModelLike, unwrap
@@ -69,10 +70,16 @@ class Probe:
     def scores(self, rows: torch.Tensor) -> torch.Tensor:
         """activation(rows @ weight + bias) in fp32, on the rows' device: `rows.shape[:-1]` for a
         vector, `(*rows.shape[:-1], n)` for a matrix."""
-        x = rows.float()
-        w = torch.tensor(self.weight, dtype=torch.float32, device=x.device)
-        b = torch.tensor(self.bias, dtype=torch.float32, device=x.device)
+        x = rows.float()  # fp32: the weight and bias are built like it, once per probe and device
+        w = cached(self, "weight", x, lambda: on_device(self.weight, x))
+        b = cached(self, "bias", x, lambda: on_device(self.bias, x))
         return activate(x @ w[:, 0] + b[0] if self.vector else x @ w + b, self.activation)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The probe's fields, without the device tensors it keeps (`cached`)."""
+        state = dict(self.__dict__)
+        state.pop(CACHE_ATTR, None)
+        return state
 
     def arguments(self) -> dict[str, Any]:
         """`weight`, `bias`, `activation` as `build` takes them, in plain JSON data (what the

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal, cast
 from ie_core.errors import SteeringSpecError
 from ie_core.ops.base import AffineForm, Op
 from ie_core.ops.values import FLOAT32_MAX, VectorLike, as_vector, real_number
-from ie_core.ops.vectors import vector
+from ie_core.ops.vectors import cached_vector, vector
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -43,7 +43,7 @@ class Additive(Op):
         return peak, f"additive delta reaches {peak:g}"
 
     def delta(self, h: Tensor) -> Tensor:
-        return (self.coeff * vector(self.vector, h)).expand_as(h)
+        return (self.coeff * cached_vector(self, "vector", self.vector, h)).expand_as(h)
 
     def affine(self, like: Tensor) -> AffineForm:
         return AffineForm(

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ie_core.ops.vectors import CACHE_ATTR
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -51,6 +53,12 @@ class Op:
 
     kind: str
     travels: ClassVar[bool] = True  # False: holds Python code, never leaves its process
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The op's fields, without the device tensors it keeps (`ops.vectors.cached`)."""
+        state = dict(self.__dict__)
+        state.pop(CACHE_ATTR, None)
+        return state
 
     @property
     def width(self) -> int | None:

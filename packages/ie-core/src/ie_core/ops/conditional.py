@@ -17,6 +17,7 @@ from ie_core.errors import ConditionPointError, SteeringSpecError
 from ie_core.grammar import Width, get_point, runs_before, to_address
 from ie_core.ops.base import Op
 from ie_core.ops.values import as_vector, real_number
+from ie_core.ops.vectors import cached, on_device
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -126,7 +127,8 @@ class Conditional(Op):
         """activation(h . probe + bias) per row, in float64 so that a row near the threshold is
         judged the same on every backend that hands over the same fp32 rows."""
         h64 = h.double()
-        return activate(h64 @ h64.new_tensor(self.probe) + self.bias, self.activation)
+        probe = cached(self, "probe", h64, lambda: on_device(self.probe, h64))
+        return activate(h64 @ probe + self.bias, self.activation)
 
     def holds(self, h: Tensor) -> Tensor:
         """Where the condition holds: bool, `h.shape[:-1]`."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ie_core.errors import SteeringSpecError
 from ie_core.ops.base import AffineForm, Op
 from ie_core.ops.values import FLOAT32_MAX, as_row, real_number
+from ie_core.ops.vectors import cached, on_device
 from ie_core.ops.vectors import vector as tensor_of
 
 if TYPE_CHECKING:
@@ -45,7 +46,13 @@ def feature_activation(
 ) -> Tensor:
     """A ReLU / JumpReLU feature's activation per float64 row: relu(p) * (p > threshold),
     p = h . encoder + bias (shared by the clamps that write it)."""
-    p = h64 @ h64.new_tensor(encoder) + bias
+    return activation_of(h64, h64.new_tensor(encoder), bias, threshold)
+
+
+def activation_of(h64: Tensor, encoder: Tensor, bias: float, threshold: float) -> Tensor:
+    """`feature_activation` with the encoder column already a float64 tensor on the rows' device
+    (an op keeps it there: `cached`)."""
+    p = h64 @ encoder + bias
     return p.relu() * (p > threshold)
 
 
@@ -101,8 +108,10 @@ class FeatureClamp(Op):
         """Computed in float64: `h . encoder` of a huge row by a large encoder can pass float32's
         max even where the delta the range check above admits does not."""
         h64 = h.double()
-        act = feature_activation(h64, self.encoder, self.bias, self.threshold)
-        return ((self.value - act).unsqueeze(-1) * h64.new_tensor(self.decoder)).float()
+        encoder = cached(self, "encoder", h64, lambda: on_device(self.encoder, h64))
+        decoder = cached(self, "decoder", h64, lambda: on_device(self.decoder, h64))
+        act = activation_of(h64, encoder, self.bias, self.threshold)
+        return ((self.value - act).unsqueeze(-1) * decoder).float()
 
     def static_refusal(self) -> str | None:
         if self.threshold == 0.0:
@@ -124,4 +133,4 @@ class FeatureClamp(Op):
         )
 
 
-__all__ = ["ROW_NORM_MAX", "FeatureClamp", "delta_bound", "feature_activation"]
+__all__ = ["ROW_NORM_MAX", "FeatureClamp", "activation_of", "delta_bound", "feature_activation"]

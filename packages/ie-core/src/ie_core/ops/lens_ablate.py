@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ie_core.ops.base import AffineForm, Op
 from ie_core.ops.values import VectorLike, as_vector
-from ie_core.ops.vectors import unit
+from ie_core.ops.vectors import cached_unit, unit
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -28,7 +28,7 @@ class LensAblate(Op):
         return len(self.direction)
 
     def delta(self, h: Tensor) -> Tensor:
-        d = unit(self.direction, h)
+        d = cached_unit(self, "direction", self.direction, h)
         return -(h @ d).unsqueeze(-1) * d
 
     def affine(self, like: Tensor) -> AffineForm:

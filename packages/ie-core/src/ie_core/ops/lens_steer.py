@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 from ie_core.errors import SteeringSpecError
 from ie_core.ops.base import AffineForm, Op
 from ie_core.ops.values import VectorLike, as_vector, real_number
-from ie_core.ops.vectors import row_norm, unit
+from ie_core.ops.vectors import cached_unit, row_norm, unit
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -42,7 +42,8 @@ class LensSteer(Op):
         return max(-self.max_fraction, min(self.max_fraction, self.strength))
 
     def delta(self, h: Tensor) -> Tensor:
-        return self.clamped_strength * row_norm(h) * unit(self.direction, h)
+        d = cached_unit(self, "direction", self.direction, h)
+        return self.clamped_strength * row_norm(h) * d
 
     def affine(self, like: Tensor) -> AffineForm:
         d = unit(self.direction, like)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 from ie_core.errors import SteeringSpecError
 from ie_core.ops.base import AffineForm, Op
 from ie_core.ops.values import VectorLike, as_vector
-from ie_core.ops.vectors import unit
+from ie_core.ops.vectors import cached_unit, unit
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -35,7 +35,8 @@ class LensSwap(Op):
         return len(self.source)
 
     def delta(self, h: Tensor) -> Tensor:
-        s, t = unit(self.source, h), unit(self.target, h)
+        s = cached_unit(self, "source", self.source, h)
+        t = cached_unit(self, "target", self.target, h)
         return (h @ s).unsqueeze(-1) * (t - s)
 
     def affine(self, like: Tensor) -> AffineForm:

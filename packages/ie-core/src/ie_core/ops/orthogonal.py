@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ie_core.ops.base import AffineForm, Op
 from ie_core.ops.values import VectorLike, as_vector, real_number
-from ie_core.ops.vectors import unit
+from ie_core.ops.vectors import cached_unit, unit
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -30,7 +30,7 @@ class Orthogonal(Op):
         return len(self.vector)
 
     def delta(self, h: Tensor) -> Tensor:
-        u = unit(self.vector, h)
+        u = cached_unit(self, "vector", self.vector, h)
         return (self.coeff - 1.0) * (h @ u).unsqueeze(-1) * u
 
     def affine(self, like: Tensor) -> AffineForm:

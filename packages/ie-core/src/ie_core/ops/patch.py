@@ -15,7 +15,7 @@ from ie_core.errors import SteeringSpecError
 from ie_core.ops.base import Op, Replacement
 from ie_core.ops.heads import check_heads, parse_heads
 from ie_core.ops.values import Vector, absolute_positions, as_row
-from ie_core.ops.vectors import head_columns, position_hits
+from ie_core.ops.vectors import cached_vector, head_columns, position_hits
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -100,10 +100,10 @@ class Patch(Op):
 
     def rows(self, positions: Tensor | None, x: Tensor) -> tuple[Tensor, Tensor]:
         """(values `[..., width]` fp32, hit `[...]` bool): the row each position gets, and where."""
-        values = x.new_tensor(self.values).float()
+        values = cached_vector(self, "values", self.values, x)
         if self.positions is None:
             return values[0].expand_as(x), x.new_ones(x.shape[:-1]).bool()
-        match = position_hits(self.positions, positions, x, "a Patch")  # [..., m]
+        match = position_hits(self.positions, positions, x, "a Patch", owner=self)  # [..., m]
         assert positions is not None  # position_hits refused None
         index = match.int().argmax(-1) if values.shape[0] > 1 else positions.long().mul(0)
         return values[index.to(x.device)], match.any(-1)

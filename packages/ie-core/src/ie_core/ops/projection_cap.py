@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from ie_core.errors import SteeringSpecError
 from ie_core.ops.base import AffineForm, Op
 from ie_core.ops.values import VectorLike, as_vector, real_number
-from ie_core.ops.vectors import unit
+from ie_core.ops.vectors import cached_unit, unit
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -44,7 +44,7 @@ class ProjectionCap(Op):
         return peak, f"projection bound {peak:g}"
 
     def delta(self, h: Tensor) -> Tensor:
-        u = unit(self.vector, h)
+        u = cached_unit(self, "vector", self.vector, h)
         p = h @ u
         return (p.clamp(min=self.min, max=self.max) - p).unsqueeze(-1) * u
 

@@ -19,9 +19,9 @@ from ie_core.errors import SteeringSpecError
 from ie_core.grammar import to_address
 from ie_core.ops.base import Op
 from ie_core.ops.conditional import check_earlier_read
-from ie_core.ops.feature_clamp import ROW_NORM_MAX, delta_bound, feature_activation
+from ie_core.ops.feature_clamp import ROW_NORM_MAX, activation_of, delta_bound
 from ie_core.ops.values import FLOAT32_MAX, absolute_positions, as_row, real_number
-from ie_core.ops.vectors import position_hits
+from ie_core.ops.vectors import cached, on_device, position_hits, share_cache
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -96,10 +96,14 @@ class TranscoderClamp(Op):
     def judge(self, rows: Tensor) -> Tensor:
         """The feature's activation per row of the read point, in float64 so that every backend
         handed the same fp32 rows clamps by the same amount."""
-        return feature_activation(rows.double(), self.encoder, self.bias, self.threshold)
+        h64 = rows.double()
+        encoder = cached(self, "encoder", h64, lambda: on_device(self.encoder, h64))
+        return activation_of(h64, encoder, self.bias, self.threshold)
 
     def judged(self, held: Tensor) -> Op:
-        return Clamped(self.decoder, self.value, held, self.positions)
+        clamped = Clamped(self.decoder, self.value, held, self.positions)
+        share_cache(self, clamped)  # built every forward; the vectors stay this op's
+        return clamped
 
     def delta(self, h: Tensor) -> Tensor:
         raise TypeError(
@@ -134,10 +138,11 @@ class Clamped(Op):
     def apply(self, x: Tensor, positions: Tensor | None) -> Tensor:
         acts = self.acts.to(x.device).double()
         acts = acts.reshape(*acts.shape, *(1,) * (x.dim() - acts.dim()))
-        delta = ((self.value - acts) * acts.new_tensor(self.decoder)).float()
+        decoder = cached(self, "decoder", acts, lambda: on_device(self.decoder, acts))
+        delta = ((self.value - acts) * decoder).float()
         if self.positions is None:
             return x + delta
-        hit = position_hits(self.positions, positions, x, "a clamp").any(-1)
+        hit = position_hits(self.positions, positions, x, "a clamp", owner=self).any(-1)
         return (x + delta).where(hit.unsqueeze(-1), x)
 
 

@@ -4,12 +4,60 @@ fp32, on the rows' device), so the op modules never import torch themselves."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ie_core.ops.values import VectorLike
 
 if TYPE_CHECKING:
     from torch import Tensor
+
+# The attribute under which an op keeps its device tensors (`cached`); `Op.__getstate__` drops
+# it, so a pickled or copied op carries only its spec.
+CACHE_ATTR = "_ie_device_tensors"
+
+
+def _moved(t: Tensor, like: Tensor) -> Tensor:
+    """A host tensor on `like`'s device. To CUDA it is staged in pinned memory and copied without
+    blocking: a copy from pageable memory waits for the stream (everything queued before it)."""
+    if like.device.type != "cuda":
+        return t.to(like.device)
+    return t.pin_memory().to(like.device, non_blocking=True)
+
+
+def on_device(values: Any, like: Tensor, dtype: Any = None) -> Tensor:
+    """`values` (numbers, nested sequences) as a tensor of `dtype` (`like`'s when None) on
+    `like`'s device: `like.new_tensor(values)`, with a CUDA copy that does not block."""
+    dtype = like.dtype if dtype is None else dtype
+    if like.device.type != "cuda":
+        return like.new_tensor(values, dtype=dtype)
+    return _moved(like.new_tensor(values, dtype=dtype, device="cpu"), like)
+
+
+def cached(owner: object, name: str, like: Tensor, build: Callable[[], Tensor]) -> Tensor:
+    """`build()` once per `owner` (an op), `name`, and `like`'s device and dtype, then reused:
+    an op's vectors reach the device once, not at every forward of every step. A tensor built in
+    inference mode serves only inference mode (such a tensor cannot join an autograd graph)."""
+    import torch  # the rows are tensors already: this imports nothing new
+
+    store: dict[Any, Tensor] | None = owner.__dict__.get(CACHE_ATTR)
+    if store is None:
+        store = {}
+        object.__setattr__(owner, CACHE_ATTR, store)
+    key = (name, like.device, like.dtype, torch.is_inference_mode_enabled())
+    got = store.get(key)
+    if got is None:
+        got = store[key] = build()
+    return got
+
+
+def share_cache(source: object, target: object) -> None:
+    """Let `target` (an op built for one forward from `source`) use `source`'s device tensors."""
+    store = source.__dict__.get(CACHE_ATTR)
+    if store is None:
+        store = {}
+        object.__setattr__(source, CACHE_ATTR, store)
+    object.__setattr__(target, CACHE_ATTR, store)
 
 
 def unit(values: VectorLike, like: Tensor) -> Tensor:
@@ -17,18 +65,31 @@ def unit(values: VectorLike, like: Tensor) -> Tensor:
 
     The vector is first scaled by a power of two that brings its largest entry near 1: exact in
     binary floating point, so normal-range vectors give bit for bit `v / v.norm()`, while tiny or
-    huge ones no longer under- or overflow in the squares of the norm (which gave NaN or zero)."""
-    v = like.new_tensor(values).float()
+    huge ones no longer under- or overflow in the squares of the norm (which gave NaN or zero).
+    The scaling runs on the host (it is exact, so the device would compute the same), so reading
+    the peak never waits for a GPU; the norm and the division run on `like`'s device."""
+    v = like.new_tensor(values, device="cpu").float()
     peak = float(v.abs().max())
     if peak > 0:
         # In float64, since 2**-exponent of a subnormal fp32 peak is beyond fp32's range.
         v = (v.double() * 2.0 ** -math.frexp(peak)[1]).float()
+    v = _moved(v, like)
     return v / v.norm()
 
 
 def vector(values: VectorLike, like: Tensor) -> Tensor:
     """`values` as an fp32 tensor on `like`'s device."""
-    return like.new_tensor(values).float()
+    return on_device(values, like).float()
+
+
+def cached_vector(owner: object, name: str, values: VectorLike, like: Tensor) -> Tensor:
+    """`vector(values, like)`, built once per op (`cached`)."""
+    return cached(owner, name, like, lambda: vector(values, like))
+
+
+def cached_unit(owner: object, name: str, values: VectorLike, like: Tensor) -> Tensor:
+    """`unit(values, like)`, built once per op (`cached`)."""
+    return cached(owner, name, like, lambda: unit(values, like))
 
 
 def row_norm(h: Tensor) -> Tensor:
@@ -39,14 +100,22 @@ def row_norm(h: Tensor) -> Tensor:
 
 
 def position_hits(
-    wanted: tuple[int, ...], positions: Tensor | None, like: Tensor, what: str
+    wanted: tuple[int, ...],
+    positions: Tensor | None,
+    like: Tensor,
+    what: str,
+    owner: object | None = None,
 ) -> Tensor:
     """Bool `[..., len(wanted)]`: which of the absolute positions `wanted` each row is at, given
-    the rows' positions `[...]`; `what` names the op that needs them."""
+    the rows' positions `[...]`; `what` names the op that needs them. With `owner` (the op) the
+    tensor of `wanted` is built once and kept there (`cached`)."""
     if positions is None:
         raise RuntimeError(f"{what} at given positions needs the rows' positions")
-    want = positions.new_tensor(wanted).long().to(like.device)
-    return positions.to(like.device).long().unsqueeze(-1) == want
+    if owner is None:
+        want = positions.new_tensor(wanted).long()
+    else:
+        want = cached(owner, "positions", positions, lambda: on_device(wanted, positions).long())
+    return positions.to(like.device).long().unsqueeze(-1) == want.to(like.device)
 
 
 def head_columns(
@@ -61,4 +130,16 @@ def head_columns(
     return cols
 
 
-__all__ = ["head_columns", "position_hits", "row_norm", "unit", "vector"]
+__all__ = [
+    "CACHE_ATTR",
+    "cached",
+    "cached_unit",
+    "cached_vector",
+    "head_columns",
+    "on_device",
+    "position_hits",
+    "row_norm",
+    "share_cache",
+    "unit",
+    "vector",
+]

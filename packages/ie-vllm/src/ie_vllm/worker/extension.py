@@ -40,6 +40,7 @@ from ie_vllm.worker.runner_adapter import (
     wrap_model_forward,
 )
 from ie_vllm.worker.stage import layer_range, stage_of
+from ie_vllm.worker.transfer import to_device
 
 ATTN_POINTS = ("attn_scores", "attn_probs")
 
@@ -97,7 +98,7 @@ def attention_rows(
     kpos = torch.arange(nk, device=q.device)[None, :]
     if geom.alibi:
         # BLOOM's scores carry slope * key position (HF's build_alibi_tensor).
-        slopes = torch.tensor(geom.alibi, device=q.device, dtype=scores.dtype)
+        slopes = to_device(torch.tensor(geom.alibi, dtype=scores.dtype), q.device)
         scores = scores + slopes[:, None, None] * kpos.to(scores.dtype)
     visible = kpos <= qpos
     if geom.window:
@@ -106,7 +107,7 @@ def attention_rows(
     if probs and geom.sinks:
         # gpt-oss: each row's softmax includes the head's sink logit, which is then dropped
         # (rows need not sum to 1), as HF's eager_attention_forward does.
-        sink = torch.tensor(geom.sinks, device=q.device, dtype=scores.dtype)
+        sink = to_device(torch.tensor(geom.sinks, dtype=scores.dtype), q.device)
         sink = sink[:, None, None].expand(-1, nq, 1)
         return torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1].to(q.dtype)
     out = torch.softmax(scores, dim=-1) if probs else scores
@@ -342,15 +343,13 @@ def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor |
         r = it.rows
         if new is None:
             new = h.clone()
-        positions = torch.from_numpy(r.positions()).to(h.device)
+        # Built on the device: a host tensor copied from pageable memory would wait for the stream.
+        positions = torch.arange(r.first_pos, r.first_pos + r.n, device=h.device)
         for step, (ops, masked) in enumerate(it.steps):
             held = held_for(state.held, state.registry, it.entry, site.name, step)
             if held is None:
                 break  # refused: nothing of this request is written at this site
-            mask = None
-            if masked:
-                keep = [p not in masked for p in r.positions()]
-                mask = torch.tensor(keep, dtype=torch.bool, device=h.device)
+            mask = _keep_mask(masked, r, h.device) if masked else None
             ops = with_judged(ops, held)
             new[r.start : r.end] = apply_ops(new[r.start : r.end], ops, mask, positions)
     src = h if new is None else new
@@ -375,6 +374,16 @@ def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor |
         for (red, it, (first, _)), out in zip(jobs, got, strict=True):
             store_reduced(it.entry.rows, red.label, first, out)
     return new
+
+
+def _keep_mask(masked: frozenset[int], r: RequestRows, device: torch.device) -> torch.Tensor | None:
+    """Bool per row of `r`, False where its position is masked; None where no row is (every
+    decode step past the prompt), which steers each row exactly as an all-True mask would. The
+    mask is built on the host and copied without blocking (`transfer.to_device`)."""
+    keep = [p not in masked for p in range(r.first_pos, r.first_pos + r.n)]
+    if all(keep):
+        return None
+    return to_device(torch.tensor(keep, dtype=torch.bool), device)
 
 
 def _make_hook(state: WorkerState, site: SiteDef) -> Any:

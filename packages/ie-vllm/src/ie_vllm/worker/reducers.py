@@ -15,6 +15,7 @@ batched call.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from ie_core.experiments.sae_math import DictMeta, reduce_rows
 
 from ie_vllm.specs import ReducerSpec
 from ie_vllm.worker.layout import RequestRows
+from ie_vllm.worker.transfer import to_device
 
 Reducer = Callable[[torch.Tensor, Mapping[str, Any]], dict[str, torch.Tensor]]
 Lens = Callable[[torch.Tensor], torch.Tensor]
@@ -67,9 +69,33 @@ def _cast(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, torch.Tens
     return {"rows": rows.to(_CAST_DTYPES[str(params["dtype"])])}
 
 
+# What a reducer builds from its params once, not at every step: probes by the params they came
+# from (held here, so an id is never reused while its entry lives), token ids by value (the cells
+# of a sweep share them). Bounded: an evicted entry is rebuilt on its next use.
+_KEPT_MAX = 256
+_PROBES: OrderedDict[int, tuple[Mapping[str, Any], Probe]] = OrderedDict()
+_IDS: OrderedDict[tuple[tuple[int, ...], str], torch.Tensor] = OrderedDict()
+
+
+def _kept(store: OrderedDict[Any, Any], key: Any, build: Callable[[], Any]) -> Any:
+    got = store.get(key)
+    if got is None:
+        got = store[key] = build()
+        if len(store) > _KEPT_MAX:
+            store.popitem(last=False)
+    else:
+        store.move_to_end(key)
+    return got
+
+
+def _probe_of(params: Mapping[str, Any]) -> Probe:
+    """The params' `Probe`, built once; it keeps its weight on the device (`Probe.scores`)."""
+    return _kept(_PROBES, id(params), lambda: (params, Probe.from_params(params)))[1]
+
+
 def _probe(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """A linear probe's scores (`Probe.scores`; the host checked the shapes before sending)."""
-    return {"scores": Probe.from_params(params).scores(rows)}
+    return {"scores": _probe_of(params).scores(rows)}
 
 
 def _token_logits(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -77,7 +103,12 @@ def _token_logits(rows: torch.Tensor, params: Mapping[str, Any]) -> dict[str, to
     if not _LENS:
         raise RuntimeError("this worker holds no final norm (not the last pipeline stage)")
     logits = _LENS[0](rows).float()
-    ids = torch.tensor([int(i) for i in params["ids"]], device=logits.device)
+    wanted = tuple(int(i) for i in params["ids"])
+    ids = _kept(
+        _IDS,
+        (wanted, str(logits.device)),
+        lambda: to_device(torch.tensor(wanted, dtype=torch.int64), logits.device),
+    )
     return {"selected": logits.index_select(-1, ids), "lse": torch.logsumexp(logits, dim=-1)}
 
 

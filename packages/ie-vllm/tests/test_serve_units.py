@@ -107,3 +107,70 @@ def test_the_server_mounts_exactly_the_routes_the_remote_backend_calls() -> None
     }
     assert mounted == {(r.method, r.url) for r in ROUTES.values()}
     assert len(mounted) == 12  # not two empty sets agreeing
+
+
+class _Gone:
+    """A request whose client disconnects after `after_s`, on a server whose engine reports
+    `stop` (None: healthy) from `stop_after_s` on."""
+
+    def __init__(self, after_s: float, stop: Exception | None, stop_after_s: float) -> None:
+        import time
+        from types import SimpleNamespace
+
+        self._after_s, self._t0 = after_s, time.monotonic()
+        model = SimpleNamespace(
+            stop_reason=lambda: stop if time.monotonic() - self._t0 >= stop_after_s else None
+        )
+        self.app = SimpleNamespace(state=SimpleNamespace(ie_model=model))
+
+    async def receive(self) -> dict[str, str]:
+        import asyncio
+
+        await asyncio.sleep(self._after_s)
+        return {"type": "http.disconnect"}
+
+
+def _abandoned(request: _Gone) -> tuple[BaseException | None, float, bool]:
+    """Run 10 s of work under `_unless_gone`: (what it raised, seconds until the work was
+    cancelled, whether the work was cancelled)."""
+    import asyncio
+    import time
+
+    from ie_vllm.server.http_routes import _unless_gone
+
+    seen: dict[str, float] = {}
+
+    async def work() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            seen["cancelled"] = time.monotonic()
+            raise
+        return "done"
+
+    async def main() -> BaseException | None:
+        try:
+            await _unless_gone(request, work())  # type: ignore[arg-type]
+        except Exception as exc:
+            return exc
+        return None
+
+    t0 = time.monotonic()
+    raised = asyncio.run(main())
+    return raised, seen.get("cancelled", float("inf")) - t0, "cancelled" in seen
+
+
+def test_a_gone_clients_work_is_aborted_at_once_then_a_499(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ie_vllm.server.http_routes.DISCONNECT_GRACE_S", 2.0)
+    raised, cancelled_after, cancelled = _abandoned(_Gone(0.05, None, 0.0))
+    assert cancelled and cancelled_after < 0.5, cancelled_after  # not held for the grace
+    assert isinstance(raised, BadRequest) and raised.status == 499, raised
+
+
+def test_a_disconnect_from_a_dying_engine_gets_the_engines_error() -> None:
+    """The server stops when its engine dies, disconnecting the request before the engine's
+    death shows: the work is aborted at once, and the answer waits for the engine's reason."""
+    dead = EngineDeadError("the engine process died")
+    raised, cancelled_after, _ = _abandoned(_Gone(0.05, dead, 1.0))
+    assert cancelled_after < 0.5, cancelled_after
+    assert raised is dead, raised

@@ -164,24 +164,20 @@ def _canonical(addresses: Sequence[Any]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-# After a disconnect, how long the work may take to fail on its own: a server stopping because its
-# engine died disconnects its requests, and the engine's error names the cause, a 499 would not
-# (on a loaded 2-core machine a dead replica took over 1 s to show).
+# After a disconnect, how long to look for the engine's own stop reason: a server stopping because
+# its engine died disconnects its requests, and the engine's error names the cause, a 499 would not
+# (on a loaded 2-core machine a dead replica took over 1 s to show). The work itself is aborted at
+# once; only this check waits.
 DISCONNECT_GRACE_S = 5.0
 
 
-async def _stop_reason_within_grace(
-    request: Request, task: asyncio.Future[Any]
-) -> Exception | None:
-    """After a disconnect: why the engine stopped, if it does before the work ends or the
-    grace runs out (checked every 0.1 s, so a gone client's work is not held longer than that)."""
+async def _stop_reason_within_grace(request: Request) -> Exception | None:
+    """Why the engine stopped, if it shows within the grace (checked every 0.1 s)."""
     model, loop = _model(request), asyncio.get_running_loop()
     deadline = loop.time() + DISCONNECT_GRACE_S
-    while not task.done() and loop.time() < deadline:
-        if (stopped := model.stop_reason()) is not None:
-            return stopped
-        await asyncio.wait({task}, timeout=0.1)
-    return model.stop_reason()
+    while (stopped := model.stop_reason()) is None and loop.time() < deadline:
+        await asyncio.sleep(0.1)
+    return stopped
 
 
 async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
@@ -195,21 +191,17 @@ async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
     watch = asyncio.ensure_future(gone())
     try:
         await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-        if not task.done():  # disconnected first
-            stopped = await _stop_reason_within_grace(request, task)
-            if not (task.done() and not task.cancelled() and task.exception() is not None):
-                # A server stopping because its engine died disconnects its requests too: they
-                # get the engine's error, however slowly the work itself would have failed.
-                if stopped is not None:
-                    raise stopped
-                raise BadRequest("the client went away; its request was aborted", 499)
     finally:
         watch.cancel()
-        if not task.done():
+        if not task.done():  # disconnected first (or this handler was cancelled): abort now
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
     if task.cancelled():
+        # A server stopping because its engine died disconnects its requests too: they get the
+        # engine's error, however slowly the engine's death shows.
+        if (stopped := await _stop_reason_within_grace(request)) is not None:
+            raise stopped
         raise BadRequest("the client went away; its request was aborted", 499)
     return task.result()  # raises the work's own error (an engine that died names itself)
 

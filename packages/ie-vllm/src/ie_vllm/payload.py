@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ie_vllm.worker.transfer import Landing, to_device
+from ie_vllm.worker.transfer import Landing, to_device, to_host
 
 _DTYPES: dict[str, torch.dtype] = {
     str(d).removeprefix("torch."): d
@@ -45,9 +45,7 @@ def encode(tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     buf = torch.cat([to_device(p, device) for p in parts]) if len(parts) > 1 else parts[0]
     if buf.is_cuda:
         # One non-blocking copy into pinned memory, then one wait: the payload's only sync.
-        host = torch.empty(buf.shape, dtype=buf.dtype, pin_memory=True)
-        host.copy_(buf, non_blocking=True)
-        landing = Landing()
+        host, landing = to_host(buf), Landing()
         landing.record(buf.device)
         landing.wait()
         buf = host

@@ -18,7 +18,7 @@ from ie_core.errors import SteeringSpecError
 from ie_core.grammar import AddressLike, to_address
 from ie_core.ops.conditional import ACTIVATIONS, activate
 from ie_core.ops.values import as_row, real_number
-from ie_core.ops.vectors import CACHE_ATTR, cached, on_device
+from ie_core.ops.vectors import cached, on_device, without_cache
 from ie_core.protocol import Prompt, SteeringArg
 from ie_core.runner import run
 from ie_core.sync import ModelLike, unwrap
@@ -77,9 +77,7 @@ class Probe:
 
     def __getstate__(self) -> dict[str, Any]:
         """The probe's fields, without the device tensors it keeps (`cached`)."""
-        state = dict(self.__dict__)
-        state.pop(CACHE_ATTR, None)
-        return state
+        return without_cache(self)
 
     def arguments(self) -> dict[str, Any]:
         """`weight`, `bias`, `activation` as `build` takes them, in plain JSON data (what the

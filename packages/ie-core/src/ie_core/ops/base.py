@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ie_core.ops.vectors import CACHE_ATTR
+from ie_core.ops.vectors import without_cache
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -56,9 +56,7 @@ class Op:
 
     def __getstate__(self) -> dict[str, Any]:
         """The op's fields, without the device tensors it keeps (`ops.vectors.cached`)."""
-        state = dict(self.__dict__)
-        state.pop(CACHE_ATTR, None)
-        return state
+        return without_cache(self)
 
     @property
     def width(self) -> int | None:

@@ -41,17 +41,10 @@ def delta_bound(
     return (abs(value) + abs(bias) + ROW_NORM_MAX * enc_norm) * dec_peak
 
 
-def feature_activation(
-    h64: Tensor, encoder: tuple[float, ...], bias: float, threshold: float
-) -> Tensor:
-    """A ReLU / JumpReLU feature's activation per float64 row: relu(p) * (p > threshold),
-    p = h . encoder + bias (shared by the clamps that write it)."""
-    return activation_of(h64, h64.new_tensor(encoder), bias, threshold)
-
-
 def activation_of(h64: Tensor, encoder: Tensor, bias: float, threshold: float) -> Tensor:
-    """`feature_activation` with the encoder column already a float64 tensor on the rows' device
-    (an op keeps it there: `cached`)."""
+    """A ReLU / JumpReLU feature's activation per float64 row: relu(p) * (p > threshold),
+    p = h . encoder + bias, the encoder column a float64 tensor on the rows' device (shared by the
+    clamps that write it)."""
     p = h64 @ encoder + bias
     return p.relu() * (p > threshold)
 
@@ -133,4 +126,4 @@ class FeatureClamp(Op):
         )
 
 
-__all__ = ["ROW_NORM_MAX", "FeatureClamp", "activation_of", "delta_bound", "feature_activation"]
+__all__ = ["ROW_NORM_MAX", "FeatureClamp", "activation_of", "delta_bound"]

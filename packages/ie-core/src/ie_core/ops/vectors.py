@@ -17,12 +17,16 @@ if TYPE_CHECKING:
 CACHE_ATTR = "_ie_device_tensors"
 
 
-def _moved(t: Tensor, like: Tensor) -> Tensor:
-    """A host tensor on `like`'s device. To CUDA it is staged in pinned memory and copied without
-    blocking: a copy from pageable memory waits for the stream (everything queued before it)."""
-    if like.device.type != "cuda":
-        return t.to(like.device)
-    return t.pin_memory().to(like.device, non_blocking=True)
+def to_device(host: Tensor, device: Any) -> Tensor:
+    """A host tensor on `device`. To CUDA it is staged in pinned memory and copied without
+    blocking: a copy from pageable memory waits for the stream (everything queued before it); the
+    pinned block is not reused before the copy is done (torch's host allocator records its event)."""
+    import torch  # the rows are tensors already: this imports nothing new
+
+    device = torch.device(device)
+    if device.type != "cuda" or host.device.type != "cpu":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def on_device(values: Any, like: Tensor, dtype: Any = None) -> Tensor:
@@ -31,7 +35,7 @@ def on_device(values: Any, like: Tensor, dtype: Any = None) -> Tensor:
     dtype = like.dtype if dtype is None else dtype
     if like.device.type != "cuda":
         return like.new_tensor(values, dtype=dtype)
-    return _moved(like.new_tensor(values, dtype=dtype, device="cpu"), like)
+    return to_device(like.new_tensor(values, dtype=dtype, device="cpu"), like.device)
 
 
 def cached(owner: object, name: str, like: Tensor, build: Callable[[], Tensor]) -> Tensor:
@@ -40,10 +44,7 @@ def cached(owner: object, name: str, like: Tensor, build: Callable[[], Tensor]) 
     inference mode serves only inference mode (such a tensor cannot join an autograd graph)."""
     import torch  # the rows are tensors already: this imports nothing new
 
-    store: dict[Any, Tensor] | None = owner.__dict__.get(CACHE_ATTR)
-    if store is None:
-        store = {}
-        object.__setattr__(owner, CACHE_ATTR, store)
+    store = _store(owner)
     key = (name, like.device, like.dtype, torch.is_inference_mode_enabled())
     got = store.get(key)
     if got is None:
@@ -51,13 +52,26 @@ def cached(owner: object, name: str, like: Tensor, build: Callable[[], Tensor]) 
     return got
 
 
-def share_cache(source: object, target: object) -> None:
-    """Let `target` (an op built for one forward from `source`) use `source`'s device tensors."""
-    store = source.__dict__.get(CACHE_ATTR)
+def _store(owner: object) -> dict[Any, Tensor]:
+    """`owner`'s device tensors by (name, device, dtype, inference mode), made on first use."""
+    store = owner.__dict__.get(CACHE_ATTR)
     if store is None:
         store = {}
-        object.__setattr__(source, CACHE_ATTR, store)
-    object.__setattr__(target, CACHE_ATTR, store)
+        object.__setattr__(owner, CACHE_ATTR, store)
+    return store
+
+
+def share_cache(source: object, target: object) -> None:
+    """Let `target` (an op built for one forward from `source`) use `source`'s device tensors."""
+    object.__setattr__(target, CACHE_ATTR, _store(source))
+
+
+def without_cache(owner: object) -> dict[str, Any]:
+    """`owner`'s attributes without the device tensors it keeps: its `__getstate__`, so a pickled
+    or copied op or probe carries only its spec."""
+    state = dict(owner.__dict__)
+    state.pop(CACHE_ATTR, None)
+    return state
 
 
 def unit(values: VectorLike, like: Tensor) -> Tensor:
@@ -73,7 +87,7 @@ def unit(values: VectorLike, like: Tensor) -> Tensor:
     if peak > 0:
         # In float64, since 2**-exponent of a subnormal fp32 peak is beyond fp32's range.
         v = (v.double() * 2.0 ** -math.frexp(peak)[1]).float()
-    v = _moved(v, like)
+    v = to_device(v, like.device)
     return v / v.norm()
 
 
@@ -140,6 +154,8 @@ __all__ = [
     "position_hits",
     "row_norm",
     "share_cache",
+    "to_device",
     "unit",
     "vector",
+    "without_cache",
 ]

@@ -14,17 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from ie_core.ops.vectors import to_device  # the ops' own copy to the device, shared
 
 __all__ = ["Landing", "to_device", "to_host"]
-
-
-def to_device(host: torch.Tensor, device: Any) -> torch.Tensor:
-    """`host` on `device`; to CUDA through pinned memory with a non-blocking copy (the pinned
-    block is not reused before the copy is done: torch's host allocator records its event)."""
-    device = torch.device(device)
-    if device.type != "cuda" or host.device.type != "cpu":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
 
 
 def to_host(t: torch.Tensor, copy: bool = True) -> torch.Tensor:

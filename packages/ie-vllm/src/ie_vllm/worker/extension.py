@@ -201,10 +201,11 @@ class IEWorkerExtension(LensWorkerMixin):
         reducers.put_dictionary(key, payload.decode(tensors), meta, device)
         return key
 
-    def ie_row_limit(self) -> int:
-        """Bytes of captured rows this worker holds on its device (`ie_vllm.row_budget`)."""
+    def ie_row_limit(self) -> int | None:
+        """Bytes of captured rows this worker holds on its device (`ie_vllm.row_budget`); None:
+        unbounded."""
         budget = self._ie.registry.budget
-        return budget.limit if budget is not None else 0
+        return budget.limit if budget is not None else None
 
     def ie_stats(self) -> dict[str, Any]:
         state = self._ie

@@ -77,6 +77,32 @@ def test_capture_generation_rows_match_eager(smollm2: Any, smollm2_eager: Any) -
     assert max(diffs.values()) <= CROSS, diffs
 
 
+def test_a_capture_over_the_workers_row_limit_is_refused_up_front(smollm2: Any) -> None:
+    """The limit is the workers' own (`ie_row_limit`: the CPU default here); a request whose rows
+    alone exceed it is refused before it is submitted, with the bytes; one that fits runs."""
+    from ie_core.sync import unwrap
+    from ie_vllm.row_budget import CPU_LIMIT_BYTES
+
+    admission = unwrap(smollm2).admission
+    assert admission.row_limit == CPU_LIMIT_BYTES
+    ids = smollm2.to_tokens("Count with me: one, two,")
+    params = SamplingParams(max_new_tokens=5, stop_at_eos=False)
+    points = [f"resid_post.{i}" for i in range(smollm2.n_layers)]
+    need = (len(ids) + 5) * len(points) * smollm2.d_model * 4  # float32 rows, every layer
+    try:
+        admission.row_limit = need - 1
+        with pytest.raises(UnsupportedOperationError, match=f"{need:,} bytes"):
+            run(smollm2.capture_generation(ids, points, params))
+        admission.row_limit = len(ids) * len(points) * smollm2.d_model * 4 - 1
+        with pytest.raises(UnsupportedOperationError, match="worker holds before the drain"):
+            run(smollm2.capture([ids], points))
+        admission.row_limit = need  # negative control: exactly what it needs
+        got = run(smollm2.capture_generation(ids, points, params))
+        assert got.cache["resid_post.0"].shape[1] == len(ids) + 4
+    finally:
+        admission.row_limit = CPU_LIMIT_BYTES
+
+
 def test_streaming_capture_yields_rows_as_tokens_arrive(smollm2: Any) -> None:
     params = SamplingParams(max_new_tokens=4, stop_at_eos=False)
     ids = smollm2.to_tokens("Once upon a time")

@@ -40,6 +40,14 @@ def encode(tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
         offset += flat.numel() + pad
     if not parts:
         return {"manifest": [], "data": b""}
+    on_device = [p for p in parts if p.is_cuda]
+    if on_device and len(on_device) < len(parts):
+        # Some rows were moved to the host past the device limit (`row_budget`): land the rest
+        # beside them instead of copying those back onto the device.
+        parts = [to_host(p) if p.is_cuda else p for p in parts]
+        landing = Landing()
+        landing.record(on_device[0].device)
+        landing.wait()
     # Concatenated where the rows are (a device's, if any part is on one: a drain's rows are).
     device = next((p.device for p in parts if p.is_cuda), parts[0].device)
     buf = torch.cat([to_device(p, device) for p in parts]) if len(parts) > 1 else parts[0]

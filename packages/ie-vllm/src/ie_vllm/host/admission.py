@@ -27,6 +27,7 @@ from ie_core.steer_scope import mask_positions
 
 from ie_vllm.host.policy import SitePolicy
 from ie_vllm.host.variant import Variant
+from ie_vllm.row_budget import check_request
 from ie_vllm.specs import SteerSpec
 
 __all__ = ["Admission", "Admitted"]
@@ -60,6 +61,7 @@ class Admission:
         tokenizer: Any,
         policy: SitePolicy,
         engine: _Limits,
+        row_limit: int | None = None,
     ) -> None:
         self.variant = variant
         self.backend = variant.backend
@@ -67,6 +69,7 @@ class Admission:
         self.tokenizer = tokenizer
         self.policy = policy
         self.engine = engine  # read lazily: max_model_len is the running engine's
+        self.row_limit = row_limit  # bytes of rows a worker holds on its device (row_budget)
 
     def request(
         self,
@@ -78,7 +81,9 @@ class Admission:
         """Prompt ids, length, captures and steering of one generation, checked in that order."""
         ids = self.prompt_ids(tokens)
         self.check_length(ids, new_tokens)
-        return Admitted(ids, self.captures(addresses), self.steer_specs(steering, ids))
+        captures = self.captures(addresses)
+        self.check_rows(ids, new_tokens, captures)
+        return Admitted(ids, captures, self.steer_specs(steering, ids))
 
     def require_points(self, what: str) -> None:
         """Refuse `what` where the variant serves no point (`Variant.require_points`)."""
@@ -132,6 +137,14 @@ class Admission:
                 f"the prompt, ask for at most {max(limit - len(ids), 0)} new tokens, or load the "
                 "model with a larger max_model_len"
             )
+
+    def check_rows(self, ids: Sequence[int], new_tokens: int, captures: Sequence[str]) -> None:
+        """Refuse a request whose captured rows alone exceed what a worker holds on its device."""
+        if self.row_limit is not None and captures:
+            rows = len(ids) + new_tokens
+            limit, dtype = self.row_limit, self.engine.dtype
+            info = self.info
+            check_request(info.widths, info.d_model, captures, rows, dtype, limit, self.backend)
 
     def steer_specs(
         self, steering: SteeringArg, prompt_ids: Sequence[int]

@@ -39,6 +39,7 @@ from ie_vllm.host.request import Flow, gather
 from ie_vllm.host.variant import GENERATE as GENERATE_BACKEND
 from ie_vllm.host.variant import HOOKED, Variant, variant_for
 from ie_vllm.pipeline import merge_infos, merge_stats
+from ie_vllm.row_budget import smallest_limit
 
 _log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class VLLMModel(ModelFront, DescribedModel):
         *,
         channel: Channel | None = None,
         policy: SitePolicy | None = None,
+        row_limit: int | None = None,
     ) -> None:
         self.engine = engine
         self.info = info if isinstance(info, ModelInfo) else ModelInfo.from_wire(info)
@@ -71,7 +73,9 @@ class VLLMModel(ModelFront, DescribedModel):
         self.variant: Variant = variant_for(backend)
         self.channel: Channel = channel if channel is not None else HookedChannel(engine)
         self.policy = policy if policy is not None else SitePolicy(self.info.writable)
-        self.admission = Admission(self.variant, self.info, tokenizer, self.policy, engine)
+        self.admission = Admission(
+            self.variant, self.info, tokenizer, self.policy, engine, row_limit=row_limit
+        )
         self.flow = Flow(engine, self.channel, self._params, self._text)
 
     # --- construction --------------------------------------------------------------------------
@@ -87,6 +91,7 @@ class VLLMModel(ModelFront, DescribedModel):
         engine = await Engine.start(source, hooked=hooked, **kw)
         try:
             info = merge_infos(await engine.rpc("ie_setup", hooked))  # one answer per stage
+            row_limit = smallest_limit(await engine.rpc("ie_row_limit"))
         except BaseException:
             engine.shutdown()
             raise
@@ -94,7 +99,7 @@ class VLLMModel(ModelFront, DescribedModel):
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(source)
-        return cls(engine, info, tokenizer, model_id, backend)
+        return cls(engine, info, tokenizer, model_id, backend, row_limit=row_limit)
 
     # --- shape -------------------------------------------------------------------------------
 
@@ -198,6 +203,7 @@ class VLLMModel(ModelFront, DescribedModel):
         check_row_steering(plan.row_steering, len(prompts))
         for ids in prompts:
             self.admission.check_length(ids, 1)  # capture samples one token
+            self.admission.check_rows(ids, 0, captures)  # its rows: the prompt's
         steers = [self.admission.steer_specs(plan.steering_of(b), p) for b, p in enumerate(prompts)]
 
         async def one_prompt(ids: tuple[int, ...], steer: Any) -> dict[str, torch.Tensor]:

@@ -20,6 +20,7 @@ from ie_core.progress import progress_enabled
 
 from ie_vllm import payload
 from ie_vllm.host.cpu_support import on_cpu
+from ie_vllm.host.engine_args import proven_options
 from ie_vllm.host.engine_log import record_start
 from ie_vllm.host.exit_cleanup import track
 from ie_vllm.host.parallel_support import bind_cpu_ranks, check_executor
@@ -47,7 +48,8 @@ def prepare_environment() -> None:
 
 
 def engine_kwargs(model: str, *, hooked: bool, extension: str | None, **kw: Any) -> dict[str, Any]:
-    """AsyncEngineArgs fields: hooked engines run eagerly; user kwargs win over our defaults."""
+    """AsyncEngineArgs fields: hooked engines run eagerly; user kwargs win over our defaults,
+    except async scheduling (off) and speculative decoding (refused): `engine_args`."""
     args: dict[str, Any] = {"model": model, "disable_log_stats": True}
     if on_cpu():
         args["dtype"] = "float32"
@@ -59,7 +61,7 @@ def engine_kwargs(model: str, *, hooked: bool, extension: str | None, **kw: Any)
         # vLLM's weight-loading bar prints a new line per step: off in logs (IE_PROGRESS=1 keeps it).
         args["use_tqdm_on_load"] = False
     args.update(kw)
-    return args
+    return proven_options(args)
 
 
 def new_key(prefix: str = "ie") -> str:

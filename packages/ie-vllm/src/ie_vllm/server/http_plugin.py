@@ -117,6 +117,7 @@ async def served_model(engine_client: Any, args: Namespace) -> Any:
 
     from ie_vllm.host.backend import VLLMModel
     from ie_vllm.pipeline import merge_infos
+    from ie_vllm.row_budget import smallest_limit
     from ie_vllm.server.serve_command import BACKEND_ENV, served_backend
 
     module = served_backend(os.environ.get(BACKEND_ENV) or "vllm")
@@ -127,8 +128,14 @@ async def served_model(engine_client: Any, args: Namespace) -> Any:
     info = merge_infos(await engine_client.collective_rpc("ie_setup", args=(hooked,)))
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
     name = (getattr(args, "served_model_name", None) or [args.model])[0]
+    row_limit = smallest_limit(await engine_client.collective_rpc("ie_row_limit"))
     return VLLMModel(
-        Engine(engine_client, ()), info, tokenizer, name, HOOKED if hooked else GENERATE
+        Engine(engine_client, ()),
+        info,
+        tokenizer,
+        name,
+        HOOKED if hooked else GENERATE,
+        row_limit=row_limit,
     )
 
 

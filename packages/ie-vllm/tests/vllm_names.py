@@ -1,14 +1,16 @@
 """Every vLLM name a Python file uses, read from its AST, and whether a vLLM source tree has it.
 
-A name is used by `import vllm.x`, `from vllm.x import y` (at any depth: inside functions too) and
-by an attribute read on a name bound to vLLM (`vllm.x.y`, `alias.y` after `import vllm.x as
-alias`). Names spelled in strings (`getattr(runner, "...")`) are not seen here; the runner's are
-`runner_adapter.VLLM_NAMES`, checked by test_runner_contract.py.
+A name is used by `import vllm.x`, `from vllm.x import y` (at any depth: inside functions too), by
+an attribute read on a name bound to vLLM (`vllm.x.y`; `alias.y` after `import vllm.x as alias`)
+and by a keyword of a call of one (`SamplingParams(max_tokens=...)`). Names spelled in strings
+(`getattr(runner, "...")`) are not seen here; the runner's are `runner_adapter.VLLM_NAMES`,
+checked by test_runner_contract.py.
 
-Resolving `module` + attributes against a source tree: descend into submodules while one exists,
-then the first remaining attribute must be bound at the module's top level (a def, class,
-assignment or import, also under `if` / `try`, as vLLM's lazy `TYPE_CHECKING` imports are); what
-follows is an attribute of an object and is not checked.
+Resolving `module` + attributes against a source tree: descend into submodules while one exists;
+the first remaining attribute must be bound at the module's top level (a def, class, assignment
+or import, also under `if` / `try`, as vLLM's lazy `TYPE_CHECKING` imports are), a re-export
+followed to its definition. A class's attribute must be one it or a base defines, a keyword one
+its def (or class) accepts; what follows is an attribute of an object and is not checked.
 
     python packages/ie-vllm/tests/vllm_names.py   # the table of every name, file and line
 """
@@ -151,9 +153,14 @@ def unresolved(read: Source, ref: VllmRef) -> str | None:
     return None
 
 
-def locate(read: Source, module: str, name: str) -> tuple[str, ast.stmt] | None:
+def locate(
+    read: Source, module: str, name: str, seen: frozenset[str] = frozenset()
+) -> tuple[str, ast.stmt] | None:
     """Where `name`, bound at `module`'s top level, is defined: a re-export is followed to its def
     or class; any other binding (an assignment, a non-vLLM import) is returned as found."""
+    if f"{module}:{name}" in seen:  # modules that re-export from each other
+        return None
+    seen |= {f"{module}:{name}"}
     bindings = _bindings(read, module).get(name, [])
     for node in bindings:
         if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
@@ -163,7 +170,7 @@ def locate(read: Source, module: str, name: str) -> tuple[str, ast.stmt] | None:
             source = _absolute(read, module, node)
             original = next(a.name for a in node.names if (a.asname or a.name) == name)
             if source is not None and read(source) is not None:
-                followed = locate(read, source, original)
+                followed = locate(read, source, original, seen)
                 if followed is not None:
                     return followed
     return (module, bindings[0]) if bindings else None
@@ -218,16 +225,13 @@ def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
 
 def _absolute(read: Source, module: str, node: ast.ImportFrom) -> str | None:
     """The module an import names; a relative one counts from the importing module's package
-    (the module itself when it is one, which the source tree alone tells by trying)."""
+    (the module itself when it is a package: its `__init__` is in the tree)."""
     if node.level == 0:
         return node.module
-    for package in (module, module.rsplit(".", 1)[0]):
-        parts = package.split(".")
-        base = ".".join(parts[: len(parts) - node.level + 1])
-        target = f"{base}.{node.module}" if node.module else base
-        if read(target) is not None:
-            return target
-    return None
+    package = module if read(f"{module}.__init__") is not None else module.rpartition(".")[0]
+    parts = package.split(".")
+    base = ".".join(parts[: len(parts) - node.level + 1])
+    return f"{base}.{node.module}" if node.module else base
 
 
 if __name__ == "__main__":

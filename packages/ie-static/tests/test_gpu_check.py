@@ -115,6 +115,27 @@ def test_refuses_to_measure_where_vllm_is_not_on_cuda(
     assert ("'cpu'" in err) if where else ("not installed" in err)
 
 
+def test_refuses_first_when_torch_cannot_use_a_gpu_naming_the_driver_needed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Here torch has no usable GPU (no device, no driver), as on a machine whose driver is too old
+    for torch's CUDA while vLLM's platform (from NVML) still says cuda: exit 2 before the device,
+    the weights or an engine is touched."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine's torch can use a GPU")
+    monkeypatch.setattr(ie_bench.placement, "vllm_platform_device", lambda: "cuda")
+    monkeypatch.setattr(facts, "gpu", lambda: pytest.fail("read the device"))
+    monkeypatch.setattr(facts, "resolve_weights", lambda *a: pytest.fail("measured"))
+    assert SCRIPT_MODULE.main(["--rounds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to measure: torch.cuda.is_available() is False" in err
+    assert "NVIDIA driver: " in err and "--dry-run" in err
+    if torch.version.cuda:  # the build installed here: PyPI's torch is a CUDA 13 one
+        needed = facts.driver_needed(torch.version.cuda)
+        assert f"built for CUDA {torch.version.cuda}, which needs NVIDIA driver {needed}" in err
+    assert (facts.driver_needed("13.0"), facts.driver_needed("12.8")) == ("R580", "R525")
+
+
 def test_vllm_on_cpu_is_labelled_cpu_even_when_torch_sees_cuda(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

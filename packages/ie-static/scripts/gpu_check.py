@@ -101,6 +101,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
 
 def check(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     """Parity, then the interleaved price; every engine through one slot, one at a time."""
+    from gpu_check_lib.async_sched import run_async_parity
     from gpu_check_lib.measure import EngineSlot, build_context, ratios, run_price
     from gpu_check_lib.parity import run_parity
 
@@ -124,6 +125,9 @@ def check(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
     slot = EngineSlot(weights.folder, args.mem, MAX_MODEL_LEN)
     if plan.parity:
         result["parity"] = run_parity(slot.start, slot.stop, n_layers, width, args.parity_tokens)
+        result["async_scheduling"] = run_async_parity(
+            slot.start, slot.stop, n_layers, width, args.parity_tokens
+        )
     ctx = build_context(width, n_layers, plan.new_tokens, args.sae)
     result["sae"] = ctx.sae_source
 

@@ -44,6 +44,8 @@ RECORDED = (
     "model: the id asked for, the local folder, the Hub revision (commit), dtype, layers, width",
     "per column: every round's sample, median, min, max, q1, q3; per engine start: seconds",
     "parity (fp32): per request tokens_equal and max_rel_diff, per CUDA-graph mode",
+    "async scheduling (fp32, hooked vllm): parity on against off, keys left registered, and the "
+    "capture batch's price on / off (decides whether the engines' refusal can be lifted)",
 )
 
 
@@ -190,6 +192,10 @@ def describe(plan: Plan, out_path: str | None) -> str:
         lines.append(
             "parity (once, first): hooked vllm fp32 is the reference; vllm-static under "
             f"{' and '.join(PARITY_MODES)}: captures and steered captures within {PARITY_TOL}"
+        )
+        lines.append(
+            "async scheduling (after parity): hooked vllm fp32 with async scheduling off, then "
+            "on; captures and steered captures compared, and the capture batch priced"
         )
     lines.append("workloads:")
     lines += [f"  {w:12} {METRICS[w]:8} {text}" for w, text in WORKLOAD_TEXT.items()]

@@ -89,6 +89,17 @@ def test_a_plan_carries_its_reductions_through_json() -> None:
         Plan.of(CAPTURE, [[1]], (), None, reductions=(reductions[0], reductions[0]))
 
 
+def test_row_bytes_bound_what_a_server_returns() -> None:
+    """Bytes per row of each result, as a server bounds its response: the outputs' own sizes."""
+    rows = ROWS[:1]
+    for reducer in (TokenLogits((1, 2)), LensTopK(4), ProbeScores(_probe()), Cast("bfloat16"),
+                    DictionaryFeatures("key", 5, True)):  # fmt: skip
+        got = reducer.apply(rows, CONTEXT)
+        size = sum(t.numel() * t.element_size() for t in got.values())
+        assert reducer.row_bytes(WIDTH) == size, type(reducer).__name__
+    assert Cast("bfloat16").row_bytes(WIDTH) == 2 * WIDTH  # a cast's rows scale with the width
+
+
 def test_checks_refuse_before_any_forward() -> None:
     with pytest.raises(BadPromptError, match="vocabulary"):
         TokenLogits((VOCAB,)).check(WIDTH, "resid_post.1", VOCAB)

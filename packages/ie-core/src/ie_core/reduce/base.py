@@ -54,8 +54,8 @@ class Reducer:
         """Named outputs, each with `rows.shape[0]` leading (one entry per row)."""
         raise NotImplementedError
 
-    def row_bytes(self) -> int:
-        """Bytes of the result per row (a server bounds its response with it)."""
+    def row_bytes(self, width: int) -> int:
+        """Bytes of the result per row of `width` (a server bounds its response with it)."""
         raise NotImplementedError
 
     def check(self, width: int, point: str, vocab: int) -> None:

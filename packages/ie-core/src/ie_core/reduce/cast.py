@@ -18,7 +18,6 @@ DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 class Cast(Reducer):
     kind: ClassVar[str] = "cast"
     dtype: str
-    width: int = 0
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -28,8 +27,8 @@ class Cast(Reducer):
         return {"rows": {"float32": rows.float, "bfloat16": rows.bfloat16,
                          "float16": rows.half}[self.dtype]()}  # fmt: skip
 
-    def row_bytes(self) -> int:
-        return DTYPES[self.dtype] * self.width
+    def row_bytes(self, width: int) -> int:
+        return DTYPES[self.dtype] * width
 
 
 __all__ = ["Cast"]

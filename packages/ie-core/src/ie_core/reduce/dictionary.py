@@ -42,7 +42,7 @@ class DictionaryFeatures(Reducer):
                 f"is {width} wide on this model; load the dictionary trained for this model"
             )
 
-    def row_bytes(self) -> int:
+    def row_bytes(self, width: int) -> int:
         width = self.sae.d_sae if self.sae is not None else 0
         return (12 * self.k if self.k is not None else 4 * width) + (8 if self.stats else 0)
 

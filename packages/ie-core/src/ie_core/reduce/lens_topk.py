@@ -30,7 +30,7 @@ class LensTopK(Reducer):
         top, ids = flat.topk(min(self.k, flat.shape[-1]), dim=-1)
         return {"ids": ids, "probs": (top - flat.logsumexp(dim=-1, keepdim=True)).exp()}
 
-    def row_bytes(self) -> int:
+    def row_bytes(self, width: int) -> int:
         return 12 * self.k
 
 

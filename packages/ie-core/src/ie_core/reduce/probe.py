@@ -28,7 +28,7 @@ class ProbeScores(Reducer):
         given = self.probe.arguments()
         Probe.build(given["weight"], given["bias"], given["activation"], width=width, point=point)
 
-    def row_bytes(self) -> int:
+    def row_bytes(self, width: int) -> int:
         return 4 * len(self.probe.bias)
 
     def to_wire(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ class TokenLogits(Reducer):
         ids = cached(self, "ids", logits, lambda: on_device(self.ids, logits.new_empty(0).long()))
         return {"selected": logits.index_select(-1, ids), "lse": logits.logsumexp(dim=-1)}
 
-    def row_bytes(self) -> int:
+    def row_bytes(self, width: int) -> int:
         return 4 * (len(self.ids) + 1)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -249,9 +249,9 @@ async def capture(request: Request) -> Response:
     plan = replace(plan, reductions=resolve_reductions(plan.reductions, served_saes(request)))
     lengths = [min(len(p), limits.max_model_len) for p in plan.prompt]  # longer: the model refuses
     size = capture_bytes(m.info.widths, _canonical(plan.captures), lengths)
-    size += sum(
-        r.reducer.row_bytes() * (len(lengths) if r.last else sum(lengths)) for r in plan.reductions
-    )
+    for r in plan.reductions:  # an address the model refuses is refused before any forward
+        width = m.info.widths.get(next(iter(_canonical([r.address])), ""), 0)
+        size += r.reducer.row_bytes(width) * (len(lengths) if r.last else sum(lengths))
     what = f"capturing {len(plan.captures)} addresses over {len(plan.prompt)} prompts"
     if plan.reductions:
         what += f" reduced by {', '.join(r.reducer.kind for r in plan.reductions)}"

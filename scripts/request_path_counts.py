@@ -1,6 +1,8 @@
-"""Counts for issue #42 ("One request path") over packages/*/src and apps/*/src of a checkout.
+"""Counts for issue #42 ("One request path") over packages/*/src and apps/*/src of a checkout,
+and issue #63's (read-outs as plan items; `request_path_reads.py`, summed over the checkout).
 
     uv run --locked python scripts/request_path_counts.py [--root DIR] [--json]
+    uv run --locked python scripts/request_path_counts.py duplicates PATH...  (files or folders)
 
 Standard library `ast` only, so it runs on any old checkout. Per package:
 - op sites: `isinstance(x, C)` calls and `case C(...)` patterns where C names an op class: the
@@ -23,9 +25,13 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from request_path_reads import duplicates
+from request_path_reads import measure as measure_reads
 
 BACKEND_NAMES = frozenset({"eager", "vllm", "vllm-static", "vllm-generate", "remote"})
 BACKEND_MODULES = frozenset({"ie_eager", "ie_vllm", "ie_static", "ie_remote"})
@@ -266,13 +272,14 @@ class Counts:
     total: dict[str, int]
     circles: dict[str, list[list[str]]]
     hidden_circles: dict[str, list[list[str]]]
+    reads: dict[str, object]
 
 
 def measure(root: Path) -> Counts:
     sources = read_sources(root)
     ops, op_source = op_classes(sources)
     constants = generate_constants(sources)
-    counts = Counts(str(root), op_source, sorted(ops), {}, {}, {}, {})
+    counts = Counts(str(root), op_source, sorted(ops), {}, {}, {}, {}, measure_reads(root))
     for package in sorted({s.package for s in sources}):
         modules = {s.module: s for s in sources if s.package == package}
         top: dict[str, set[str]] = {m: set() for m in modules}
@@ -310,11 +317,34 @@ def table(counts: Counts) -> str:
         )
     for label, found in (("circle", counts.circles), ("hidden circle", counts.hidden_circles)):
         lines += [f"{label} in {p}: {' '.join(c)}" for p, cs in found.items() for c in cs]
+    r = counts.reads
+    lines += [
+        f"getattr probes for backend methods in ie-core: {r['getattr_probes']}",
+        f"routes carrying a plan: {r['plan_routes']} (of {r['model_routes']} that run the model, "
+        f"{r['routes']} routes)",
+        f"files a new reducer touches (the probe's): {r['reducer_files']}",
+        f"duplicate pairs between the two workers: {r['worker_duplicates']}",
+        f"string tests of action kinds in eager's hooks: {r['action_kind_tests']}",
+        f"duplicate pairs outside tests: {r['duplicates_outside_tests']}",
+    ]
     return "\n".join(lines)
 
 
+def print_duplicates(paths: list[str]) -> None:
+    """Each repeated run of lines (`request_path_reads.duplicates`) in the files or folders."""
+    files = sorted(f for p in map(Path, paths) for f in ([p] if p.is_file() else p.rglob("*.py")))
+    pairs = duplicates(files)
+    for a, b in pairs:
+        print(f"{a}  {b}")
+    print(f"{len(pairs)} duplicate pairs in {len(files)} files")
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Counts for issue #42 over a checkout.")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["duplicates"]:
+        print_duplicates(argv[1:])
+        return
+    parser = argparse.ArgumentParser(description="Counts for issues #42 and #63 over a checkout.")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)

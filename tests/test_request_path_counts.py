@@ -100,3 +100,67 @@ def test_an_old_checkout_falls_back_to_op_kinds_and_the_old_homes(tmp_path: Path
     assert result["op_classes"] == ["Additive", "Hook"]
     assert result["op_source"].startswith("fallback")
     assert result["total"]["op_sites"] == 1
+
+
+READS = {  # issue 63's counts, each planted once
+    "packages/ie-core/src/ie_core/wire.py": (
+        'ROUTES = {"info": Route("GET", "/info"), "capture": Route("POST", "/capture"),\n'
+        '          "probe_scores": Route("POST", "/probe_scores")}\n'
+    ),
+    "packages/ie-core/src/ie_core/plan.py": 'CAPTURE = "capture"\n',
+    "packages/ie-core/src/ie_core/reads.py": (
+        "def f(model, method):\n"
+        '    a = getattr(model, "probe_scores", None)\n'
+        "    b = getattr(model, method, None)\n"
+        '    c = getattr(model, "info", None)\n'  # not a method of a model class
+        "    for name in ('x',):\n        d = getattr(model, name, None)\n"
+    ),
+    "packages/ie-vllm/src/ie_vllm/host/backend.py": (
+        "class VLLMModel:\n    async def probe_scores(self):\n        pass\n"
+    ),
+    "packages/ie-vllm/src/ie_vllm/server/http_routes.py": (
+        "@router.api_route(**mount(CAPTURE))\nasync def capture(request):\n"
+        "    m = _model(request)\n    return await _plan(request, CAPTURE)\n\n"
+        '@router.api_route(**mount("info"))\nasync def info(request):\n    return _model(request)\n'
+    ),
+    "packages/ie-vllm/src/ie_vllm/server/http_features.py": (
+        '@router.api_route(**mount("probe_scores"))\nasync def probe_scores(request):\n'
+        "    return _model(request)\n"
+    ),
+    "packages/ie-eager/src/ie_eager/hooks.py": (
+        'def run(a):\n    if a.kind == "steer":\n        pass\n    return a.kind != "read"\n'
+    ),
+}
+REPEAT = "x = compute_something_long(a, b)\ny = compute_other_thing(x, c)\nz = x + y * 2\nprint(x, y, z)\n"
+
+
+def test_each_planted_read_count_is_seen(tmp_path: Path) -> None:
+    reads = counts(tmp_path, READS)["reads"]
+    assert reads["getattr_probes"] == 2  # the literal backend method and the caller's name
+    assert (reads["routes"], reads["model_routes"], reads["plan_routes"]) == (3, 2, 1)
+    assert reads["reducer_files"] == 3  # the probe's backend method, route and getattr probe
+    assert reads["action_kind_tests"] == 2
+
+
+def test_a_reducer_in_its_module_and_registry_is_two_files(tmp_path: Path) -> None:
+    files = {
+        "packages/ie-core/src/ie_core/reduce/probe.py": (
+            'class ProbeScores(Reducer):\n    kind: ClassVar[str] = "probe"\n'
+        ),
+        "packages/ie-core/src/ie_core/reduce/kinds.py": "_ALL = (TokenLogits, ProbeScores)\n",
+        "packages/ie-core/src/ie_core/front.py": "def f():\n    return ProbeScores(1)\n",
+    }
+    reads = counts(tmp_path, files)["reads"]
+    assert reads["reducer_files"] == 2 and reads["getattr_probes"] == 0
+
+
+def test_duplicates_are_counted_once_per_repeat(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text('"""Doc."""\nimport os\n' + REPEAT + "w = 1\n")
+    (tmp_path / "b.py").write_text(
+        "def g():\n    pass\n" + REPEAT.replace("print(x, y, z)", "q = 3")
+    )
+    (tmp_path / "c.py").write_text(REPEAT)
+    run = [sys.executable, str(SCRIPT), "duplicates", str(tmp_path)]
+    out = subprocess.run(run, check=True, capture_output=True, text=True).stdout
+    assert out.splitlines()[-1] == "1 duplicate pairs in 3 files"  # a and c; b differs
+    assert "a.py:3" in out and "c.py:1" in out

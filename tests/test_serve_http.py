@@ -121,16 +121,23 @@ def test_probe_scores_over_remote_equal_eager(server: str, remote: Any, ref: Any
     want = probe_scores(ref, [ids, ids], "resid_post.3", m, **kw)
     assert got.shape == want.shape == (2, len(ids), 2)
     assert float((got - want).abs().max()) <= TOL_EAGER
-    body = {"prompts": [ids], "address": "resid_post.2", "weight": w.tolist(), "bias": 0.5}
-    r = _post(server, "/v1/ie/probe_scores", body)
+    # The route carries a capture plan whose reduction is the probe (`ie_core.reduce`).
+    probe = {"kind": "probe", "weight": [[x] for x in w.tolist()], "bias": [0.5],
+             "activation": "linear", "vector": True}  # fmt: skip
+
+    def body(address: str = "resid_post.2", **bad: Any) -> dict[str, Any]:
+        reduction = {"address": address, "label": "p", "last": False, "reducer": {**probe, **bad}}
+        return {"prompts": [ids], "addresses": [], "reductions": [reduction]}
+
+    r = _post(server, "/v1/ie/probe_scores", body())
     assert r.status_code == 200, r.text
     tensors, _ = decode_tensors(r.content)
-    assert list(tensors) == ["scores"] and tensors["scores"].shape == (1, len(ids))
+    assert list(tensors) == ["p|scores"] and tensors["p|scores"].shape == (1, len(ids))
     assert len(r.content) < 1024  # the scores only: the rows would be len(ids) * d_model * 4 bytes
-    for bad, word in (({"weight": [1.0] * 7}, "wide"), ({"weight": "abc"}, "numbers"),
-                      ({"activation": "softplus"}, "activation"),
-                      ({"address": "resid_post.99"}, "layer")):  # fmt: skip
-        r = _post(server, "/v1/ie/probe_scores", {**body, **bad})
+    for bad, word in ((body(weight=[[1.0]] * 7), "wide"), (body(weight="abc"), "numbers"),
+                      (body(activation="softplus"), "activation"),
+                      (body("resid_post.99"), "layer")):  # fmt: skip
+        r = _post(server, "/v1/ie/probe_scores", bad)
         assert r.status_code == 400 and word in r.json()["error"]["message"], (bad, r.text)
 
 
@@ -517,12 +524,23 @@ def test_served_features_equal_eager_and_steer_by_name(remote: Any, ref: Any) ->
     assert run(remote.stats())["registered"] == 0
 
 
+def _features(name: str, **reducer: Any) -> dict[str, Any]:
+    """A capture plan reading a served dictionary's features by name (the server's own point)."""
+    wanted = {"kind": "sae", "dictionary": name, **reducer}
+    reduction = {"address": "", "label": "f", "last": False, "reducer": wanted}
+    return {"prompts": [[1, 2, 3]], "addresses": [], "reductions": [reduction]}
+
+
 @pytest.mark.parametrize(
     ("path", "body", "needle"),
     [
-        ("/v1/ie/features", {"prompts": [[1, 2, 3]], "saes": ["nope"]}, "served: res1"),
-        ("/v1/ie/features", {"prompts": [[1, 2, 3]], "saes": [SAE_NAME], "k": 97}, "k must be"),
-        ("/v1/ie/features", {"prompts": [[1, 2, 3]], "saes": SAE_NAME}, "non-empty list"),
+        ("/v1/ie/features", _features("nope"), "served: res1"),
+        ("/v1/ie/features", _features(SAE_NAME, k=97), "k must be"),
+        (
+            "/v1/ie/features",
+            {"prompts": [[1, 2, 3]], "addresses": [], "reductions": SAE_NAME},
+            "is a list",
+        ),
         ("/v1/ie/feature_op", {"kind": "feature_steer", "sae": SAE_NAME, "feature": 96}, "outside"),
         ("/v1/ie/feature_op", {"kind": "additive", "sae": SAE_NAME, "feature": 1}, "'kind'"),
         (

@@ -87,7 +87,17 @@ def test_the_resolver_sees_the_raw_steering_first() -> None:
     assert seen == [[{"named": "x"}]] and plan.steering == ()
 
 
-REQUESTS = ("capture", "capture_attention", "capture_generation", "generate", "generate_stream")
+REQUESTS = (
+    "capture",
+    "capture_attention",
+    "capture_generation",
+    "generate",
+    "generate_stream",
+    "reduce",
+    "final_token_logits",
+    "probe_scores",
+    "dictionary_features",
+)
 BACKENDS = [
     ("ie_eager.backend", "EagerModel"),
     ("ie_vllm.host.backend", "VLLMModel"),

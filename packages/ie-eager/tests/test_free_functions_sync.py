@@ -62,7 +62,6 @@ from ie_core.experiments.probes import probe_scores
 from ie_core.experiments.ragged import capture_ragged, capture_ragged_async
 from ie_core.experiments.saes import from_tensors
 from ie_core.experiments.splice import splice
-from ie_core.experiments.streamed import open_stream
 from ie_core.experiments.user_hooks import (
     attribution_patch,
     attribution_patch_async,
@@ -217,9 +216,6 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
             capture_ragged_async(m, [CLEAN, "Hi"], ["resid_post.1"])
         ),
         "experiments.splice.splice": lambda m: splice(m, [CLEAN], sae),
-        "experiments.streamed.open_stream": lambda m: open_stream(
-            m, None, 3, "lens_generation_stream", "streaming lens read-out"
-        ),
         "experiments.user_hooks.attribution_patch": lambda m: attribution_patch(
             m, CLEAN, CORRUPT, metric=METRIC, layers=[1]
         ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 from ie_core.experiments.sae_math import DictMeta, encode
+from ie_core.reduce import Cast, DictionaryFeatures
 from ie_vllm.specs import ReducerSpec, RequestSpec
 from ie_vllm.worker import reducers
 
@@ -20,8 +21,8 @@ def _put(key: str, seed: int, meta: DictMeta) -> dict[str, torch.Tensor]:
 def test_grouped_jobs_equal_each_job_alone() -> None:
     meta = DictMeta("topk", k=4, b_dec_in=True)
     wa, wb = _put("t-a", 0, meta), _put("t-b", 1, DictMeta("relu"))
-    a = ReducerSpec("x", "sae", "resid_post.0", {"dictionary": "t-a", "k": 3, "stats": True})
-    b = ReducerSpec("y", "sae", "resid_post.0", {"dictionary": "t-b", "k": None, "stats": False})
+    a = ReducerSpec("x", "resid_post.0", DictionaryFeatures("t-a", 3, True))
+    b = ReducerSpec("y", "resid_post.0", DictionaryFeatures("t-b", None, False))
     rows = [torch.randn(n, 8) for n in (3, 1, 5)]
     jobs = [(a, rows[0]), (b, rows[1]), (a, rows[2])]
     together = reducers.run(jobs)
@@ -43,7 +44,7 @@ def test_grouped_jobs_equal_each_job_alone() -> None:
 
 def test_cast_and_wire_round_trip() -> None:
     x = torch.randn(4, 8)
-    cast = ReducerSpec("h", "cast", "resid_post.1", {"dtype": "bfloat16"})
+    cast = ReducerSpec("h", "resid_post.1", Cast("bfloat16"), position=2)
     (out,) = reducers.run([(cast, x)])
     assert out["rows"].dtype == torch.bfloat16 and torch.equal(out["rows"], x.bfloat16())
     spec = RequestSpec("k", ("resid_post.1",), (), 4, (cast,))

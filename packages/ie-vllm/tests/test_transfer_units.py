@@ -5,6 +5,8 @@ masked, reducers keep what they build from their params, and a payload decodes a
 from __future__ import annotations
 
 import torch
+from ie_core.experiments.probes import Probe
+from ie_core.reduce import ProbeScores, TokenLogits
 from ie_core.steer_scope import ScopedPositions
 from ie_vllm import payload
 from ie_vllm.specs import ReducerSpec
@@ -40,21 +42,29 @@ def test_the_keep_mask_exists_only_where_a_row_is_masked() -> None:
 
 
 def test_token_ids_and_probes_are_built_once() -> None:
+    """Equal reducers of many requests (a sweep's cells) share the worker's kept instance, and
+    with it the tensors it built on the device; a wire copy finds the same instance."""
+    from ie_core.ops.vectors import CACHE_ATTR
+
     vocab = 11
     reducers.use_lens(lambda h: h[..., :vocab].float())
-    spec = ReducerSpec("m", "token_logits", "resid_post.0", {"ids": [3, 5]})
+    spec = reducers.kept(ReducerSpec("m", "resid_post.0", TokenLogits((3, 5)), position=0))
     rows = torch.randn(2, 16)
     a = reducers.run([(spec, rows)])[0]
-    ids = reducers._IDS[((3, 5), "cpu")]
-    b = reducers.run([(spec, rows)])[0]
-    assert reducers._IDS[((3, 5), "cpu")] is ids
+    (ids,) = vars(spec.reducer)[CACHE_ATTR].values()
+    again = reducers.kept(ReducerSpec.from_wire(spec.to_wire()))
+    assert again.reducer is spec.reducer
+    b = reducers.run([(again, rows)])[0]
+    assert next(iter(vars(again.reducer)[CACHE_ATTR].values())) is ids
     assert torch.equal(a["selected"], rows[:, [3, 5]]) and torch.equal(a["selected"], b["selected"])
-    params = {"weight": [[1.0]] * 16, "bias": [0.5], "activation": "linear", "vector": True}
-    probe = ReducerSpec("p", "probe", "resid_post.0", params)
-    first = reducers.run([(probe, rows)])[0]["scores"]
-    kept = reducers._PROBES[id(probe.params)][1]
-    second = reducers.run([(probe, rows)])[0]["scores"]
-    assert reducers._PROBES[id(probe.params)][1] is kept
+    probe = Probe(tuple((1.0,) for _ in range(16)), (0.5,), "linear", vector=True)
+    first_spec = reducers.kept(ReducerSpec("p", "resid_post.0", ProbeScores(probe)))
+    first = reducers.run([(first_spec, rows)])[0]["scores"]
+    kept = dict(vars(first_spec.reducer.probe)[CACHE_ATTR])
+    second_spec = reducers.kept(ReducerSpec.from_wire(first_spec.to_wire()))
+    assert second_spec.reducer is first_spec.reducer
+    second = reducers.run([(second_spec, rows)])[0]["scores"]
+    assert vars(second_spec.reducer.probe)[CACHE_ATTR] == kept
     assert torch.equal(first, second)
     assert torch.allclose(first, rows.sum(-1) + 0.5)
 

@@ -1,18 +1,23 @@
 """`ModelFront`: the protocol's request methods written once, over a backend's executor.
 
-Each call (capture, capture_attention, capture_generation, generate, generate_stream) becomes a
-`Plan`; a backend subclasses the front and supplies `execute` (run a plan whole), `execute_stream`
-(a GENERATE plan token by token) and `attention_layers` (a fact). The rest of `InterpModel`
-(tokens, points, the lens, lifecycle) is the backend's own, as httpx leaves I/O to a transport.
+Each call (capture, capture_attention, capture_generation, generate, generate_stream, and the
+read-outs reduced where the rows live: final_token_logits, probe_scores, dictionary_features)
+becomes a `Plan`; a backend subclasses the front and supplies `execute` (run a plan whole, its
+reductions included), `execute_stream` (a GENERATE plan token by token) and `attention_layers` (a
+fact). The streamed read-outs (`lens_generation_stream`, `dictionary_generation_stream`) are
+declared here, refused unless the backend serves them. The rest of `InterpModel` (tokens, points,
+the lens, lifecycle) is the backend's own, as httpx leaves I/O to a transport.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from ie_core.cache import ActivationCache
-from ie_core.grammar import AddressLike
+from ie_core.errors import UnsupportedOperationError
+from ie_core.experiments.probes import Probe
+from ie_core.grammar import AddressLike, to_address
 from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Outcome, Plan
 from ie_core.protocol import (
     Generation,
@@ -24,6 +29,10 @@ from ie_core.protocol import (
     renamed_sampling,
     sampling_params,
 )
+from ie_core.reduce import DictionaryFeatures, ProbeScores, Reduction, TokenLogits
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["ModelFront"]
 
@@ -32,6 +41,10 @@ _GREEDY = SamplingParams()
 
 class ModelFront:
     """The request half of `InterpModel`, the same on every backend."""
+
+    # Whether a dictionary may be named by a string (`ie serve --sae NAME=SOURCE`, resolved by
+    # the server: backend 'remote'); elsewhere a name is refused before any request.
+    serves_named_dictionaries: ClassVar[bool] = False
 
     # --- what a backend supplies ---------------------------------------------------------------
 
@@ -46,6 +59,29 @@ class ModelFront:
     def attention_layers(self) -> Sequence[int]:
         """The layers `capture_attention()` reads when none are named."""
         raise NotImplementedError
+
+    def point_width(self, address: AddressLike) -> int:
+        """The width of `address`'s rows on this model."""
+        raise NotImplementedError
+
+    def lens_generation_stream(
+        self, tokens: Prompt, addresses: Any, params: SamplingParams, **kw: Any
+    ) -> AsyncIterator[Any]:
+        """Each generated token with the lens top-k of its new rows (`stream_lens`)."""
+        raise UnsupportedOperationError(
+            f"{type(self).__name__} has no streaming lens read-out; use backend 'eager' or "
+            "'vllm', or capture_generation then decode_residuals"
+        )
+
+    def dictionary_generation_stream(
+        self, prompt: Prompt, saes: Any, params: SamplingParams, **kw: Any
+    ) -> AsyncIterator[Any]:
+        """Each generated token with its new rows' top-k features (`stream_features`)."""
+        raise UnsupportedOperationError(
+            f"{type(self).__name__} has no streamed dictionary read-out (it reduces in the vLLM "
+            "workers); use backend 'vllm' or 'vllm-static', or generate then "
+            "feature_activations on prompt + generated ids"
+        )
 
     # --- the protocol's requests ---------------------------------------------------------------
 
@@ -119,6 +155,81 @@ class ModelFront:
         outcome = await self.execute(plan)
         assert outcome.generation is not None and outcome.cache is not None
         return GenerationCapture(outcome.generation, outcome.cache)
+
+    # --- read-outs reduced where the rows live (`ie_core.reduce`) ---------------------------------
+
+    async def reduce(
+        self,
+        tokens: Any,
+        reductions: Sequence[Reduction],
+        *,
+        steering: SteeringArg = None,
+        row_steering: Sequence[SteeringArg] | None = None,
+    ) -> Mapping[str, Mapping[str, Tensor]]:
+        """Per reduction label its outputs, over one capture plan that reads nothing else."""
+        plan = Plan.of(CAPTURE, tokens, (), steering, None, False, row_steering, reductions)
+        return (await self.execute(plan)).reduced
+
+    async def final_token_logits(
+        self, prompts: Sequence[Prompt], steerings: Sequence[SteeringArg], token_ids: Any
+    ) -> tuple[Tensor, Tensor]:
+        """For each (prompt, steering) request, the last position's logits of `token_ids`
+        `[n, k]` and the logsumexp over the vocabulary `[n]`, fp32 (`TokenLogits` on the last
+        layer's final row, through the model's lens)."""
+        if len(steerings) != len(prompts):
+            raise ValueError(
+                f"{len(prompts)} prompts but {len(steerings)} steerings; give one each"
+            )
+        last = f"resid_post.{cast(Any, self).n_layers - 1}"
+        reduction = Reduction(last, TokenLogits(tuple(token_ids)), "final", last=True)
+        got = await self.reduce(list(prompts), [reduction], row_steering=list(steerings))
+        return got["final"]["selected"].float(), got["final"]["lse"].float()
+
+    async def probe_scores(
+        self,
+        tokens: Prompt | Sequence[Sequence[int]],
+        address: AddressLike,
+        weight: Any,
+        bias: Any = 0.0,
+        activation: str = "linear",
+        *,
+        steering: SteeringArg = None,
+    ) -> Tensor:
+        """activation(h @ weight + bias) per token of each prompt at `address`: `[batch, seq]`
+        for a `[width]` weight, `[batch, seq, n]` for `[width, n]`; checked before any forward."""
+        point = str(to_address(address, check=True))
+        probe = Probe.build(weight, bias, activation, width=self.point_width(point), point=point)
+        got = await self.reduce(tokens, [Reduction(point, ProbeScores(probe), "probe")],
+                                steering=steering)  # fmt: skip
+        return got["probe"]["scores"]
+
+    async def dictionary_features(
+        self,
+        tokens: Prompt | Sequence[Sequence[int]],
+        saes: Mapping[str, Any],
+        *,
+        k: int | None = None,
+        stats: bool = False,
+        steering: SteeringArg = None,
+    ) -> dict[str, dict[str, Tensor]]:
+        """Per name, its dictionary's outputs `[batch, seq, ...]` (`DictionaryFeatures`): a
+        loaded `SAE`, or a served dictionary's name where the backend resolves names."""
+        reductions = []
+        for name, sae in saes.items():
+            if isinstance(sae, str):
+                if not self.serves_named_dictionaries:
+                    raise UnsupportedOperationError(
+                        f"{type(self).__name__} serves no named dictionaries (a name is resolved "
+                        "by an `ie serve --sae NAME=SOURCE` server, backend 'remote'); load the "
+                        "dictionary here with ie_core.experiments.saes.load_sae and pass the SAE"
+                    )
+                reducer = DictionaryFeatures(sae, k, stats)
+                address = ""  # the served dictionary's own point, put there by the server
+            else:
+                reducer, address = DictionaryFeatures(sae.key, k, stats, sae), sae.address
+            reductions.append(Reduction(address, reducer, name))
+        got = await self.reduce(tokens, reductions, steering=steering)
+        return {name: dict(got[name]) for name in saes}
 
 
 def _sampling(sampling: SamplingParams, old: SamplingParams | None) -> SamplingParams:

@@ -1,5 +1,5 @@
 """A request as one value: what to run (capture, generate, or both), on which prompt, reading which
-addresses, under which steering. `ModelFront` turns every protocol call into a `Plan`; a backend
+addresses, reducing which rows where they live (`ie_core.reduce`), under which steering. `ModelFront` turns every protocol call into a `Plan`; a backend
 executes plans; over HTTP the plan's JSON is the request body, written and read here alone.
 
 Prompts stay as the caller gave them (text, ids, rows of ids): the executor owns the tokenizer
@@ -8,14 +8,16 @@ Prompts stay as the caller gave them (text, ids, rows of ids): the executor owns
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from ie_core.cache import ActivationCache
 from ie_core.grammar import AddressLike, to_address
 from ie_core.ops import Steering
 from ie_core.protocol import Generation, SamplingParams, SteeringArg, steering_tuple
+from ie_core.reduce.base import Reduction
+from ie_core.reduce.kinds import reduction_from_dict
 from ie_core.wire import (
     sampling_from_wire,
     sampling_to_wire,
@@ -56,10 +58,17 @@ class Plan:
     grad: bool = False
     # CAPTURE only: each prompt's own steering, after the shared `steering` (one entry a prompt).
     row_steering: tuple[tuple[Steering, ...], ...] = ()
+    # CAPTURE only: rows reduced where they live; `Outcome.reduced` holds each label's outputs.
+    reductions: tuple[Reduction, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown plan kind {self.kind!r}; known: {', '.join(KINDS)}")
+        if self.reductions and self.kind != CAPTURE:
+            raise ValueError("reductions ride a capture plan")
+        labels = [r.label for r in self.reductions]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"reduction labels must differ, got {labels}")
         if (self.sampling is None) != (self.kind == CAPTURE):
             raise ValueError(
                 f"a {self.kind} plan {'takes no' if self.kind == CAPTURE else 'needs'} sampling"
@@ -75,11 +84,13 @@ class Plan:
         sampling: SamplingParams | None = None,
         grad: bool = False,
         row_steering: Sequence[SteeringArg] | None = None,
+        reductions: Sequence[Reduction] = (),
     ) -> Plan:
         """A plan from protocol arguments: one address may be given bare, steering as one spec."""
         listed = (captures,) if isinstance(captures, str) else tuple(cast(Any, captures))
         rows = tuple(steering_tuple(s) for s in row_steering or ())
-        return cls(kind, prompt, listed, steering_tuple(steering), sampling, grad, rows)
+        steer = steering_tuple(steering)
+        return cls(kind, prompt, listed, steer, sampling, grad, rows, tuple(reductions))
 
     def steering_of(self, row: int) -> tuple[Steering, ...]:
         """Prompt `row`'s steering: the shared specs, then its own."""
@@ -101,6 +112,8 @@ class Plan:
         body["steering"] = steering_to_wire(self.steering)
         if self.row_steering:
             body["row_steering"] = [steering_to_wire(s) for s in self.row_steering]
+        if self.reductions:
+            body["reductions"] = [r.to_wire() for r in self.reductions]
         return body
 
     @classmethod
@@ -129,15 +142,27 @@ class Plan:
                 "'row_steering' is a list (one steering list per prompt) of capture"
             )
         row_steering = tuple(steering_from_wire(resolve(r or [])) for r in rows)
-        return cls(kind, prompt, captures, steering, sampling, False, row_steering)
+        reductions = _reductions(data.get("reductions") or [])
+        return cls(kind, prompt, captures, steering, sampling, False, row_steering, reductions)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What executing a plan returned: the generation (GENERATE kinds), the cache (reads)."""
+    """What executing a plan returned: the generation (GENERATE kinds), the cache (reads), and
+    per reduction label its outputs (`ie_core.reduce.host.Reduced`)."""
 
     generation: Generation | None = None
     cache: ActivationCache | None = None
+    reduced: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def _reductions(data: Any) -> tuple[Reduction, ...]:
+    if not isinstance(data, list):
+        raise PlanWireError("'reductions' is a list of {address, label, last, reducer} objects")
+    try:
+        return tuple(reduction_from_dict(r) for r in data)
+    except ValueError as exc:
+        raise PlanWireError(str(exc)) from None
 
 
 def _prompt_field(kind: str) -> str:

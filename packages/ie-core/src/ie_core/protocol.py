@@ -239,5 +239,34 @@ class InterpModel(Protocol):
     ) -> AsyncIterator[StreamChunk]: ...
     async def decode_residuals(self, rows: Any) -> Any: ...
     async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK: ...
+    # Read-outs reduced where the rows live (`ie_core.front.ModelFront`, `ie_core.reduce`).
+    async def final_token_logits(
+        self, prompts: Sequence[Prompt], steerings: Sequence[SteeringArg], token_ids: Any
+    ) -> tuple[Any, Any]: ...
+    async def probe_scores(
+        self,
+        tokens: Prompt | Sequence[Sequence[int]],
+        address: AddressLike,
+        weight: Any,
+        bias: Any = 0.0,
+        activation: str = "linear",
+        *,
+        steering: SteeringArg = None,
+    ) -> Any: ...
+    async def dictionary_features(
+        self,
+        tokens: Prompt | Sequence[Sequence[int]],
+        saes: Any,
+        *,
+        k: int | None = None,
+        stats: bool = False,
+        steering: SteeringArg = None,
+    ) -> dict[str, dict[str, Any]]: ...
+    def lens_generation_stream(
+        self, tokens: Prompt, addresses: Any, params: SamplingParams, **kw: Any
+    ) -> AsyncIterator[Any]: ...
+    def dictionary_generation_stream(
+        self, prompt: Prompt, saes: Any, params: SamplingParams, **kw: Any
+    ) -> AsyncIterator[Any]: ...
     async def warmup(self) -> None: ...
     async def shutdown(self) -> None: ...

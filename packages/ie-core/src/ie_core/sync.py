@@ -76,6 +76,15 @@ class SyncModel(TLShaped):
     def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
         return run(self.model.decode_residuals_topk(rows, k))
 
+    def final_token_logits(self, prompts: Any, steerings: Any, token_ids: Any) -> Any:
+        return run(self.model.final_token_logits(prompts, steerings, token_ids))
+
+    def probe_scores(self, tokens: Any, address: AddressLike, weight: Any, **kw: Any) -> Any:
+        return run(self.model.probe_scores(tokens, address, weight, **self._steering(kw)))
+
+    def dictionary_features(self, tokens: Any, saes: Any, **kw: Any) -> Any:
+        return run(self.model.dictionary_features(tokens, saes, **self._steering(kw)))
+
     def warmup(self) -> None:
         run(self.model.warmup())
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, cast
 
 import torch
+from ie_core.admission import check_row_steering
 from ie_core.cache import ActivationCache
 from ie_core.capabilities import Capabilities
 from ie_core.errors import ModelClosedError, PointUnavailableError, UnsupportedOperationError
@@ -17,6 +18,8 @@ from ie_core.models import resolve_model_path
 from ie_core.plan import CAPTURE, GENERATE, Outcome, Plan
 from ie_core.prompts import position_limit, tokenizer_ids
 from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk, TopK
+from ie_core.reduce import Context, TokenLogits, reduce_cache
+from ie_core.reduce.host import check_reductions
 from ie_core.steer_scope import pin_prompt
 from ie_core.text_stream import TextStream
 from torch import nn
@@ -219,27 +222,11 @@ class EagerModel(ModelFront):
         cache = ActivationCache({r.address: session.captured[r.address] for r in reads})
         return (logits if grad else logits.detach()), cache
 
-    async def final_token_logits(
-        self, prompts: Sequence[Prompt], steerings: Sequence[SteeringArg], token_ids: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Chosen tokens' last-position logits and the logsumexp per (prompt, steering), each
-        request computed from the first position its ops change (`ie_eager.prefix_cells`)."""
-        return prefix_cells.final_token_logits(
-            self.hf_model, self.admission, prompts, steerings, token_ids
-        )
-
     # -- plans (the protocol's requests are ie_core.front.ModelFront's) --
 
     async def execute(self, plan: Plan) -> Outcome:
         if plan.kind == CAPTURE:
-            cache = self.forward_with_cache(
-                plan.prompt,
-                plan.captures,
-                steering=plan.steering,
-                grad=plan.grad,
-                row_steering=plan.row_steering,
-            )[1]
-            return Outcome(cache=cache)
+            return self._capture(plan)
         assert plan.sampling is not None
         generation = self._generate(plan.prompt, plan.sampling, plan.steering)
         if plan.kind == GENERATE:
@@ -258,6 +245,45 @@ class EagerModel(ModelFront):
 
     def attention_layers(self) -> Sequence[int]:
         return range(self.n_layers)
+
+    def _capture(self, plan: Plan) -> Outcome:
+        """One forward reading the plan's addresses and its reductions' rows, reduced here (the
+        rows live in this process); a sweep's final logits from the first position each cell
+        changes (`ie_eager.prefix_cells`)."""
+        if self._final_logits_only(plan):
+            prompts = list(plan.prompt)
+            check_row_steering(plan.row_steering, len(prompts))
+            steerings = [plan.steering_of(i) for i in range(len(prompts))]
+            (r,) = plan.reductions
+            ids = cast(TokenLogits, r.reducer).ids
+            selected, lse = prefix_cells.final_token_logits(
+                self.hf_model, self.admission, prompts, steerings, ids
+            )
+            return Outcome(reduced={r.label: {"selected": selected, "lse": lse}})
+        check_reductions(plan.reductions, self.point_width, self.admission.vocab)
+        reads = list(dict.fromkeys([*plan.captures, *(r.address for r in plan.reductions)]))
+        cache = self.forward_with_cache(
+            plan.prompt,
+            reads,
+            steering=plan.steering,
+            grad=plan.grad,
+            row_steering=plan.row_steering,
+        )[1]
+        if not plan.reductions:
+            return Outcome(cache=cache)
+        context = Context(lens=lambda rows: lens.decode(self, rows))
+        reduced = reduce_cache(cache, plan.reductions, context)
+        return Outcome(cache=ActivationCache({a: cache[a] for a in plan.captures}), reduced=reduced)
+
+    def _final_logits_only(self, plan: Plan) -> bool:
+        last = f"resid_post.{self.n_layers - 1}"
+        return (
+            not plan.captures
+            and len(plan.reductions) == 1
+            and plan.reductions[0].last
+            and plan.reductions[0].address == last
+            and isinstance(plan.reductions[0].reducer, TokenLogits)
+        )
 
     def _decode(
         self, ids: list[int], params: SamplingParams, steering: SteeringArg

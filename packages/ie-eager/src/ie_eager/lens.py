@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import torch
 from ie_core.errors import PointUnavailableError
 from ie_core.protocol import TopK
+from ie_core.reduce import LensTopK
 
 from ie_eager.structure import Structure
 
@@ -94,12 +95,7 @@ def decode(model: LensModel, rows: Any, *, grad: bool = False) -> torch.Tensor:
 
 
 def topk(model: LensModel, rows: Any, k: int = 10) -> TopK:
-    """Top-k ids and probabilities, the probabilities from an fp32 logsumexp over the full vocab."""
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
-    logits = decode(model, rows).float()
-    flat = logits.reshape(-1, logits.shape[-1])
-    k = min(k, flat.shape[-1])
-    values, ids = torch.topk(flat, k, dim=-1)
-    probs = torch.exp(values - torch.logsumexp(flat, dim=-1, keepdim=True))
-    return TopK(ids=ids, probs=probs)
+    """Top-k ids and probabilities, the probabilities from an fp32 logsumexp over the full vocab
+    (the `LensTopK` reducer's maths, on this model's logits)."""
+    got = LensTopK(k).of_logits(decode(model, rows))
+    return TopK(ids=got["ids"], probs=got["probs"])

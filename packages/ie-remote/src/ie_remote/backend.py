@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 import ie_core.errors as ie_errors
-import torch
 from ie_core.cache import ActivationCache
 from ie_core.errors import (
     GradientUnavailableError,
@@ -23,26 +22,25 @@ from ie_core.errors import (
     PointUnavailableError,
     UnsupportedOperationError,
 )
-from ie_core.experiments.probes import Probe
 from ie_core.front import ModelFront
 from ie_core.grammar import AddressLike, to_address
 from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.ops import SteeringOp, op_from_dict
-from ie_core.plan import CAPTURE, GENERATE, Outcome, Plan, plain_prompt
+from ie_core.plan import CAPTURE, GENERATE, Outcome, Plan
 from ie_core.prompts import text_ids
 from ie_core.protocol import (
     Generation,
     SamplingParams,
-    SteeringArg,
     StreamChunk,
     TopK,
 )
+from ie_core.reduce import Context, nested, reduce_cache
+from ie_core.reduce.host import check_reductions
 from ie_core.wire import (
     ROUTES,
     SAFETENSORS,
     decode_tensors,
     encode_tensors,
-    steering_to_wire,
 )
 
 BACKEND = "remote"
@@ -94,6 +92,7 @@ class RemoteModel(ModelFront, DescribedModel):
     """A model served by `ie serve`; build with `load_model(url, backend="remote")`."""
 
     backend = BACKEND
+    serves_named_dictionaries = True  # the server resolves `ie serve --sae NAME=SOURCE` names
 
     def __init__(self, server: Server, info: ModelInfo) -> None:
         self.server = server
@@ -179,14 +178,30 @@ class RemoteModel(ModelFront, DescribedModel):
                 "load the model with backend='eager' and capture(..., grad=True)"
             )
         _refuse_logprobs(plan.sampling)
-        response = await self._post(ROUTES[plan.kind].url, plan.to_wire())
+        # A reduction the wire cannot carry (a dictionary loaded here) reads captured rows and
+        # is reduced here; the rest run in the server's workers.
+        local = tuple(r for r in plan.reductions if not r.reducer.portable())
+        check_reductions(local, self.point_width, self.info.vocab_size)
+        sent = replace(
+            plan,
+            captures=(*plan.captures, *(r.address for r in local)),
+            reductions=tuple(r for r in plan.reductions if r.reducer.portable()),
+        )
+        response = await self._post(ROUTES[plan.kind].url, sent.to_wire())
         if plan.kind == GENERATE:
             data = response.json()
             return Outcome(_generation(data))
         tensors, meta = decode_tensors(response.content)
-        if plan.kind == CAPTURE:
-            return Outcome(cache=ActivationCache(tensors))
-        return Outcome(_generation(meta), ActivationCache(tensors))
+        rows = {a: t for a, t in tensors.items() if "|" not in a}
+        if plan.kind != CAPTURE:
+            return Outcome(_generation(meta), ActivationCache(rows))
+        reduced = nested(tensors, sent.reductions)
+        if not local:
+            return Outcome(cache=ActivationCache(rows), reduced=reduced)
+        reduced.update(reduce_cache(ActivationCache(rows), local, Context()))
+        kept = {str(to_address(a)) for a in plan.captures}
+        cache = ActivationCache({a: t for a, t in rows.items() if a in kept})
+        return Outcome(cache=cache, reduced=reduced)
 
     async def execute_stream(self, plan: Plan) -> AsyncIterator[StreamChunk]:
         _refuse_logprobs(plan.sampling)
@@ -237,46 +252,6 @@ class RemoteModel(ModelFront, DescribedModel):
             response = await client.get(ROUTES["saes"].url)
         _raise_for(response)
         return dict(response.json())
-
-    async def served_features(
-        self,
-        tokens: Any,
-        names: Mapping[str, str],
-        *,
-        k: int | None = None,
-        stats: bool = False,
-        steering: SteeringArg = None,
-    ) -> dict[str, dict[str, Any]]:
-        """Per key of `names`, the served dictionary's outputs (`ids` / `values` or `acts`, and
-        `sq_error` / `sq_norm` with stats), encoded in the server's worker."""
-        served = list(dict.fromkeys(names.values()))
-        body = {"prompts": plain_prompt(tokens), "saes": served, "k": k, "stats": stats,
-                "steering": steering_to_wire(steering)}  # fmt: skip
-        tensors, _ = decode_tensors((await self._post(ROUTES["features"].url, body)).content)
-        out: dict[str, dict[str, Any]] = {}
-        for label, name in names.items():
-            prefix = f"{name}|"
-            out[label] = {n[len(prefix) :]: t for n, t in tensors.items() if n.startswith(prefix)}
-        return out
-
-    async def probe_scores(
-        self,
-        tokens: Any,
-        address: AddressLike,
-        weight: Any,
-        bias: Any = 0.0,
-        activation: str = "linear",
-        *,
-        steering: SteeringArg = None,
-    ) -> torch.Tensor:
-        """activation(h . weight + bias) per token, scored in the server's worker: only the
-        scores cross (`[batch, seq]`, or `[batch, seq, n]` for a matrix). Checked here first."""
-        point = str(to_address(address, check=True))
-        probe = Probe.build(weight, bias, activation, width=self.point_width(point), point=point)
-        body = {"prompts": plain_prompt(tokens), "address": point, **probe.arguments(),
-                "steering": steering_to_wire(steering)}  # fmt: skip
-        tensors, _ = decode_tensors((await self._post(ROUTES["probe_scores"].url, body)).content)
-        return tensors["scores"]
 
     def feature_op(
         self, sae: str, feature: int, *, coeff: float | None = None, value: float | None = None

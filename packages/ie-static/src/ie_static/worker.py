@@ -268,7 +268,7 @@ def _register(state: StaticState, spec: RequestSpec, slot: int) -> None:
     entry = StaticEntry(spec, slot, spec.captures, sites, writes)
     for r in spec.reducers:
         for name in state.plan.reads.get(r.address, ())[:1]:
-            entry.reduce_sites[name] = (*entry.reduce_sites.get(name, ()), r)
+            entry.reduce_sites[name] = (*entry.reduce_sites.get(name, ()), reducers.kept(r))
     state.entries[spec.key] = entry
 
 

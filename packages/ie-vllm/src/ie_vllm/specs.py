@@ -10,34 +10,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ie_core.ops import SteeringOp, op_from_dict
+from ie_core.reduce import Reducer, reducer_from_dict
 
 __all__ = ["ReducerSpec", "RequestSpec", "SteerSpec"]
 
 
 @dataclass(frozen=True)
 class ReducerSpec:
-    """`kind` applied to the rows of `address`; outputs are collected as `label|<output>`."""
+    """`reducer` (an `ie_core.reduce` kind) applied to the rows of `address` (only the row at
+    `position` when given); outputs are collected as `label|<output>`."""
 
     label: str
-    kind: str
     address: str
-    params: Mapping[str, Any] = field(default_factory=dict)
+    reducer: Reducer
+    position: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"label": self.label, "kind": self.kind, "address": self.address,
-                "params": dict(self.params)}  # fmt: skip
+        return {"label": self.label, "address": self.address, "position": self.position,
+                "reducer": self.reducer.to_wire()}  # fmt: skip
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> ReducerSpec:
-        return cls(str(data["label"]), str(data["kind"]), str(data["address"]), data["params"])
-
-    def group(self) -> str:
-        """Jobs with equal groups run batched: same function, same parameters."""
-        return self.kind + json.dumps(dict(self.params), sort_keys=True)
+        at = data.get("position")
+        return cls(str(data["label"]), str(data["address"]), reducer_from_dict(data["reducer"]),
+                   None if at is None else int(at))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ie_core.active_steering import with_active
 from ie_core.experiments.features import Features, check_dictionary
 from ie_core.experiments.saes import SAE
-from ie_core.experiments.streamed import open_stream
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
+from ie_core.reduce import LensTopK
 from ie_core.runner import iterate
+from ie_core.sync import unwrap
 
 __all__ = ["FeatureStep", "stream_features"]
 
@@ -36,17 +38,11 @@ def stream_features(
     **sampling: Any,
 ) -> Iterator[FeatureStep]:
     """Generate, yielding each token with the top-k features of its new rows per dictionary."""
-    model, steering, stream = open_stream(
-        model,
-        steering,
-        k,
-        "dictionary_generation_stream",
-        "streamed dictionary read-out (it reduces in the vLLM workers); use backend 'vllm' or "
-        "'vllm-static', or generate then feature_activations on prompt + generated ids",
-    )
+    LensTopK(k)  # a positive k, checked before any request
+    model, steering = unwrap(model), with_active(model, steering)
     for sae in saes.values():
         check_dictionary(model, sae)
     params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
-    agen = stream(prompt, dict(saes), params, k=k, steering=steering)
+    agen = model.dictionary_generation_stream(prompt, dict(saes), params, k=k, steering=steering)
     for chunk, got in iterate(agen):
         yield FeatureStep(chunk, {n: Features.from_outputs(o) for n, o in got.items()})

@@ -3,9 +3,9 @@ reconstruction statistics on request) and the feature steering ops `feature_stee
 `Additive` with the decoder row), `feature_clamp` and `feature_ablate` (a `FeatureClamp`), and
 `when_feature` (any op, applied only where a feature fires: a `Conditional`).
 
-A backend with in-worker reductions (`dictionary_features`, the vLLM backends) encodes where the
-rows live and ships only the result; any other backend captures the point and encodes here with
-the same maths (`ie_core.experiments.sae_math`).
+Every backend encodes where the rows live (`ModelFront.dictionary_features`, the reducer
+`ie_core.reduce.dictionary.DictionaryFeatures`: in the vLLM workers, eager's forward, or the
+server's workers for a served name) and ships only the result.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import torch
 
 from ie_core.active_steering import with_active
 from ie_core.errors import DictionaryShapeError, SteeringSpecError, UnsupportedOperationError
-from ie_core.experiments.sae_math import reduce_rows
 from ie_core.experiments.saes import SAE
 from ie_core.ops import Additive, Conditional, FeatureClamp, Op
 from ie_core.ops.values import real_number
@@ -92,39 +91,15 @@ def _activations(
     saes: dict[str, Any] = dict(sae) if many else {"sae": sae}  # type: ignore[arg-type]
     if k is not None and k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    if any(isinstance(s, str) for s in saes.values()):
-        got = _served(model, prompts, saes, k, stats, steering)
-        out = {n: Features.from_outputs(o) for n, o in got.items()}
-        return out if many else out["sae"]
+    named = [isinstance(s, str) for s in saes.values()]
+    if any(named) and not all(named):
+        raise TypeError("give either served dictionary names or loaded SAEs, not a mix")
     for one in saes.values():
-        check_dictionary(model, one, stats)
-    reduce = getattr(model, "dictionary_features", None)
-    if reduce is not None:
-        raw = run(reduce(prompts, saes, k=k, stats=stats, steering=steering))
-    else:
-        addresses = list(dict.fromkeys(s.address for s in saes.values()))
-        cache = run(model.capture(prompts, addresses, steering=steering))
-        raw = {n: reduce_rows(cache[s.address], s.weights, s.meta, k, stats)
-               for n, s in saes.items()}  # fmt: skip
+        if not isinstance(one, str):
+            check_dictionary(model, one, stats)
+    raw = run(model.dictionary_features(prompts, saes, k=k, stats=stats, steering=steering))
     out = {n: Features.from_outputs(raw[n]) for n in saes}
     return out if many else out["sae"]
-
-
-def _served(
-    model: Any, prompts: Any, names: dict[str, Any], k: int | None, stats: bool, steering: Any
-) -> dict[str, Any]:
-    """A served read-out: every value a name (a mix with loaded dictionaries is refused)."""
-    if not all(isinstance(s, str) for s in names.values()):
-        raise TypeError("give either served dictionary names or loaded SAEs, not a mix")
-    served = getattr(model, "served_features", None)
-    if served is None:
-        raise UnsupportedOperationError(
-            f"{type(model).__name__} serves no named dictionaries (a name is resolved by an "
-            "`ie serve --sae NAME=SOURCE` server, backend 'remote'); load the dictionary here "
-            "with ie_core.experiments.saes.load_sae and pass the SAE"
-        )
-    out: dict[str, Any] = run(served(prompts, names, k=k, stats=stats, steering=steering))
-    return out
 
 
 def feature_steer(sae: SAE, feature: int, coeff: float = 1.0) -> Additive:

@@ -10,12 +10,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ie_core.active_steering import with_active
 from ie_core.errors import PointUnavailableError
 from ie_core.experiments.jacobian_lens import JacobianLens
-from ie_core.experiments.streamed import open_stream
 from ie_core.grammar import AddressLike, to_address
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK
+from ie_core.reduce import LensTopK
 from ie_core.runner import iterate
+from ie_core.sync import unwrap
 
 __all__ = ["LensStep", "lens_transports", "stream_lens"]
 
@@ -62,15 +64,11 @@ def stream_lens(
     """Generate, yielding each token with the lens top-k of its new rows at every address."""
     if isinstance(addresses, str):
         addresses = [addresses]
-    model, steering, stream = open_stream(
-        model,
-        steering,
-        k,
-        "lens_generation_stream",
-        "streaming lens read-out; use backend 'eager' or 'vllm', or capture_generation then "
-        "decode_residuals",
-    )
+    LensTopK(k)  # a positive k, checked before any request
+    model, steering = unwrap(model), with_active(model, steering)
     params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
     transports = lens_transports(model, addresses, lens)
-    agen = stream(prompt, list(addresses), params, k=k, transports=transports, steering=steering)
+    agen = model.lens_generation_stream(
+        prompt, list(addresses), params, k=k, transports=transports, steering=steering
+    )
     yield from iterate(agen)

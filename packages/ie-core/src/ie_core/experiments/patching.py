@@ -43,9 +43,9 @@ class Metric:
     without `seq_fn` refuses multi-token answers.
 
     `token_fn(selected [n, len(tokens)], lse [n]) -> [n]`, where it exists, is the same metric
-    from the answer tokens' logits and the logsumexp over the vocabulary alone: a backend that
-    reduces the final logits in its worker (`final_token_logits`) then returns these numbers per
-    cell instead of `[vocab]` logits."""
+    from the answer tokens' logits and the logsumexp over the vocabulary alone: every backend
+    reduces the final logits where they live (`final_token_logits`, the `TokenLogits` reducer)
+    and returns these numbers per cell instead of `[vocab]` logits."""
 
     name: str
     fn: Callable[[torch.Tensor, tuple[int, ...]], torch.Tensor]
@@ -418,9 +418,8 @@ async def patch_sweep_async(
             op = Patch(rows[[pairs[c]]].float(), (c,))
         steerings.append(Steering(point, (layer,), (op,), PositionMask()))
     prompts = [clean_ids] + [corrupt_ids] * (len(steerings) - 1)
-    reduced = getattr(model, "final_token_logits", None)
-    if all(len(a) == 1 for a in answers) and reduced is not None and metric.token_fn is not None:
-        selected, lse = await reduced(prompts, steerings, [a[0] for a in answers])
+    if all(len(a) == 1 for a in answers) and metric.token_fn is not None:
+        selected, lse = await model.final_token_logits(prompts, steerings, [a[0] for a in answers])
         scores = metric.token_fn(selected, lse).float().cpu()
     elif all(len(a) == 1 for a in answers):
         logits = await final_logits(model, prompts, steerings)

@@ -1,27 +1,28 @@
 """Linear probes on any backend: `probe_scores` gives `activation(h @ weight + bias)` per token.
 
-`Probe` holds the checked probe and its maths. A backend that scores in its workers
-(`probe_scores`, the vLLM backends) ships only the scores; any other captures the point and
-scores here, the same way.
+`Probe` holds the checked probe and its maths; the reducer `ie_core.reduce.probe.ProbeScores`
+runs it where the rows live (`ModelFront.probe_scores`: in the vLLM workers, eager's forward, or
+`ie serve`'s workers), so only the scores travel.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ie_core.active_steering import with_active
 from ie_core.errors import SteeringSpecError
-from ie_core.grammar import AddressLike, to_address
+from ie_core.grammar import AddressLike
 from ie_core.ops.conditional import ACTIVATIONS, activate
 from ie_core.ops.values import as_row, real_number
 from ie_core.ops.vectors import cached, on_device, without_cache
 from ie_core.protocol import Prompt, SteeringArg
 from ie_core.runner import run
 from ie_core.sync import ModelLike, unwrap
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ class Probe:
 
 
 def _numbers(values: Any, label: str) -> torch.Tensor:
+    import torch  # a probe's spec imports no torch until it is built from numbers
+
     try:
         return torch.as_tensor(values, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
@@ -128,15 +131,8 @@ def probe_scores(
     """activation(h @ weight + bias) for every token of each prompt at `address` (the rows as
     steered): `[batch, seq]` for a `[width]` weight, `[batch, seq, n]` for `[width, n]`."""
     steering = with_active(model, steering)
-    inner = unwrap(model)
-    in_worker = getattr(inner, "probe_scores", None)
-    if in_worker is not None:
-        kw = {"bias": bias, "activation": activation, "steering": steering}
-        return run(in_worker(prompts, address, weight, **kw))
-    point = str(to_address(address))
-    probe = Probe.build(weight, bias, activation, width=inner.point_width(point), point=point)
-    cache = run(inner.capture(prompts, [point], steering=steering))
-    return probe.scores(cache[point])
+    work = unwrap(model).probe_scores(prompts, address, weight, bias, activation, steering=steering)
+    return run(work)
 
 
 __all__ = ["Probe", "probe_scores"]

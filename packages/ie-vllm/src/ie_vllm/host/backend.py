@@ -25,6 +25,7 @@ from ie_core.models import resolve_model_path
 from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Outcome, Plan
 from ie_core.prompts import tokenizer_ids
 from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk, TopK
+from ie_core.reduce import per_prompt
 from ie_core.runner import run
 
 from ie_vllm.host import capability, features, lens_decode, lens_stream
@@ -159,7 +160,7 @@ class VLLMModel(ModelFront, DescribedModel):
         """Capture: one forward per prompt, all submitted together; the GENERATE kinds: one
         request, read over prompt + generated[:-1] as vLLM runs it (prefill, then decode)."""
         if plan.kind == CAPTURE:
-            return Outcome(cache=await self._capture(plan))
+            return await self._capture(plan)
         assert plan.sampling is not None
         if plan.kind == CAPTURE_GENERATION:
             self.admission.require_points("capture_generation")
@@ -192,12 +193,16 @@ class VLLMModel(ModelFront, DescribedModel):
         parsed = [to_address(a) for a in self.info.widths]
         return [a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None]
 
-    async def _capture(self, plan: Plan) -> ActivationCache:
+    async def _capture(self, plan: Plan) -> Outcome:
+        """One forward per prompt, all in flight together; each reduction runs in the worker
+        (`ie_vllm.worker.reducers`), so only its result crosses."""
         self.admission.require_points("capture")
         self._refuse_grad(plan.grad, "capture")
         prompts = self.admission.prompts(plan.prompt)
-        _refuse_ragged([len(p) for p in prompts])
+        if plan.captures or not all(r.last for r in plan.reductions):
+            _refuse_ragged([len(p) for p in prompts])
         captures = self.admission.captures(plan.captures)
+        reductions = features.admitted(self, plan.reductions)
         one = SamplingParams(max_new_tokens=1, stop_at_eos=False)
 
         check_row_steering(plan.row_steering, len(prompts))
@@ -207,12 +212,20 @@ class VLLMModel(ModelFront, DescribedModel):
         steers = [self.admission.steer_specs(plan.steering_of(b), p) for b, p in enumerate(prompts)]
 
         async def one_prompt(ids: tuple[int, ...], steer: Any) -> dict[str, torch.Tensor]:
-            _, rows = await self.flow.run(ids, one, captures, steer)
+            specs = features.reducer_specs(reductions, len(ids))
+            _, rows = await self.flow.run(ids, one, captures, steer, reducers=specs)
             return rows
 
-        work = gather(*(one_prompt(p, s) for p, s in zip(prompts, steers, strict=True)))
-        results = await self.flow.on_engine(work)
-        return self._batch_cache(captures, results, [len(p) for p in prompts])
+        async def every_prompt() -> list[dict[str, torch.Tensor]]:
+            await features.send_dictionaries(self, reductions)
+            return await gather(*(one_prompt(p, s) for p, s in zip(prompts, steers, strict=True)))
+
+        results = await self.flow.on_engine(every_prompt())
+        reduced = per_prompt(reductions, results)
+        if reductions and not captures:
+            return Outcome(cache=ActivationCache({}), reduced=reduced)
+        cache = self._batch_cache(captures, results, [len(p) for p in prompts])
+        return Outcome(cache=cache, reduced=reduced)
 
     def _refuse_grad(self, grad: object, what: str) -> None:
         if grad:
@@ -288,22 +301,6 @@ class VLLMModel(ModelFront, DescribedModel):
     async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
         """Top-k ids and full-vocab probabilities, computed in the worker: `[..., k]` back."""
         return await lens_decode.topk(self, rows, k)
-
-    async def final_token_logits(
-        self, prompts: Any, steerings: Any, token_ids: Any
-    ) -> tuple[Any, Any]:
-        """Chosen tokens' final logits and the logsumexp per request, reduced in the worker."""
-        return await lens_decode.final_token_logits(self, prompts, steerings, token_ids)
-
-    # --- lifecycle -----------------------------------------------------------------------------
-
-    async def dictionary_features(self, tokens: Any, saes: Any, **kw: Any) -> Any:
-        """Dictionary features reduced in the worker (see `ie_vllm.host.features`)."""
-        return await features.dictionary_features(self, tokens, saes, **kw)
-
-    async def probe_scores(self, tokens: Any, address: Any, weight: Any, **kw: Any) -> Any:
-        """A linear probe's per-token scores computed in the worker (`ie_vllm.host.features`)."""
-        return await features.probe_scores(self, tokens, address, weight, **kw)
 
     def dictionary_generation_stream(self, prompt: Any, saes: Any, params: Any, **kw: Any) -> Any:
         """Top-k dictionary features per generated token (see `ie_vllm.host.features`)."""

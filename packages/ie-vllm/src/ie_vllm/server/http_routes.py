@@ -1,8 +1,10 @@
 """The `/v1/ie/*` routes: the `InterpModel` protocol over HTTP, answered by the server's engine.
 
 Requests are JSON: a plan's (`ie_core.plan.Plan.to_wire`: prompts as text or token ids,
-addresses, `sampling`, `steering`); tensors come back as safetensors named by address, with the request's facts (generated
-ids, text) in the header metadata; residual rows go in as safetensors. Every error is JSON,
+addresses, `sampling`, `steering`, `reductions`); tensors come back as safetensors named by
+address (a reduction's outputs as `label|output`), with the request's facts (generated ids, text)
+in the header metadata; residual rows go in as safetensors. The read-outs reduced in the workers
+(features, probe scores) are capture plans with reductions, on their own paths too. Every error is JSON,
 `{"error": {"message", "type"}}`, with a 4xx status when the request was at fault.
 
 Before any work: text is bounded by bytes and then tokenized in a thread, sampling is checked
@@ -17,7 +19,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -25,6 +27,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from ie_core.grammar import to_address
 from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Plan
+from ie_core.reduce import flat
 from ie_core.wire import (
     PREFIX,
     ROUTES,
@@ -46,7 +49,7 @@ from ie_vllm.server.http_limits import (
     parse_json,
     text_bytes,
 )
-from ie_vllm.server.served_saes import resolve_steering
+from ie_vllm.server.served_saes import resolve_reductions, resolve_steering
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -240,14 +243,23 @@ async def _plan(request: Request, kind: str) -> Plan:
 
 @router.api_route(**mount(CAPTURE))
 async def capture(request: Request) -> Response:
+    """A capture plan: its rows by address, its reductions' outputs as `label|output`."""
     m, limits = _model(request), _limits(request)
     plan = await _plan(request, CAPTURE)
+    plan = replace(plan, reductions=resolve_reductions(plan.reductions, served_saes(request)))
     lengths = [min(len(p), limits.max_model_len) for p in plan.prompt]  # longer: the model refuses
     size = capture_bytes(m.info.widths, _canonical(plan.captures), lengths)
+    for r in plan.reductions:  # an address the model refuses is refused before any forward
+        width = m.info.widths.get(next(iter(_canonical([r.address])), ""), 0)
+        size += r.reducer.row_bytes(width) * (len(lengths) if r.last else sum(lengths))
     what = f"capturing {len(plan.captures)} addresses over {len(plan.prompt)} prompts"
+    if plan.reductions:
+        what += f" reduced by {', '.join(r.reducer.kind for r in plan.reductions)}"
     check_response(limits, size, what)
     outcome = await _unless_gone(request, m.execute(plan))
-    return await _tensors({str(a): t for a, t in outcome.cache.items()})
+    return await _tensors(
+        {**{str(a): t for a, t in outcome.cache.items()}, **flat(outcome.reduced)}
+    )
 
 
 @router.api_route(**mount(CAPTURE_GENERATION))
@@ -320,4 +332,4 @@ async def lens_topk(request: Request) -> Response:
     return await _tensors({"ids": top.ids, "probs": top.probs})
 
 
-__all__ = ["RefusingRoute", "mount", "router", "served_saes"]
+__all__ = ["RefusingRoute", "capture", "mount", "router", "served_saes"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ie_core.errors import DictionaryError, SteeringSpecError
@@ -29,6 +30,7 @@ from ie_core.experiments.features import (
 from ie_core.experiments.saes import SAE, load_sae
 from ie_core.ops.kinds import op_from_dict
 from ie_core.ops.values import real_number
+from ie_core.reduce import DictionaryFeatures, Reduction
 
 SAES_ENV = "IE_SERVE_SAES"
 NAMED_KINDS = ("feature_steer", "feature_clamp", "feature_ablate", "when_feature")
@@ -150,6 +152,31 @@ def _is_named(op: Any) -> bool:
     return isinstance(op, dict) and op.get("kind") in NAMED_KINDS and "sae" in op
 
 
+def resolve_reductions(
+    reductions: Sequence[Reduction], saes: Mapping[str, SAE]
+) -> tuple[Reduction, ...]:
+    """A plan's reductions with each served dictionary named by the client made its loaded
+    dictionary, read at its own point; a name not served, or a k outside the dictionary, is
+    refused before any forward."""
+    out = []
+    for r in reductions:
+        named = r.reducer
+        if isinstance(named, DictionaryFeatures) and named.sae is None:
+            sae = served(saes, named.dictionary)
+            k = named.k
+            if k is not None and (
+                not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= sae.d_sae
+            ):
+                raise SteeringSpecError(
+                    f"k must be an integer from 1 to the dictionary's {sae.d_sae}, got {k!r:.40}"
+                )
+            if not isinstance(named.stats, bool):
+                raise SteeringSpecError("'stats' must be true or false")
+            r = replace(r, address=sae.address, reducer=replace(named, dictionary=sae.key, sae=sae))
+        out.append(r)
+    return tuple(out)
+
+
 __all__ = [
     "NAMED_KINDS",
     "SAES_ENV",
@@ -157,6 +184,7 @@ __all__ = [
     "load_served",
     "named_op",
     "parse_sae_args",
+    "resolve_reductions",
     "resolve_steering",
     "sae_env",
     "served",

@@ -18,6 +18,7 @@ from ie_core.grammar import to_address
 from ie_core.ops import SteeringOp
 from ie_core.ops.apply import apply_ops
 from ie_core.ops.conditional import judge, with_judged
+from ie_core.reduce import LensTopK
 from ie_core.steer_scope import scoped
 
 from ie_vllm import payload
@@ -223,10 +224,7 @@ class IEWorkerExtension(LensWorkerMixin):
         logits = self._ie_logits(rows)
         if logits is None:
             return payload.encode({})
-        logits = logits.float()
-        lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-        top, ids = torch.topk(logits, k, dim=-1)
-        return payload.encode({"ids": ids, "probs": torch.exp(top - lse)})
+        return payload.encode(LensTopK(k).of_logits(logits))
 
     def ie_decode(self, rows: dict[str, Any]) -> dict[str, Any]:
         logits = self._ie_logits(rows)
@@ -301,11 +299,9 @@ def _register(state: WorkerState, spec: RequestSpec) -> None:
         steer[site] = (*steer.get(site, ()), (s.ops, scoped(s.masked, s.until)))
     reduce: dict[str, tuple[ReducerSpec, ...]] = {}
     for r in spec.reducers:
-        if r.kind not in reducers.REDUCERS:
-            raise ValueError(f"unknown reducer kind {r.kind!r}")
         site = state.table.addresses.get(r.address)
         if site is not None:
-            reduce[site] = (*reduce.get(site, ()), r)
+            reduce[site] = (*reduce.get(site, ()), reducers.kept(r))
     entry = Entry(
         spec, captured, steer, reduce_sites=reduce, judge_sites=judges_of(state.table, spec)
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from ie_core.reduce import LensTopK
 
 from ie_vllm import payload
 
@@ -32,8 +33,5 @@ class LensWorkerMixin:
             logits = self._ie_logits(payload.encode({"rows": rows}))  # type: ignore[attr-defined]
             if logits is None:
                 return payload.encode({})
-            logits = logits.float()
-            top, ids = torch.topk(logits, min(k, logits.shape[-1]), dim=-1)
-            out[f"{address}|ids"] = ids
-            out[f"{address}|probs"] = torch.exp(top - torch.logsumexp(logits, -1, keepdim=True))
+            out.update((f"{address}|{n}", t) for n, t in LensTopK(k).of_logits(logits).items())
         return payload.encode(out)

@@ -1,0 +1,72 @@
+"""Reductions on the host: the one fallback for rows a backend captured instead of reducing in
+place (`reduce_cache`), and the results' flat form `label|output` as workers and HTTP carry them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ie_core.reduce.base import Context, Reduction
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+Reduced = dict[str, dict[str, "Tensor"]]
+
+
+def check_reductions(
+    reductions: Sequence[Reduction], width_of: Callable[[str], int], vocab: int
+) -> None:
+    """Each reduction's reducer against its point's width and the vocabulary, before any
+    forward."""
+    for r in reductions:
+        r.reducer.check(width_of(r.address), r.address, vocab)
+
+
+def reduce_cache(
+    cache: Mapping[Any, Tensor], reductions: Sequence[Reduction], context: Context
+) -> Reduced:
+    """Each reduction over captured rows `[batch, seq, width]` (its `last` row only where asked):
+    `[batch, seq, ...]` or `[batch, ...]` per output."""
+    out: Reduced = {}
+    for r in reductions:
+        rows = cache[r.address]
+        if r.last:
+            rows = rows[:, -1]
+        got = r.reducer.apply(rows.reshape(-1, rows.shape[-1]), context)
+        out[r.label] = {n: t.reshape(*rows.shape[:-1], *t.shape[1:]) for n, t in got.items()}
+    return out
+
+
+def flat(reduced: Mapping[str, Mapping[str, Tensor]]) -> dict[str, Tensor]:
+    """`label|output` -> tensor (the names a worker stores and `ie serve` answers with)."""
+    return {f"{label}|{name}": t for label, got in reduced.items() for name, t in got.items()}
+
+
+def nested(tensors: Mapping[str, Tensor], reductions: Sequence[Reduction]) -> Reduced:
+    """The reductions' outputs from flat names (other names, captured rows, are left out)."""
+    out: Reduced = {}
+    for r in reductions:
+        prefix = f"{r.label}|"
+        got = {n[len(prefix) :]: t for n, t in tensors.items() if n.startswith(prefix)}
+        if not got:
+            raise RuntimeError(f"no outputs came back for reduction {r.label!r}")
+        out[r.label] = got
+    return out
+
+
+def per_prompt(reductions: Sequence[Reduction], results: Sequence[Mapping[str, Tensor]]) -> Reduced:
+    """One result per prompt (flat names, `[rows, ...]` each) as the batch: stacked
+    (`[batch, seq, ...]`) or, for a reduction of the last row, concatenated (`[batch, ...]`)."""
+    import torch  # the results are tensors already: this imports nothing new
+
+    parts = [nested(r, reductions) for r in results]
+    out: Reduced = {}
+    for r in reductions:
+        join = torch.cat if r.last else torch.stack
+        names = parts[0][r.label] if parts else {}
+        out[r.label] = {n: join([p[r.label][n].cpu() for p in parts]) for n in names}
+    return out
+
+
+__all__ = ["Reduced", "check_reductions", "flat", "nested", "per_prompt", "reduce_cache"]

@@ -27,7 +27,7 @@ from ie_core.prompts import tokenizer_ids
 from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk, TopK
 from ie_core.runner import run
 
-from ie_vllm.host import capability, features, lens_decode, lens_stream
+from ie_vllm.host import capability, features, lens_decode, lens_stream, quiet_logs
 from ie_vllm.host import logprobs as lp
 from ie_vllm.host.admission import Admission
 from ie_vllm.host.channel import Channel, HookedChannel
@@ -73,11 +73,19 @@ class VLLMModel(ModelFront, DescribedModel):
         self.policy = policy if policy is not None else SitePolicy(self.info.writable)
         self.admission = Admission(self.variant, self.info, tokenizer, self.policy, engine)
         self.flow = Flow(engine, self.channel, self._params, self._text)
+        # The worker knows no name: the same fields `GET /v1/ie/info` fills for a remote model.
+        self.info = self.info.with_fields(
+            model_id=model_id,
+            backend=backend,
+            points=self.points(),
+            bos_token_id=getattr(tokenizer, "bos_token_id", None),
+        )
 
     # --- construction --------------------------------------------------------------------------
 
     @classmethod
     async def create(cls, model_id: str, backend: str = HOOKED, **kw: Any) -> VLLMModel:
+        quiet_logs.configure()  # before the checks below first import vLLM
         path = resolve_model_path(model_id)
         source = str(path) if path is not None else model_id
         hooked = variant_for(backend).hooked

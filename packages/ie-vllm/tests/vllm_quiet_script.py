@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 
-from ie_core import load_model, run_with_cache
+from ie_core import capture, load_model
 
 if __name__ == "__main__":  # vLLM spawns its engine processes: they import this file too
     model = load_model("HuggingFaceTB/SmolLM2-135M-Instruct", backend="vllm", max_model_len=128)
-    cache = run_with_cache(model, "The capital of France is", ["resid_post.3"])
+    cache = capture(model, "The capital of France is", ["resid_post.3"])
     info = model.info
     fields = {"model_id": info.model_id, "backend": info.backend, "points": list(info.points)}
     print("INFO " + json.dumps({**fields, "repr": repr(info)}), flush=True)

@@ -12,7 +12,7 @@ import json
 import sys
 
 import psutil
-from ie_core import generate, load_model, run_with_cache
+from ie_core import capture, generate, load_model
 from ie_core.errors import PointUnavailableError
 from ie_core.experiments.lens_stream import stream_lens
 from ie_core.sync import SyncModel
@@ -35,7 +35,7 @@ def main() -> None:
     model = load_model(model_id, backend="vllm", **kw)
     sync = SyncModel(model)
     last = f"resid_post.{model.n_layers - 1}"
-    cache = run_with_cache(model, "hello world, hello", [last, "resid_post.0", "mlp_out.1"])
+    cache = capture(model, "hello world, hello", [last, "resid_post.0", "mlp_out.1"])
     gen = generate(model, "hello world", max_new_tokens=4, stop_at_eos=False)
     steps = list(stream_lens(model, "hello world", [last, "resid_post.0"], k=3, max_new_tokens=3))
     lens = {

@@ -24,14 +24,16 @@ from ie_core.protocol import (
     renamed_sampling,
     sampling_params,
 )
+from ie_core.tl_weights import TLFacts
 
 __all__ = ["ModelFront"]
 
 _GREEDY = SamplingParams()
 
 
-class ModelFront:
-    """The request half of `InterpModel`, the same on every backend."""
+class ModelFront(TLFacts):
+    """The request half of `InterpModel`, the same on every backend (and, from `TLFacts`,
+    `model.cfg` and the weights by TransformerLens's names)."""
 
     # --- what a backend supplies ---------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from ie_core.prompts import tokenizer_ids
 from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk, TopK
 from ie_core.runner import run
 
-from ie_vllm.host import capability, features, lens_decode, lens_stream, quiet_logs
+from ie_vllm.host import capability, features, lens_decode, lens_stream, quiet_logs, weights
 from ie_vllm.host import logprobs as lp
 from ie_vllm.host.admission import Admission
 from ie_vllm.host.channel import Channel, HookedChannel
@@ -105,6 +105,13 @@ class VLLMModel(ModelFront, DescribedModel):
         return cls(engine, info, tokenizer, model_id, backend)
 
     # --- shape -------------------------------------------------------------------------------
+
+    def weight_parts(self, part: str) -> Any:
+        """Raw weights for `model.W_Q`, `model.W_U`, ... read in the workers (`host.weights`)."""
+        return weights.weight_parts(self, part)
+
+    def tl_source_config(self) -> Any:
+        return self.engine.llm.model_config.hf_text_config
 
     def points(self) -> tuple[str, ...]:
         """Names of the points this model serves on this backend, in forward order."""

@@ -1,9 +1,9 @@
 """A plain script (no event loop of its own) using the sync API on the vLLM backend.
 
 Run by test_vllm_script.py in a subprocess: `python vllm_script_check.py MODEL TP [exit]`; prints
-one JSON line with what it saw, including the engine processes left after shutdown. With `exit`
-it never calls shutdown(), as many scripts do: the caller checks that the interpreter's exit
-stopped the engine without an error in the output.
+one JSON line with what it saw (its last line), including the engine processes left after
+shutdown and what `model.info` says. With `exit` it never calls shutdown(), as many scripts do:
+the caller checks that the interpreter's exit stopped the engine cleanly and quietly.
 """
 
 from __future__ import annotations
@@ -59,7 +59,14 @@ def main() -> None:
     if not at_exit:
         sync.shutdown()
     left = [] if at_exit else still_running(engine_pids)
+    info = model.info
     out = {
+        "info": {
+            "model_id": info.model_id,
+            "backend": info.backend,
+            "points": list(info.points),
+            "repr": repr(info),
+        },
         "tokens": list(gen.token_ids),
         "rows": {k: cache[k].tolist() for k in (last, "resid_post.0", "mlp_out.1")},
         "refused": refused,

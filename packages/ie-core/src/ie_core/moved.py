@@ -15,6 +15,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import warnings
+from collections.abc import Sequence
 from types import ModuleType
 
 __all__ = ["MOVED", "REMOVED_IN", "install", "load_moved"]
@@ -78,7 +79,12 @@ class _Loader(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> object:
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED:
             return None
         return importlib.util.spec_from_loader(fullname, _Loader())

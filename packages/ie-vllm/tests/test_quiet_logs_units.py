@@ -42,17 +42,18 @@ def test_the_filter_keeps_errors_and_a_forced_kill_only() -> None:
     assert not keep(_record(logging.INFO, "Resolved architecture: LlamaForCausalLM"))
 
 
-def test_configure_names_a_dictconfig_file_for_vllm_and_applies_it_here() -> None:
+def test_configure_quiets_this_process_and_the_start_names_the_file_for_vllm() -> None:
     try:
         quiet_logs.configure()
-        path = os.environ["VLLM_LOGGING_CONFIG_PATH"]
-        with open(path, encoding="utf-8") as file:
-            assert json.load(file) == quiet_logs.logging_config()
         vllm = logging.getLogger("vllm")
         assert not vllm.propagate and vllm.level == logging.WARNING
-        assert quiet_logs.quiet()  # still ours after the variable is set
+        assert "VLLM_LOGGING_CONFIG_PATH" not in os.environ
+        with quiet_logs.engine_processes():
+            with open(os.environ["VLLM_LOGGING_CONFIG_PATH"], encoding="utf-8") as file:
+                assert json.load(file) == quiet_logs.logging_config()
+            assert quiet_logs.quiet()  # still ours while the variable is set
+        assert "VLLM_LOGGING_CONFIG_PATH" not in os.environ  # a later `ie serve` logs as usual
     finally:
-        os.environ.pop("VLLM_LOGGING_CONFIG_PATH", None)
         logging.getLogger("vllm").handlers.clear()
 
 

@@ -1,12 +1,13 @@
 """vLLM's logs, quiet by default: an engine start prints one line (with its time), and vLLM shows
 its errors only; `IE_VLLM_LOGS=1` leaves vLLM's logging exactly as vLLM sets it.
 
-Quiet goes through vLLM's own logging configuration: `VLLM_LOGGING_CONFIG_PATH` names a
-`dictConfig` file (written here once per process) that vLLM applies in this process and in every
-engine process it starts, and the same configuration is applied here before vLLM is first imported
-(vLLM's own import logs before it configures anything). The engine's processes also get, for the
-start only, torch's log levels at ERROR (`TORCH_LOGS`, `TORCH_CPP_LOG_LEVEL`) and Python's
-FutureWarnings off: both come from vLLM's code, not the user's. A variable the user set is left as
+Quiet goes through vLLM's own logging configuration: during an engine start
+`VLLM_LOGGING_CONFIG_PATH` names a `dictConfig` file (written here once per process) that vLLM
+applies in this process and in every engine process it starts, and the same configuration is
+applied here before vLLM is first imported (vLLM's own import logs before it configures anything).
+The engine's processes also get torch's log levels at ERROR (`TORCH_LOGS`, `TORCH_CPP_LOG_LEVEL`)
+and Python's FutureWarnings off: both come from vLLM's code, not the user's. These variables are
+set for the start only, so a process the script starts later (an `ie serve`) logs as usual. A variable the user set is left as
 set, and so is vLLM's configuration when `VLLM_LOGGING_LEVEL`, `VLLM_LOGGING_CONFIG_PATH` or
 `VLLM_CONFIGURE_LOGGING` is set.
 
@@ -41,6 +42,7 @@ CHILD_ENV = {
 FORCE_KILL = "force killing"  # vLLM's shutdown: a process that did not exit in time
 
 _configured = False
+_config_path: Path | None = None
 
 
 def quiet() -> bool:
@@ -84,18 +86,20 @@ def logging_config() -> dict[str, Any]:
 
 
 def _config_file() -> Path:
-    path = Path(tempfile.gettempdir()) / f"ie-vllm-logging-{os.getpid()}.json"
-    path.write_text(json.dumps(logging_config()), encoding="utf-8")
-    return path
+    """The `dictConfig` as a file vLLM can read, written once per process."""
+    global _config_path
+    if _config_path is None or not _config_path.exists():
+        _config_path = Path(tempfile.gettempdir()) / f"ie-vllm-logging-{os.getpid()}.json"
+        _config_path.write_text(json.dumps(logging_config()), encoding="utf-8")
+    return _config_path
 
 
 def configure() -> None:
-    """Before the first vLLM import of a load: quiet this process's vLLM logs now and name the
-    configuration for vLLM (it applies it again in each engine process). Once per process."""
+    """Before the first vLLM import of a load: quiet this process's vLLM logs now (vLLM applies
+    the same configuration again at each start, `engine_processes`). Once per process."""
     global _configured
     if _configured or not quiet():
         return
-    os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(_config_file())
     logging.config.dictConfig(logging_config())
     # torch's import-time note on this process ("No CUDA runtime is found"), raised by vLLM's import.
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
@@ -104,12 +108,14 @@ def configure() -> None:
 
 @contextlib.contextmanager
 def engine_processes() -> Iterator[None]:
-    """Around an engine start: `CHILD_ENV` for the processes it spawns, then the user's own again."""
+    """Around an engine start: the configuration file and `CHILD_ENV` for vLLM and the processes
+    it spawns, then the user's own environment again."""
     if not quiet():
         yield
         return
-    before = {name: os.environ.get(name) for name in CHILD_ENV}
-    for name, value in CHILD_ENV.items():
+    wanted = {**CHILD_ENV, "VLLM_LOGGING_CONFIG_PATH": str(_config_file())}
+    before = {name: os.environ.get(name) for name in wanted}
+    for name, value in wanted.items():
         os.environ.setdefault(name, value)
     try:
         yield

@@ -98,7 +98,7 @@ def test_the_async_model_refuses_use_without_await() -> None:
     with pytest.warns(RuntimeWarning), pytest.raises(NotAwaitedError, match="SyncModel"):
         _ = model.generate("Hi").text
     # Awaited (here through the runner) it is the ordinary call.
-    cache = ie_core.run_with_cache(model, PROMPT, ["resid_post.0"])
+    cache = ie_core.capture(model, PROMPT, ["resid_post.0"])
     assert cache["resid_post.0"].shape[-1] == model.d_model
 
 

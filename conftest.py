@@ -33,6 +33,16 @@ def pytest_configure(config: pytest.Config) -> None:
             sys.modules["torch"].set_num_threads(1)
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """`-m quick` (the install check) imports only the test files that mention the marker:
+    importing every test module (torch, vLLM, the dashboard's stack) took longer than the check."""
+    if config.getoption("markexpr", "") != "quick" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    return "quick" not in collection_path.read_text(encoding="utf-8", errors="replace")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Each test module, with every module that uses the same session fixture (one `ie serve`,
     # one PostgreSQL server), runs on one lane, so a shared engine starts once in the run.

@@ -253,7 +253,7 @@ def test_eager_smollm2_demo_from_a_fresh_cache(make_venv, tmp_path: Path) -> Non
 
 VLLM_SCRIPT = """
 import torch
-from ie_core import load_model, run_with_cache
+from ie_core import load_model, capture
 from ie_core.runner import run
 
 if __name__ == "__main__":
@@ -261,8 +261,8 @@ if __name__ == "__main__":
     static = load_model("ie-synthetic/llama", backend="vllm-static")
     eager = load_model("ie-synthetic/llama", backend="eager")
     ids = eager.to_tokens("The capital of France is")
-    got = run_with_cache(static, ids, [address])[address].float()
-    want = run_with_cache(eager, ids, [address])[address].float()
+    got = capture(static, ids, [address])[address].float()
+    want = capture(eager, ids, [address])[address].float()
     got = got.reshape(want.shape)
     print("MAX_ABS", float((got - want).abs().max()), "SCALE", float(want.abs().max()))
     run(static.shutdown())

@@ -97,7 +97,7 @@ def from_stream():  # type: ignore[no-untyped-def]
 
 
 def test_sync_mirror_honours_steer_like_the_free_functions() -> None:
-    from ie_core import generate, run_with_cache
+    from ie_core import capture, generate
     from ie_core.sync import SyncModel
 
     model = _Recorder()
@@ -105,7 +105,7 @@ def test_sync_mirror_honours_steer_like_the_free_functions() -> None:
     a = steer_at("resid_post.1", Additive([1.0]))
     b = steer_at("resid_post.2", Additive([2.0]))
     with steer(model, a):  # type: ignore[arg-type]
-        run_with_cache(model, [1, 2], ["resid_post.1"])  # type: ignore[arg-type]
+        capture(model, [1, 2], ["resid_post.1"])  # type: ignore[arg-type]
         generate(model, [1, 2])  # type: ignore[arg-type]
         sync.capture([1, 2], ["resid_post.1"])
         sync.generate([1, 2])
@@ -117,7 +117,7 @@ def test_sync_mirror_honours_steer_like_the_free_functions() -> None:
     # Negative control: outside the block nothing is steered, on either path.
     model.seen.clear()
     sync.generate([1, 2])
-    run_with_cache(model, [1, 2], ["resid_post.1"])  # type: ignore[arg-type]
+    capture(model, [1, 2], ["resid_post.1"])  # type: ignore[arg-type]
     assert [s for _, s in model.seen] == [(), ()]
 
 

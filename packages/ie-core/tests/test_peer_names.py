@@ -77,7 +77,7 @@ def test_a_near_miss_names_the_nearest_point(text: str, error: type, hint: str) 
 def test_cache_is_keyed_by_our_names_and_indexed_by_either() -> None:
     t = torch.arange(24.0).reshape(1, 2, 12)
     cache = ActivationCache({"blocks.1.hook_resid_post": t})
-    assert list(cache) == [Address("resid_post", 1)]
+    assert list(cache) == ["resid_post.1"] and cache.addresses() == [Address("resid_post", 1)]
     assert cache["resid_post.1"] is t and cache["blocks.1.hook_resid_post"] is t
     assert "layers_output[1]" in cache
 

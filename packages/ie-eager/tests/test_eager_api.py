@@ -25,10 +25,10 @@ def test_load_model_finds_the_eager_backend_and_synthetic_source() -> None:
 def test_free_functions_and_steer_context() -> None:
     model = synthetic_model("llama")
     ids = model.to_tokens(PROMPT)
-    plain = ie_core.run_with_cache(model, ids, ["resid_post.2"])["resid_post.2"]
+    plain = ie_core.capture(model, ids, ["resid_post.2"])["resid_post.2"]
     spec = steer_at("resid_post.2", Additive([0.5] * model.d_model))
     with steer(model, spec):
-        steered = ie_core.run_with_cache(model, ids, ["resid_post.2"])["resid_post.2"]
+        steered = ie_core.capture(model, ids, ["resid_post.2"])["resid_post.2"]
     assert torch.allclose(steered, plain + 0.5, atol=1e-5)
     top = ie_core.decode_residuals(model, plain[0], k=3)
     assert top.ids.shape == (len(ids), 3)

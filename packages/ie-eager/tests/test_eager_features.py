@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from eager_support import synthetic_model
-from ie_core.api import run_with_cache
+from ie_core.api import capture
 from ie_core.errors import DictionaryShapeError, UnsupportedOperationError
 from ie_core.experiments.features import (
     feature_ablate,
@@ -53,7 +53,7 @@ def reference(x: torch.Tensor, sae: SAE) -> torch.Tensor:
 @pytest.mark.parametrize("activation", ["relu", "jumprelu", "topk"])
 def test_features_equal_an_independent_encode(em, activation: str) -> None:
     sae = _sae(em.d_model, activation)
-    x = run_with_cache(em, PROMPT, [POINT])[POINT]
+    x = capture(em, PROMPT, [POINT])[POINT]
     want = reference(x, sae)
     dense = feature_activations(em, PROMPT, sae)
     assert dense.acts.shape == (2, 6, F)
@@ -69,7 +69,7 @@ def test_features_equal_an_independent_encode(em, activation: str) -> None:
 def test_several_dictionaries_and_stats(em) -> None:
     a, b = _sae(em.d_model, "relu", 1), _sae(em.d_model, "topk", 2)
     got = feature_activations(em, PROMPT, {"a": a, "b": b}, k=3, stats=True)
-    x = run_with_cache(em, PROMPT, [POINT])[POINT]
+    x = capture(em, PROMPT, [POINT])[POINT]
     for name, sae in (("a", a), ("b", b)):
         acts = reference(x, sae)
         assert torch.allclose(got[name].values, acts.topk(3, dim=-1).values, atol=TOL)
@@ -86,24 +86,24 @@ def test_width_mismatch_is_refused(em) -> None:
 def test_feature_steer_is_additive_with_the_decoder_row(em) -> None:
     sae = _sae(em.d_model, "relu")
     op = feature_steer(sae, 7, 3.0)
-    a = run_with_cache(em, PROMPT, ["resid_post.2"], steering=steer_at(POINT, op))
+    a = capture(em, PROMPT, ["resid_post.2"], steering=steer_at(POINT, op))
     row = sae.weights["W_dec"][7]
-    b = run_with_cache(em, PROMPT, ["resid_post.2"], steering=steer_at(POINT, Additive(row, 3.0)))
+    b = capture(em, PROMPT, ["resid_post.2"], steering=steer_at(POINT, Additive(row, 3.0)))
     assert float((a["resid_post.2"] - b["resid_post.2"]).abs().max()) == 0.0
     w_col = sae.weights["W_enc"][:, 7]  # negative control: the encoder column is not the row
-    c = run_with_cache(em, PROMPT, ["resid_post.2"], steering=steer_at(POINT, Additive(w_col, 3.0)))
+    c = capture(em, PROMPT, ["resid_post.2"], steering=steer_at(POINT, Additive(w_col, 3.0)))
     assert float((c["resid_post.2"] - a["resid_post.2"]).abs().max()) > 1e-3
 
 
 @pytest.mark.parametrize("activation", ["relu", "jumprelu"])
 def test_feature_clamp_keeps_the_error_term(em, activation: str) -> None:
     sae = _sae(em.d_model, activation)
-    x = run_with_cache(em, PROMPT, [POINT])[POINT]
+    x = capture(em, PROMPT, [POINT])[POINT]
     acts = reference(x, sae)
     f = int(acts.sum((0, 1)).argmax())  # a feature that fires
     w = sae.weights
     mask = PositionMask(positions=(2,))
-    got = run_with_cache(
+    got = capture(
         em, PROMPT, [POINT], steering=steer_at(POINT, feature_clamp(sae, f, 5.0), mask=mask)
     )[POINT]
     error = x - (acts @ w["W_dec"] + w["b_dec"])
@@ -118,9 +118,7 @@ def test_feature_clamp_keeps_the_error_term(em, activation: str) -> None:
     assert (
         got[:, keep] - clamped[:, keep] @ w["W_dec"] - w["b_dec"] - error[:, keep]
     ).abs().max() < TOL
-    ablated = run_with_cache(em, PROMPT, [POINT], steering=steer_at(POINT, feature_ablate(sae, f)))[
-        POINT
-    ]
+    ablated = capture(em, PROMPT, [POINT], steering=steer_at(POINT, feature_ablate(sae, f)))[POINT]
     zero = acts.clone()
     zero[..., f] = 0.0
     assert (ablated - (zero @ w["W_dec"] + w["b_dec"] + error)).abs().max() < TOL

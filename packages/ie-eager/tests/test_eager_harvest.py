@@ -13,7 +13,7 @@ import pytest
 import torch
 from eager_harvest_support import OPTIONS, POINTS, write_corpus
 from eager_support import synthetic_model
-from ie_core import run_with_cache
+from ie_core import capture
 from ie_core.harvest import (
     CorpusError,
     HarvestMismatchError,
@@ -57,7 +57,7 @@ def test_rows_equal_one_window_captures(model: Any, harvested: Path) -> None:
         for row in rows:
             window = shard["window"] == shard["window"][row]
             ids = shard["token_ids"][window].tolist()
-            cache = run_with_cache(model, [ids], POINTS)
+            cache = capture(model, [ids], POINTS)
             position = int(shard["position"][row])
             for point in POINTS:
                 want = cache[point][0, position]

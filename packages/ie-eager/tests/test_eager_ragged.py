@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from eager_support import synthetic_model
-from ie_core import decode_residuals, run_with_cache
+from ie_core import capture, decode_residuals
 from ie_core.errors import BadPromptError
 from ie_core.experiments.ragged import PaddedCache, capture_ragged
 from ie_core.sync import SyncModel
@@ -55,7 +55,7 @@ def test_plain_capture_still_refuses_ragged_and_names_the_helper() -> None:
 
 def test_decode_residuals_grad_is_opt_in() -> None:
     model = synthetic_model("llama")
-    rows = run_with_cache(model, "Hello world", ["resid_post.1"], grad=True)["resid_post.1"][0]
+    rows = capture(model, "Hello world", ["resid_post.1"], grad=True)["resid_post.1"][0]
     assert rows.requires_grad
     assert not decode_residuals(model, rows).requires_grad  # default: no graph
     logits = decode_residuals(model, rows, grad=True)

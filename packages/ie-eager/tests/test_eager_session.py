@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from eager_support import PROMPT, synthetic_model
-from ie_core import run_with_cache
+from ie_core import capture
 from ie_core.errors import PointUnavailableError
 from ie_core.grammar import to_address
 from ie_core.ops import Additive, steer_at
@@ -36,8 +36,8 @@ def test_a_path_read_sees_the_point_writes_at_its_module() -> None:
     model, ids = synthetic_model("llama"), _ids("llama")
     v = _vector(model.d_model)
     names = ["mlp_out.1", "path.model.layers.1.mlp"]
-    base = run_with_cache(model, ids, names)
-    got = run_with_cache(model, ids, names, steering=steer_at("mlp_out.1", Additive(v.tolist())))
+    base = capture(model, ids, names)
+    got = capture(model, ids, names, steering=steer_at("mlp_out.1", Additive(v.tolist())))
     for name in names:
         torch.testing.assert_close(got[name], base[name] + v, rtol=1e-5, atol=1e-5)
     assert (base[names[1]] - base[names[0]]).abs().max() == 0  # the same tensor unsteered
@@ -49,8 +49,8 @@ def test_a_resid_mid_write_comes_after_the_attn_out_read_at_their_module() -> No
     model, ids = synthetic_model("llama"), _ids("llama")
     v = _vector(model.d_model, 1)
     names = ["attn_out.1", "resid_mid.1"]
-    base = run_with_cache(model, ids, names)
-    got = run_with_cache(model, ids, names, steering=steer_at("resid_mid.1", Additive(v.tolist())))
+    base = capture(model, ids, names)
+    got = capture(model, ids, names, steering=steer_at("resid_mid.1", Additive(v.tolist())))
     torch.testing.assert_close(got["attn_out.1"], base["attn_out.1"], rtol=0, atol=0)
     torch.testing.assert_close(got["resid_mid.1"], base["resid_mid.1"] + v, rtol=1e-5, atol=1e-5)
 
@@ -59,12 +59,12 @@ def test_writes_at_two_streams_of_one_block_both_land_before_its_reads() -> None
     model, ids = synthetic_model("deepseek-v4"), _ids("deepseek-v4")
     v0, v1 = _vector(model.d_model, 2), _vector(model.d_model, 3)
     names = ["resid_post.1.stream-1", "resid_post.1.stream-0"]
-    base = run_with_cache(model, ids, names)
+    base = capture(model, ids, names)
     steering = [
         steer_at("resid_post.1.stream-0", Additive(v0.tolist())),
         steer_at("resid_post.1.stream-1", Additive(v1.tolist())),
     ]
-    got = run_with_cache(model, ids, names, steering=steering)
+    got = capture(model, ids, names, steering=steering)
     torch.testing.assert_close(got[names[0]], base[names[0]] + v1, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got[names[1]], base[names[1]] + v0, rtol=1e-5, atol=1e-5)
 
@@ -74,8 +74,8 @@ def test_a_one_token_forward_captures_one_row(slug: str, name: str) -> None:
     # Causal: the first row of a longer prompt is the one-token prompt's row. OPT's MLP works
     # on [batch * seq, d] rows, viewed back as [batch, seq, d].
     model, ids = synthetic_model(slug), _ids(slug)
-    full = run_with_cache(model, ids, [name])[name]
-    one = run_with_cache(model, [ids[0][:1]], [name])[name]
+    full = capture(model, ids, [name])[name]
+    one = capture(model, [ids[0][:1]], [name])[name]
     assert one.shape == (1, 1, full.shape[-1])
     torch.testing.assert_close(one[0, 0], full[0, 0], rtol=1e-5, atol=1e-5)
 
@@ -91,7 +91,7 @@ def test_a_session_without_a_batch_shape_keeps_a_modules_rows_as_they_are() -> N
     with Session(model.hf_model, [r]) as session:  # batch_shape left at (0, 0)
         _forward(model, ids)
     rows = session.captured[r.address]
-    want = run_with_cache(model, ids, ["mlp_act.1"])["mlp_act.1"]
+    want = capture(model, ids, ["mlp_act.1"])["mlp_act.1"]
     assert rows.dim() == 2
     torch.testing.assert_close(rows, want.reshape(-1, want.shape[-1]), rtol=1e-5, atol=1e-5)
 
@@ -105,7 +105,7 @@ def test_a_nested_session_hands_the_forward_back_to_the_outer_one() -> None:
         assert list(inner.captured) == [inner_r.address] and not outer.captured
         _forward(model, ids)
     assert list(outer.captured) == [outer_r.address]
-    want = run_with_cache(model, ids, ["resid_post.0"])["resid_post.0"]
+    want = capture(model, ids, ["resid_post.0"])["resid_post.0"]
     torch.testing.assert_close(outer.captured[outer_r.address], want, rtol=0, atol=0)
 
 
@@ -133,7 +133,7 @@ def test_captures_are_detached_unless_the_session_keeps_the_graph() -> None:
             model.hf_model(input_ids=torch.tensor(ids), use_cache=False)
         for r in reads:
             assert session.captured[r.address].requires_grad is keep, (r.address, keep)
-    probs = run_with_cache(model, ids, ["attn_probs.1"], grad=True)["attn_probs.1"]
+    probs = capture(model, ids, ["attn_probs.1"], grad=True)["attn_probs.1"]
     (grad,) = torch.autograd.grad(
         probs[0, :, -1, 0].sum(), model.hf_model.model.embed_tokens.weight
     )
@@ -149,7 +149,7 @@ def test_attention_maps_of_a_bf16_model_are_its_probabilities_in_bf16(
     # HF's eager attention takes the softmax in float32 and casts it to the query's dtype; GPT-J
     # also upcasts its scores. The map is what attention multiplies the values by.
     model = load(str(build(slug)), device="cpu", dtype="bfloat16")
-    cache = run_with_cache(model, _ids(slug), ["attn_scores.1", "attn_probs.1"])
+    cache = capture(model, _ids(slug), ["attn_scores.1", "attn_probs.1"])
     scores, probs = cache["attn_scores.1"], cache["attn_probs.1"]
     assert scores.dtype == scores_dtype and probs.dtype == torch.bfloat16
     want = torch.softmax(scores.float(), dim=-1).to(torch.bfloat16)
@@ -175,7 +175,7 @@ def test_an_attention_forward_that_raises_leaves_no_recorder_behind() -> None:
     finally:
         handle.remove()
     assert attention.CURRENT.get() is None
-    again = run_with_cache(model, ids, ["attn_probs.1"])["attn_probs.1"]
+    again = capture(model, ids, ["attn_probs.1"])["attn_probs.1"]
     assert torch.allclose(again.sum(-1), torch.ones(()), atol=1e-5)  # rows are distributions
 
 
@@ -238,7 +238,7 @@ def test_a_session_is_entered_once_at_a_time() -> None:
 def test_a_path_to_a_module_whose_output_is_no_tensor_is_refused() -> None:
     model = synthetic_model("llama")
     with pytest.raises(PointUnavailableError) as info:
-        run_with_cache(model, _ids("llama"), ["path.model"])
+        capture(model, _ids("llama"), ["path.model"])
     assert str(info.value) == "LlamaModel returned BaseModelOutputWithPast, not a tensor or tuple"
 
 
@@ -255,12 +255,10 @@ def test_a_write_before_a_module_called_with_keyword_hidden_states_reaches_it() 
 
     handle = attn.register_forward_pre_hook(add, with_kwargs=True)
     try:
-        want = run_with_cache(model, ids, ["attn_out.1"])["attn_out.1"]
+        want = capture(model, ids, ["attn_out.1"])["attn_out.1"]
     finally:
         handle.remove()
-    got = run_with_cache(
-        model, ids, ["attn_out.1"], steering=steer_at("attn_in.1", Additive(v.tolist()))
-    )
+    got = capture(model, ids, ["attn_out.1"], steering=steer_at("attn_in.1", Additive(v.tolist())))
     torch.testing.assert_close(got["attn_out.1"], want, rtol=1e-5, atol=1e-5)
-    base = run_with_cache(model, ids, ["attn_out.1"])["attn_out.1"]
+    base = capture(model, ids, ["attn_out.1"])["attn_out.1"]
     assert (want - base).abs().max() > 100 * 1e-5  # the write moves attention's output

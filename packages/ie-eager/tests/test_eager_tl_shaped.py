@@ -98,7 +98,7 @@ def test_the_async_model_refuses_use_without_await() -> None:
     with pytest.warns(RuntimeWarning), pytest.raises(NotAwaitedError, match="SyncModel"):
         _ = model.generate("Hi").text
     # Awaited (here through the runner) it is the ordinary call.
-    cache = ie_core.run_with_cache(model, PROMPT, ["resid_post.0"])
+    cache = ie_core.capture(model, PROMPT, ["resid_post.0"])
     assert cache["resid_post.0"].shape[-1] == model.d_model
 
 
@@ -110,7 +110,7 @@ def test_the_free_run_with_cache_knows_the_head_counts(gemma2: SyncModel) -> Non
     from ie_core.errors import UnsupportedOperationError
 
     ids = gemma2.to_tokens(PROMPT, batch=True)
-    cache = run_with_cache(gemma2.model, ids, ["z.0", "value.0"])
+    _, cache = run_with_cache(gemma2.model, ids, ["z.0", "value.0"])
     assert cache.heads("z.0").shape == (1, len(ids[0]), 4, 64)
     assert cache.heads("value.0").shape == (1, len(ids[0]), 2, 64)
     with pytest.raises(UnsupportedOperationError, match="does not know the model's head count"):
@@ -203,14 +203,15 @@ def test_run_with_cache_without_names_caches_every_point(gemma2: SyncModel) -> N
         if cap.served
         for layer in (cap.layers or (None,))
     }
-    assert {(a.name, a.layer) for a in cache} == served
+    assert {(a.name, a.layer) for a in cache.addresses()} == served
     assert {"embeddings", "resid_post.1", "attn_probs.0", "z.1", "lm_head"} <= set(map(str, cache))
     assert torch.allclose(logits, hf_logits(gemma2, ids), atol=TOL, rtol=0)
     for address in cache:
         alone = gemma2.capture(ids, [address])[address]
         assert torch.allclose(cache[address], alone, atol=TOL, rtol=0), address
-    free = run_with_cache(gemma2.model, ids)
+    free_logits, free = run_with_cache(gemma2.model, ids)
     assert list(free) == list(cache) and free.heads("z.0").shape == cache.heads("z.0").shape
+    assert torch.equal(free_logits, logits)
 
 
 def test_names_filter_keeps_by_either_name_or_by_list(gemma2: SyncModel) -> None:
@@ -285,3 +286,25 @@ def test_attribution_per_head_sums_to_the_position_result_and_matches_hf_gradien
     assert torch.allclose(delta[1], want, atol=1e-4, rtol=0)
     with pytest.raises(SteeringSpecError, match="not a per-head point"):
         attribution_patch(gemma2, clean, corrupt, metric=metric, point="resid_pre", heads=True)
+
+
+def test_free_and_method_run_with_cache_return_tl_shape_and_string_keys(gemma2: SyncModel) -> None:
+    """Issue 68: the free `run_with_cache` returned the cache alone and the method `(logits,
+    cache)`; both are TransformerLens's pair now, `capture` is the cache alone, and the cache's
+    keys are strings as docs/COMING_FROM.md prints them. Indexing the pair the old way warns."""
+    from ie_core import capture, run_with_cache
+
+    ids = gemma2.to_tokens(PROMPT, batch=True)
+    names = ["blocks.3.hook_resid_post", "blocks.3.attn.hook_z"]
+    for model in (gemma2, gemma2.model):
+        logits, cache = run_with_cache(model, ids, names)
+        assert torch.allclose(logits, hf_logits(gemma2, ids), atol=TOL, rtol=0)
+        assert list(cache) == ["resid_post.3", "z.3"] and list(cache.keys()) == list(cache)
+        assert [k for k, _ in cache.items()] == ["resid_post.3", "z.3"]
+    method_logits, method_cache = gemma2.run_with_cache(ids, names)
+    assert torch.equal(method_logits, logits) and list(method_cache) == list(cache)
+    alone = capture(gemma2, ids, names)
+    assert list(alone) == ["resid_post.3", "z.3"] and torch.equal(alone["z.3"], cache["z.3"])
+    with pytest.warns(DeprecationWarning, match="capture"):
+        old = run_with_cache(gemma2, ids, names)["resid_post.3"]
+    assert torch.equal(old, cache["resid_post.3"])

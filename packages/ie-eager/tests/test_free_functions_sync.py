@@ -22,6 +22,7 @@ from eager_harvest_support import OPTIONS, POINTS, write_corpus
 from eager_support import synthetic_model
 from ie_core.active_steering import steer, with_active
 from ie_core.api import (
+    capture,
     capture_attention,
     capture_generation,
     decode_residuals,
@@ -131,7 +132,7 @@ def _harvest(fn: Callable[..., Any], tmp: Path) -> Callable[[Any], Any]:
 
 def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
     sae, lens = _sae(model), _lens(model)
-    rows = run_with_cache(model, IDS, ["resid_post.1"])["resid_post.1"][0]
+    rows = capture(model, IDS, ["resid_post.1"])["resid_post.1"][0]
     opts = HarvestOptions.make(model, ("resid_post.1",), ())
     vec = steer_at("resid_post.1", Additive(torch.ones(model.d_model)))
     tcs = _transcoders(model)
@@ -139,7 +140,7 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
 
     def steered(m: Any) -> Any:
         with steer(m, vec):
-            return run_with_cache(m, IDS, ["resid_post.2"])["resid_post.2"]
+            return capture(m, IDS, ["resid_post.2"])["resid_post.2"]
 
     return {
         "active_steering.steer": steered,
@@ -157,6 +158,7 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
         "circuits.interventions.intervene": lambda m: intervene(m, CLEAN, tcs, [(1, None, 2, 3.0)]),
         "circuits.weights.weights_for": lambda m: weights_for(m),
         "circuits.qk.qk_weights_for": lambda m: qk_weights_for(m),
+        "api.capture": lambda m: capture(m, IDS, ["resid_post.1", "z.0"]),
         "api.capture_attention": lambda m: capture_attention(m, CLEAN, [0]),
         "api.capture_generation": lambda m: capture_generation(
             m, CLEAN, ["resid_post.1"], max_new_tokens=3

@@ -101,7 +101,7 @@ class _FakeLLM:
             tokens.append(5 + i)
             yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(tokens))])
 
-    def shutdown(self) -> None:  # called from a thread, as AsyncLLM.shutdown may be
+    def shutdown(self, timeout: float | None = None) -> None:  # AsyncLLM.shutdown, from a thread
         self.shut_down = True
         self.server.get_loop().call_soon_threadsafe(self.server.cancel)
 

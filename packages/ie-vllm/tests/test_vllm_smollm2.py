@@ -782,3 +782,33 @@ def test_probe_scores_in_the_worker_equal_a_hand_computation_on_captured_rows(
     with pytest.raises(SteeringSpecError, match="finite"):
         run(smollm2.probe_scores([ids], at, w, bias=float("nan")))
     assert run(smollm2.stats())["registered"] == 0
+
+
+# TransformerLens's conventions (TransformerLens 4.3, unprocessed weights; stated as facts in
+# packages/ie-eager/tests/test_eager_tl_weights.py): W_E [d_vocab, d_model], W_U [d_model, d_vocab],
+# b_U zeros where the unembed has no bias.
+
+
+def test_cfg_and_weights_by_transformer_lens_names_on_vllm(
+    smollm2: Any, smollm2_eager: Any
+) -> None:
+    """cfg from the engine's HF config equals eager's (TransformerLens's names and values there);
+    W_E / W_U / b_U read in the worker (padded vocabulary trimmed) equal the HF modules; the
+    linear layers' weights, which vLLM's CPU platform packs away at load, are refused by name."""
+    assert smollm2.cfg.to_dict() == smollm2_eager.cfg.to_dict()
+    assert (smollm2.cfg.n_heads, smollm2.cfg.n_key_value_heads, smollm2.cfg.d_head) == (9, 3, 64)
+    assert (smollm2.cfg.d_vocab, smollm2.cfg.d_mlp, smollm2.cfg.n_ctx) == (49152, 1536, 8192)
+    hf = smollm2_eager.hf_model
+    w_u, w_e = smollm2.W_U, smollm2.W_E
+    assert tuple(w_u.shape) == (576, 49152) and tuple(w_e.shape) == (49152, 576)
+    assert torch.equal(w_u, hf.lm_head.weight.T)  # negative control below: not the untransposed
+    assert torch.equal(w_e, hf.model.embed_tokens.weight)
+    assert torch.count_nonzero(smollm2.b_U) == 0 and tuple(smollm2.b_U.shape) == (49152,)
+    x = torch.randn(576, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(x @ w_u, hf.lm_head(x), atol=1e-4)
+    for name in ("W_Q", "W_K", "W_O", "W_in", "W_out"):
+        with pytest.raises(UnsupportedOperationError, match=f"(?s)^{name}: .*packs"):
+            getattr(smollm2, name)
+    with pytest.raises(UnsupportedOperationError, match="W_pos"):
+        smollm2.W_pos  # noqa: B018

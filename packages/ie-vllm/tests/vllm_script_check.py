@@ -1,9 +1,9 @@
 """A plain script (no event loop of its own) using the sync API on the vLLM backend.
 
 Run by test_vllm_script.py in a subprocess: `python vllm_script_check.py MODEL TP [exit]`; prints
-one JSON line with what it saw, including the engine processes left after shutdown. With `exit`
-it never calls shutdown(), as many scripts do: the caller checks that the interpreter's exit
-stopped the engine without an error in the output.
+one JSON line with what it saw (its last line), including the engine processes left after
+shutdown and what `model.info` says. With `exit` it never calls shutdown(), as many scripts do:
+the caller checks that the interpreter's exit stopped the engine cleanly and quietly.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import sys
 
 import psutil
-from ie_core import generate, load_model, run_with_cache
+from ie_core import capture, generate, load_model
 from ie_core.errors import PointUnavailableError
 from ie_core.experiments.lens_stream import stream_lens
 from ie_core.sync import SyncModel
@@ -35,7 +35,7 @@ def main() -> None:
     model = load_model(model_id, backend="vllm", **kw)
     sync = SyncModel(model)
     last = f"resid_post.{model.n_layers - 1}"
-    cache = run_with_cache(model, "hello world, hello", [last, "resid_post.0", "mlp_out.1"])
+    cache = capture(model, "hello world, hello", [last, "resid_post.0", "mlp_out.1"])
     gen = generate(model, "hello world", max_new_tokens=4, stop_at_eos=False)
     steps = list(stream_lens(model, "hello world", [last, "resid_post.0"], k=3, max_new_tokens=3))
     lens = {
@@ -59,7 +59,14 @@ def main() -> None:
     if not at_exit:
         sync.shutdown()
     left = [] if at_exit else still_running(engine_pids)
+    info = model.info
     out = {
+        "info": {
+            "model_id": info.model_id,
+            "backend": info.backend,
+            "points": list(info.points),
+            "repr": repr(info),
+        },
         "tokens": list(gen.token_ids),
         "rows": {k: cache[k].tolist() for k in (last, "resid_post.0", "mlp_out.1")},
         "refused": refused,

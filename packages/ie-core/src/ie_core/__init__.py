@@ -1,9 +1,18 @@
 """interp-engine core: addresses, the 38 points, families, the backend protocol, steering specs,
-`load_model` and the free functions. Importing this package never imports torch."""
+`load_model` and the free functions. Importing this package never imports torch.
 
+Every name the docs import from a submodule is also a name here (`from ie_core import
+patch_sweep, logit_diff, load_sae, attribute`), imported on first use (`LAZY`), so that
+`import ie_core` stays light; the old module paths (`ie_core.patching`, ...) still import, with a
+DeprecationWarning (`ie_core.moved`)."""
+
+import importlib
 from importlib.metadata import version
+from typing import Any
 
+from ie_core import moved
 from ie_core.api import (
+    capture,
     capture_attention,
     capture_generation,
     decode_residuals,
@@ -83,6 +92,7 @@ __all__ = [
     "Trait",
     "__version__",
     "available_backends",
+    "capture",
     "capture_attention",
     "capture_generation",
     "decode_residuals",
@@ -98,3 +108,69 @@ __all__ = [
     "steer_at",
     "to_address",
 ]
+
+# name -> the module that defines it: the docs' imports from submodules, loaded on first use.
+LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        ("answer_prob", "logit_diff", "mean_activation", "patch_sweep"),
+        "ie_core.experiments.patching",
+    ),
+    **dict.fromkeys(
+        ("attribution_patch", "generate_with_hooks", "run_with_hooks"),
+        "ie_core.experiments.user_hooks",
+    ),
+    **dict.fromkeys(("SAE", "from_tensors", "load_sae"), "ie_core.experiments.saes"),
+    **dict.fromkeys(
+        ("feature_activations", "feature_clamp", "feature_steer"), "ie_core.experiments.features"
+    ),
+    **dict.fromkeys(
+        ("chat_spans", "expert_assignment", "head_contributions"), "ie_core.experiments.analysis"
+    ),
+    **dict.fromkeys(("JacobianLens", "jacobian_lens_topk"), "ie_core.experiments.jacobian_lens"),
+    "stream_lens": "ie_core.experiments.lens_stream",
+    "probe_scores": "ie_core.experiments.probes",
+    "capture_ragged": "ie_core.experiments.ragged",
+    "splice": "ie_core.experiments.splice",
+    **dict.fromkeys(
+        (
+            "FeatureIntervention",
+            "Graph",
+            "TranscoderSet",
+            "attention_shares",
+            "attribute",
+            "attribute_many",
+            "attribute_state",
+            "head_flows",
+            "intervene",
+            "load_transcoders",
+            "prepare",
+            "prune",
+            "qk_weights_for",
+            "random_transcoder",
+            "write_graph_json",
+        ),
+        "ie_core.circuits",
+    ),
+    **dict.fromkeys(("normalized", "path_influence"), "ie_core.circuits.influence"),
+    **dict.fromkeys(("open_harvest",), "ie_core.harvest"),
+    "load_shard": "ie_core.harvest.shards",
+    "Conditional": "ie_core.ops",
+    **dict.fromkeys(("STEERING_XARG", "steering_to_wire"), "ie_core.wire"),
+    "run": "ie_core.runner",
+}
+moved.install()
+
+
+def __getattr__(name: str) -> Any:
+    """A `LAZY` name, imported now; an old module path (`ie_core.patching`), with its warning."""
+    if name in LAZY:
+        value = getattr(importlib.import_module(LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if f"ie_core.{name}" in moved.MOVED:
+        return moved.load_moved(f"ie_core.{name}")
+    raise AttributeError(f"module 'ie_core' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *LAZY})

@@ -18,11 +18,17 @@ from ie_core.protocol import (
     TopK,
 )
 from ie_core.runner import run
-from ie_core.sync import ModelLike, unwrap
-from ie_core.tl_shaped import MAX_CACHE_BYTES, NamesFilter, checked_everything, head_counts
+from ie_core.sync import ModelLike, SyncModel, unwrap
+from ie_core.tl_shaped import (
+    MAX_CACHE_BYTES,
+    LogitsAndCache,
+    NamesFilter,
+    checked_everything,
+    head_counts,
+)
 
 
-def run_with_cache(
+def capture(
     model: ModelLike,
     tokens: Prompt | Sequence[Sequence[int]],
     addresses: Sequence[AddressLike] | None = None,
@@ -32,7 +38,8 @@ def run_with_cache(
     names_filter: NamesFilter = None,
     max_cache_bytes: int = MAX_CACHE_BYTES,
 ) -> ActivationCache:
-    """One forward over `tokens`, returning the requested points as `[batch, seq, ...]`.
+    """One forward over `tokens`, returning the requested points as `[batch, seq, ...]`: the
+    cache alone (no logits computed; `run_with_cache` is TransformerLens's `(logits, cache)`).
 
     Without `addresses`, every point the model serves for reading, at every layer it serves it
     (its `capabilities()`), kept by `names_filter` (a callable asked with our name and the
@@ -47,6 +54,31 @@ def run_with_cache(
     extra: dict[str, Any] = {"grad": True} if grad else {}  # a minimal InterpModel need not take it
     cache = run(model.capture(tokens, addresses, steering=with_active(model, steering), **extra))
     return cache.with_heads(*head_counts(model))  # so `cache.heads("z.5")` needs no n_heads
+
+
+def run_with_cache(
+    model: ModelLike,
+    tokens: Prompt | Sequence[Sequence[int]],
+    addresses: Sequence[AddressLike] | None = None,
+    *,
+    steering: SteeringArg = None,
+    grad: bool = False,
+    names_filter: NamesFilter = None,
+    max_cache_bytes: int = MAX_CACHE_BYTES,
+) -> LogitsAndCache:
+    """`(logits, cache)` from one forward, as TransformerLens's `run_with_cache` and
+    `SyncModel.run_with_cache`: logits `[batch, seq, vocab]` (the last block's output through
+    the model's own unembed) and the cache of `capture`. For the cache alone, `capture(...)`."""
+    sync = model if isinstance(model, SyncModel) else SyncModel(model)
+    extra: dict[str, Any] = {"grad": True} if grad else {}
+    return sync.run_with_cache(
+        tokens,
+        addresses,
+        names_filter=names_filter,
+        max_cache_bytes=max_cache_bytes,
+        steering=steering,
+        **extra,
+    )
 
 
 def capture_generation(
@@ -102,6 +134,7 @@ def decode_residuals(
 
 
 __all__ = [
+    "capture",
     "capture_attention",
     "capture_generation",
     "decode_residuals",

@@ -17,9 +17,11 @@ _HEAD_SPLIT = {
 _PER_HEAD_MAPS = frozenset({"attn_scores", "attn_probs"})
 
 
-class ActivationCache(Mapping[Address, Any]):
+class ActivationCache(Mapping[str, Any]):
     """`cache["resid_post.3"]`, `cache[("resid_post", 3)]` and `cache[Address("resid_post", 3)]`
-    all name the same tensor. Eager tensors are `[batch, seq, ...]`."""
+    all name the same tensor. Eager tensors are `[batch, seq, ...]`. Its keys (`list(cache)`,
+    `cache.keys()`, `cache.items()`) are our names as strings, `"resid_post.3"`, as
+    TransformerLens's cache lists its hook names; `addresses()` gives them parsed."""
 
     def __init__(
         self,
@@ -47,8 +49,12 @@ class ActivationCache(Mapping[Address, Any]):
         except ValueError:
             return False
 
-    def __iter__(self) -> Iterator[Address]:
-        return iter(self._data)
+    def __iter__(self) -> Iterator[str]:
+        return (str(a) for a in self._data)
+
+    def addresses(self) -> list[Address]:
+        """The keys as `Address` objects, in capture order."""
+        return list(self._data)
 
     def __len__(self) -> int:
         return len(self._data)

@@ -30,6 +30,7 @@ from ie_core.protocol import (
     sampling_params,
 )
 from ie_core.reduce import DictionaryFeatures, ProbeScores, Reduction, TokenLogits
+from ie_core.tl_weights import TLFacts
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -39,8 +40,9 @@ __all__ = ["ModelFront"]
 _GREEDY = SamplingParams()
 
 
-class ModelFront:
-    """The request half of `InterpModel`, the same on every backend."""
+class ModelFront(TLFacts):
+    """The request half of `InterpModel`, the same on every backend (and, from `TLFacts`,
+    `model.cfg` and the weights by TransformerLens's names)."""
 
     # Whether a dictionary may be named by a string (`ie serve --sae NAME=SOURCE`, resolved by
     # the server: backend 'remote'); elsewhere a name is refused before any request.

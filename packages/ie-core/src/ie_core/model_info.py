@@ -87,6 +87,16 @@ class ModelInfo:
         out["stages"] = [{"rank": s.rank, "layers": s.layers} for s in self.stages]
         return out
 
+    def __repr__(self) -> str:
+        """One short line: the shape and counts (the full tables are `widths`, `refused`, ...)."""
+        return (
+            f"ModelInfo(model_id={self.model_id!r}, backend={self.backend!r}, "
+            f"architecture={self.architecture!r}, n_layers={self.n_layers}, "
+            f"d_model={self.d_model}, vocab_size={self.vocab_size}, points={len(self.points)}, "
+            f"addresses={len(self.widths)}, writable={len(self.writable)}, "
+            f"refused={len(self.refused)}, tp_size={self.tp_size}, pp_size={self.pp_size})"
+        )
+
     def with_fields(self, **changes: Any) -> ModelInfo:
         """A copy with some fields replaced (the server adds its name, backend and points)."""
         return replace(self, **changes)

@@ -9,8 +9,9 @@ multiplier, softcap), so they are the model's real logits on every backend, stee
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ie_core.cache import ActivationCache
 from ie_core.errors import BadPromptError, PointUnavailableError
@@ -29,6 +30,27 @@ from ie_core.prompts import prompt_batch
 # What an everything-cache (`run_with_cache` without names) may hold before it is refused.
 MAX_CACHE_BYTES = 2 * 1024**3
 NamesFilter = Callable[[str], bool] | Sequence[AddressLike] | None
+
+
+class LogitsAndCache(NamedTuple):
+    """What `run_with_cache` returns, the free function and the method alike: `(logits, cache)`,
+    as TransformerLens's `run_with_cache`. `capture(model, ...)` is the cache alone."""
+
+    logits: Any
+    cache: ActivationCache
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, int | slice):
+            return tuple.__getitem__(self, key)
+        # The free run_with_cache returned the cache alone before; its callers indexed it.
+        warnings.warn(
+            "run_with_cache(...) returns (logits, cache), as TransformerLens's does: unpack it "
+            "(`logits, cache = run_with_cache(...)`) or call capture(...) for the cache alone; "
+            "indexing the pair by address is removed in 0.3.0",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.cache[key]
 
 
 def head_counts(model: Any) -> tuple[int | None, int | None]:
@@ -153,7 +175,7 @@ class TLShaped:
         names_filter: NamesFilter = None,
         max_cache_bytes: int = MAX_CACHE_BYTES,
         **kw: Any,
-    ) -> tuple[Any, ActivationCache]:
+    ) -> LogitsAndCache:
         """`(logits, cache)` from one forward. `names` are our addresses or TL / nnterp names; the
         cache holds them under our names (`cache["resid_post.3"]`), and any spelling indexes it.
         Without `names`, every point the model serves (`names_filter` keeps some, as TL's), refused
@@ -173,7 +195,7 @@ class TLShaped:
         logits = sync.decode_residuals(rows.reshape(-1, rows.shape[-1]))
         logits = logits.reshape(*rows.shape[:-1], logits.shape[-1])
         kept = ActivationCache({a: cache[a] for a in wanted})
-        return logits, kept.with_heads(*head_counts(self.model))
+        return LogitsAndCache(logits, kept.with_heads(*head_counts(self.model)))
 
     def to_tokens(
         self, text: str | Sequence[str], *, prepend_bos: bool | None = None, batch: bool = False

@@ -24,7 +24,7 @@ from ie_core.steer_scope import pin_prompt
 from ie_core.text_stream import TextStream
 from torch import nn
 
-from ie_eager import capability, checkpoint, lens, lens_stream, prefix_cells
+from ie_eager import capability, checkpoint, lens, lens_stream, prefix_cells, weights
 from ie_eager.admission import EagerAdmission
 from ie_eager.decode import DecodeStep, decode_steps
 from ie_eager.devices import DeviceUnavailableError as DeviceUnavailableError
@@ -85,6 +85,13 @@ class EagerModel(ModelFront):
             self._check_open,
             (getattr(hf_model, "generation_config", None), config, tokenizer),
         )
+
+    def weight_parts(self, part: str) -> Any:
+        """Raw weights for `model.W_Q`, `model.W_U`, ... (`ie_eager.weights`)."""
+        return weights.weight_parts(self, part)
+
+    def tl_source_config(self) -> Any:
+        return self.text_config
 
     @property
     def hf_model(self) -> nn.Module:

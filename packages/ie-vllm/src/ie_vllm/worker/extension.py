@@ -24,7 +24,7 @@ from ie_core.steer_scope import scoped
 from ie_vllm import payload
 from ie_vllm.row_budget import device_budget
 from ie_vllm.specs import ReducerSpec, RequestSpec
-from ie_vllm.worker import reducers
+from ie_vllm.worker import reducers, weights
 from ie_vllm.worker.conditions import Held, held_for, judges_of
 from ie_vllm.worker.layout import BatchLayout, RequestRows
 from ie_vllm.worker.lens_worker import LensWorkerMixin
@@ -216,6 +216,11 @@ class IEWorkerExtension(LensWorkerMixin):
             "hooks": {k: v for k, v in state.counts.items() if v},
             "forwards": state.forwards,
         }
+
+    def ie_weights(self, part: str) -> dict[str, Any]:
+        """Raw weights of `part` on this rank (`ie_vllm.worker.weights`), tensors as a payload."""
+        got = weights.weight_parts(loaded_model(self.model_runner).model, part)  # type: ignore[attr-defined]
+        return {**got, "tensors": payload.encode(got["tensors"])}
 
     # --- lens --------------------------------------------------------------------------------
 

@@ -41,14 +41,12 @@ def _load(model: str, backend: str, point: PointRow, address: str) -> str:
 
 
 def _code(model: str, backend: str, point: PointRow, address: str, writable: bool) -> str:
-    lines = ["from ie_core import load_model, run_with_cache"]
+    lines = ["from ie_core import capture, load_model"]
     if writable:
-        lines[0] = (
-            "from ie_core import Additive, generate, load_model, run_with_cache, steer, steer_at"
-        )
+        lines[0] = "from ie_core import Additive, capture, generate, load_model, steer, steer_at"
     lines += [_load(model, backend, point, address), ""]
     lines += [
-        f"cache = run_with_cache(model, {PROMPT!r}, [{address!r}])",
+        f"cache = capture(model, {PROMPT!r}, [{address!r}])",
         f"acts = cache[{address!r}]  # {point.width} wide",
     ]
     if writable:

@@ -365,8 +365,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     thresholds = {"node_threshold": args.node_threshold, "edge_threshold": args.edge_threshold}
     kept = prune(graph, **thresholds)
     graph_file = write_graph_json(
-        graph, paths.graph, slug="smollm2-capital", pruned=kept, **thresholds
-    )
+        graph, paths.graph, slug="smollm2-capital", pruned=kept,
+        transcoder_kind="per-layer transcoder", **thresholds,
+    )  # fmt: skip
     traced = describe(graph, top=10)
     print(f"{graph.n_nodes} nodes ({graph.n_features} features), {int(kept.node_mask.sum())} kept "
           f"in {graph_file}; answer {traced['answer']!r} p={traced['answer_probability']:.3f}; "

@@ -298,14 +298,17 @@ def screenshot(graph_file: Path, png: Path) -> None:
             graph_id, _ = upsert_graph(session, json.loads(graph_file.read_text()), str(graph_file))
         with background_server(create_app(db, token=None)) as base, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 760, "height": 1000})
+            # A laptop's width: the page draws the graph across it.
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.goto(f"{base}/graphs/{graph_id}", wait_until="networkidle")
             top, box = page.locator("h1").bounding_box(), page.locator("svg.graph").bounding_box()
             assert top is not None and box is not None
             y, height = top["y"] - 16, box["y"] + box["height"] - top["y"] + 24
             png.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(
-                path=str(png), full_page=True, clip={"x": 0, "y": y, "width": 760, "height": height}
+                path=str(png),
+                full_page=True,
+                clip={"x": 0, "y": y, "width": 1280, "height": height},
             )
             browser.close()
         db.dispose()

@@ -82,3 +82,22 @@ def test_a_text_prompt_is_attributed_as_circuit_tracer_tokenizes_it(
     # --no-bos: the tokenizer's own encoding, the ids said too (negative control).
     assert trace_command([*argv, "--out", str(tmp_path / "own.json"), "--no-bos"]) == 0
     assert f"as ids {m.to_tokens(text)}" in capsys.readouterr().out
+
+
+def test_the_bisection_finds_the_first_pair_that_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against a plain scan of every candidate, at three limits (the first one fits, a middle
+    one, none)."""
+    from ie_core.circuits import attribute
+    from ie_core.circuits.fitting import _try, candidates, fitting_thresholds
+
+    m = synthetic_model("llama")
+    graph = attribute(m, "The capital of France is", _folder(m, tmp_path))
+    pairs = list(candidates(0.8, 0.98))
+    for limit in (10_000, 60, 1):
+        monkeypatch.setattr(graph_limits, "MAX_GRAPH_LINKS", limit)
+        scan = next((f for f in (_try(graph, *p) for p in pairs) if f is not None), None)
+        assert fitting_thresholds(graph, 0.8, 0.98) == scan, limit
+    monkeypatch.setattr(graph_limits, "MAX_GRAPH_LINKS", 60)
+    assert fitting_thresholds(graph, 0.8, 0.98) not in (None, _try(graph, *pairs[0]))

@@ -101,6 +101,8 @@ def _fit_hint(graph: Any, out: Path, data: dict, options: dict[str, Any], slug: 
     over = over_limits(len(data["nodes"]), len(data["links"]), out.stat().st_size)
     if not over:
         return
+    print(f"{out}: over what the dashboard's graph page accepts ({', '.join(over)}); looking "
+          "for node / edge thresholds that fit (a few more prunings)", file=sys.stdout)  # fmt: skip
     fit = fitting_thresholds(
         graph, options["node_threshold"], options["edge_threshold"], slug=slug,
         transcoder_kind=options["transcoder_kind"],
@@ -111,8 +113,7 @@ def _fit_hint(graph: Any, out: Path, data: dict, options: dict[str, Any], slug: 
     else:
         advice = (f"{fit.flags()} keeps {fit.nodes:,} nodes and {fit.links:,} edges "
                   f"({fit.size:,} bytes)")  # fmt: skip
-    print(f"{out}: over what the dashboard's graph page accepts: {', '.join(over)}; {advice}",
-          file=sys.stdout)  # fmt: skip
+    print(f"{out}: for the dashboard's graph page: {advice}", file=sys.stdout)
 
 
 def _attributed_ids(model: Any, prompt: str, bos: bool) -> list[int]:

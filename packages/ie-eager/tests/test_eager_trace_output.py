@@ -66,7 +66,7 @@ def test_a_text_prompt_is_attributed_as_circuit_tracer_tokenizes_it(
 
     m = load_model("HuggingFaceTB/SmolLM2-135M-Instruct", backend="eager")
     text = "The capital of France is"
-    tok = m.tokenizer
+    tok = m.tokenizer  # pyright: ignore[reportAttributeAccessIssue]  (eager keeps its HF one)
     plain = tok(text, add_special_tokens=False)["input_ids"]
     first = next(t for t in (tok.bos_token_id, tok.pad_token_id, tok.eos_token_id) if t)
     want = plain if plain[0] in tok.all_special_ids else [first, *plain]

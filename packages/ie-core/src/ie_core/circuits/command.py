@@ -134,6 +134,7 @@ def trace_command(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from ie_core import load_model
     from ie_core.circuits.attribution import check_knobs, graph_of, prepare_many
+    from ie_core.circuits.graph_json import transcoder_kind_of
     from ie_core.circuits.pruning import check_thresholds
     from ie_core.circuits.sources import load_transcoders
     from ie_core.runner import run
@@ -141,8 +142,6 @@ def trace_command(argv: list[str]) -> int:
     check_thresholds(args.node_threshold, args.edge_threshold)
     check_knobs(args.max_feature_nodes, args.max_logits, args.logit_prob, args.batch_size)
     transcoders = load_transcoders(args.transcoders)  # a bad folder fails before the load
-    from ie_core.circuits.graph_json import transcoder_kind_of
-
     prune_options = {"node_threshold": args.node_threshold, "edge_threshold": args.edge_threshold,
                      "transcoder_kind": transcoder_kind_of(transcoders)}  # fmt: skip
     model = load_model(args.model, backend=args.backend)

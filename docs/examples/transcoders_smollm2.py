@@ -10,8 +10,13 @@ example: transcoders for SmolLM2").
    error nodes' share of its influence and its most influential features;
    then one intervention that tests it (`ie_core.circuits.intervene`): every feature the graph
    found at " France" set to minus its activation, over all layers and per third of them;
-4. the dashboard's graph page in headless Chromium -> docs/img/graph_smollm2.png, the numbers ->
-   docs/notes/transcoders_smollm2.json.
+4. the dashboard's graph page in headless Chromium -> OUT/graph_smollm2.png, the numbers ->
+   OUT/transcoders_smollm2.json.
+
+Everything it writes goes under --out; `--update-docs` also copies the picture and the numbers
+over the committed docs/img/graph_smollm2.png and docs/notes/transcoders_smollm2.json. Each stage
+prints a line when it starts and ends, terminal or not; `IE_PROGRESS=1` adds the harvest's
+progress line when stderr is not a terminal.
 
     uv run --locked python docs/examples/transcoders_smollm2.py --out /tmp/tc-example-out
 
@@ -24,7 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +58,51 @@ MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PROMPT = "The capital of France is"  # " Paris" is SmolLM2-135M-Instruct's top-1 (p ~0.77)
 OPTICKS = "tvm_ffi/3rdparty/libbacktrace/Isaac.Newton-Opticks.txt"
 Params = dict[str, torch.Tensor]
+STARTED = time.perf_counter()
+
+
+def stage(message: str) -> None:
+    """One line per stage on stdout, flushed, whatever the terminal (the harvest's own progress
+    line is drawn only on a terminal, so a log would otherwise stay silent for minutes)."""
+    print(f"[{time.perf_counter() - STARTED:6.0f} s] {message}", flush=True)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Every path the example writes: all under --out, and the committed records only with
+    --update-docs (copies made at the end)."""
+
+    out: Path
+    update_docs: bool
+
+    @property
+    def harvest(self) -> Path:
+        return self.out / "harvest"
+
+    @property
+    def transcoders(self) -> Path:
+        return self.out / "transcoders"
+
+    @property
+    def graph(self) -> Path:
+        return self.out / "graph.json"
+
+    @property
+    def picture(self) -> Path:
+        return self.out / "graph_smollm2.png"
+
+    @property
+    def summary(self) -> Path:
+        return self.out / "transcoders_smollm2.json"
+
+    def committed(self) -> list[tuple[Path, Path]]:
+        """(written under --out, committed copy) pairs that --update-docs replaces."""
+        if not self.update_docs:
+            return []
+        return [
+            (self.picture, ROOT / "docs/img/graph_smollm2.png"),
+            (self.summary, ROOT / "docs/notes/transcoders_smollm2.json"),
+        ]
 
 
 def shipped_corpus() -> Path:
@@ -67,7 +119,7 @@ def harvest_mlps(model: Any, folder: Path, tokens: int) -> dict[str, Any]:
         model, folder, points, files=[shipped_corpus()], context=128, max_tokens=tokens,
         shard_tokens=tokens // 8, dtype="bfloat16",
     )  # fmt: skip
-    print(f"harvested {result.tokens} tokens x {len(points)} points in {result.seconds:.0f} s")
+    stage(f"harvested {result.tokens} tokens x {len(points)} points in {result.seconds:.0f} s")
     return {"tokens": result.tokens, "harvested_now": result.harvested_tokens,
             "shards": result.shards, "seconds": round(result.seconds, 1)}  # fmt: skip
 
@@ -164,8 +216,8 @@ def train_all(data: Path, out: Path, n_layers: int, args: argparse.Namespace) ->
         report.append(
             {"layer": layer, **stats, "rows_left_out": left_out, "seconds": round(seconds, 1)}
         )
-        print(f"layer {layer:2d}: FVE {stats['fve']:.3f}  L0 {stats['l0']:5.1f}  "
-              f"dead {stats['dead']:.2f}  {seconds:.0f} s", flush=True)  # fmt: skip
+        stage(f"layer {layer:2d}: FVE {stats['fve']:.3f}  L0 {stats['l0']:5.1f}  "
+              f"dead {stats['dead']:.2f}  {seconds:.0f} s")  # fmt: skip
     files = "".join(f"- layer_{layer}.safetensors\n" for layer in range(n_layers))
     (out / "config.yaml").write_text(
         f"model_kind: transcoder_set\nmodel_name: {MODEL}\nscan: smollm2-135m-opticks-relu"
@@ -246,14 +298,17 @@ def screenshot(graph_file: Path, png: Path) -> None:
             graph_id, _ = upsert_graph(session, json.loads(graph_file.read_text()), str(graph_file))
         with background_server(create_app(db, token=None)) as base, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 760, "height": 1000})
+            # A laptop's width: the page draws the graph across it.
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.goto(f"{base}/graphs/{graph_id}", wait_until="networkidle")
             top, box = page.locator("h1").bounding_box(), page.locator("svg.graph").bounding_box()
             assert top is not None and box is not None
             y, height = top["y"] - 16, box["y"] + box["height"] - top["y"] + 24
             png.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(
-                path=str(png), full_page=True, clip={"x": 0, "y": y, "width": 760, "height": height}
+                path=str(png),
+                full_page=True,
+                clip={"x": 0, "y": y, "width": 1280, "height": height},
             )
             browser.close()
         db.dispose()
@@ -266,9 +321,10 @@ def screenshot(graph_file: Path, png: Path) -> None:
     rgb.quantize(palette=palette, dither=Image.Dither.NONE).save(png, optimize=True)
 
 
-def main() -> dict[str, Any]:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("/tmp/tc-example-out"))
+    ap.add_argument("--out", type=Path, default=Path("/tmp/tc-example-out"),
+                    help="the folder everything is written to")  # fmt: skip
     ap.add_argument("--tokens", type=int, default=65536, help="tokens harvested (8 shards)")
     ap.add_argument("--width", type=int, default=1024, help="features per transcoder")
     ap.add_argument("--steps", type=int, default=240, help="Adam steps of 512 rows per layer")
@@ -280,26 +336,41 @@ def main() -> dict[str, Any]:
     # 50k-edge limit, and unreadable drawn.
     ap.add_argument("--node-threshold", type=float, default=0.5)
     ap.add_argument("--edge-threshold", type=float, default=0.8)
-    ap.add_argument("--picture", type=Path, default=ROOT / "docs/img/graph_smollm2.png")
-    ap.add_argument("--summary", type=Path, default=ROOT / "docs/notes/transcoders_smollm2.json")
-    args = ap.parse_args()
+    ap.add_argument(
+        "--update-docs", action="store_true",
+        help="also copy the picture and the numbers over the committed docs/img/graph_smollm2.png "
+        "and docs/notes/transcoders_smollm2.json",
+    )  # fmt: skip
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    paths = Outputs(args.out, args.update_docs)
     load = {"cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()}
+    stage(f"loading {MODEL} (eager); everything goes under {args.out}")
     model = load_model(MODEL, backend="eager")
 
-    harvested = harvest_mlps(model, args.out / "harvest", args.tokens)
+    stage(f"harvesting {args.tokens} tokens x {2 * model.n_layers} points into {paths.harvest} "
+          "(about 3 minutes on 2 cores; IE_PROGRESS=1 draws a progress line off a terminal)")  # fmt: skip
+    harvested = harvest_mlps(model, paths.harvest, args.tokens)
+    stage(f"training {model.n_layers} transcoders ({args.steps} steps each) into "
+          f"{paths.transcoders}")  # fmt: skip
     start = time.perf_counter()
-    layers = train_all(args.out / "harvest", args.out / "transcoders", model.n_layers, args)
+    layers = train_all(paths.harvest, paths.transcoders, model.n_layers, args)
     timings = {"harvest": harvested["seconds"], "train": round(time.perf_counter() - start, 1)}
 
-    transcoders: TranscoderSet = load_transcoders(args.out / "transcoders")
+    transcoders: TranscoderSet = load_transcoders(paths.transcoders)
+    stage(f"attributing {args.prompt!r} through every active feature")
     start = time.perf_counter()
     graph = attribute(model, args.prompt, transcoders)  # every active feature, no cap
     timings["attribute"] = round(time.perf_counter() - start, 1)
     thresholds = {"node_threshold": args.node_threshold, "edge_threshold": args.edge_threshold}
     kept = prune(graph, **thresholds)
     graph_file = write_graph_json(
-        graph, args.out / "graph.json", slug="smollm2-capital", pruned=kept, **thresholds
-    )
+        graph, paths.graph, slug="smollm2-capital", pruned=kept,
+        transcoder_kind="per-layer transcoder", **thresholds,
+    )  # fmt: skip
     traced = describe(graph, top=10)
     print(f"{graph.n_nodes} nodes ({graph.n_features} features), {int(kept.node_mask.sum())} kept "
           f"in {graph_file}; answer {traced['answer']!r} p={traced['answer_probability']:.3f}; "
@@ -307,12 +378,14 @@ def main() -> dict[str, Any]:
     for f in traced["top_features"]:
         print(f"  layer {f['layer']:2d} position {f['position']} ({f['token']!r}) feature "
               f"{f['feature']:4d}: activation {f['activation']:.3f}, influence {f['influence']:.4f}")  # fmt: skip
+    stage(f"clamping the features at {args.clamp_token!r} (intervene, 4 runs)")
     clamped = clamp_answer(model, transcoders, graph, args.clamp_token, args.clamp_factor)
     every = clamped["all_layers"]
     print(f"features at {args.clamp_token!r} set to {args.clamp_factor:g} x their activation: "
           f"top {every['top_after']}, answer p {every['answer_p_change']:+.3f}")  # fmt: skip
+    stage(f"drawing the graph page in headless Chromium -> {paths.picture}")
     start = time.perf_counter()
-    screenshot(graph_file, args.picture)
+    screenshot(graph_file, paths.picture)
     timings["screenshot"] = round(time.perf_counter() - start, 1)
 
     fves, l0s = [r["fve"] for r in layers], [r["l0"] for r in layers]
@@ -327,8 +400,11 @@ def main() -> dict[str, Any]:
                                         "edges_kept": int(kept.edge_mask.sum()), **thresholds},
         "clamp": clamped, "timings_s": timings, "machine": {**load, "load_average_at_end": os.getloadavg()},
     }  # fmt: skip
-    args.summary.write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"train {timings['train']:.0f} s; wrote {args.summary} and {args.picture}")
+    paths.summary.write_text(json.dumps(summary, indent=1) + "\n")
+    stage(f"train {timings['train']:.0f} s; wrote {paths.summary} and {paths.picture}")
+    for written, committed in paths.committed():
+        shutil.copyfile(written, committed)
+        stage(f"--update-docs: copied {written} over {committed}")
 
     return {"model": model, "transcoders": transcoders, "graph": graph, "summary": summary}
 

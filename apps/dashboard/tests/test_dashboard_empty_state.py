@@ -41,3 +41,12 @@ def test_footer_counts_results_by_source(client: TestClient, db: Database, tmp_p
 def test_seed_without_a_root_names_the_load_command(db: Database) -> None:
     report = seed(db, None)
     assert any("ie dashboard seed --root PATH" in line for line in report.skipped)
+
+
+def test_footer_counts_the_registry_points(client: TestClient) -> None:
+    """The footer's point count is the registry's (it said 34, hard-coded, beside "23 of 38")."""
+    from ie_core.grammar import POINTS
+
+    footer = client.get("/validation").text.split("<footer>")[1]
+    assert f"{len(POINTS)} standardized points from ie-core's registry" in footer
+    assert len(POINTS) != 34  # the old hard-coded number, so this test can fail

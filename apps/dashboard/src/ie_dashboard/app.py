@@ -25,7 +25,7 @@ from ie_dashboard import guards, render, views
 from ie_dashboard.body import MAX_BODY, BodyError, parse_json, read_limited
 from ie_dashboard.config import READ_ONLY_ENV, TOKEN_ENV, database_url, write_token
 from ie_dashboard.db import Database
-from ie_dashboard.graphs import GraphError, check_graph
+from ie_dashboard.graphs import SMALLER, GraphError, check_graph
 from ie_dashboard.ingest import upsert_cell, upsert_graph, upsert_validator
 from ie_dashboard.links import Links
 from ie_dashboard.migrations import applied_versions
@@ -425,7 +425,10 @@ async def _parse_graph(request: Request) -> Any:
         check_graph(data)
     except BodyError as exc:
         status = 413 if exc.status == 413 else 400
-        raise ApiError(status, {"detail": f"invalid attribution graph: {exc.message}"}) from None
+        hint = f": {SMALLER}" if status == 413 else ""
+        raise ApiError(
+            status, {"detail": f"invalid attribution graph: {exc.message}{hint}"}
+        ) from None
     except GraphError as exc:
         raise ApiError(
             exc.status, {"detail": f"invalid attribution graph: {exc.message}"}

@@ -115,7 +115,7 @@ def _ingest_graphs(args: argparse.Namespace) -> int:
     """One transaction per file, so one bad file neither blocks nor half-writes the others."""
     from ie_dashboard.body import MAX_BODY, BodyError, parse_json
     from ie_dashboard.db import Database
-    from ie_dashboard.graphs import GraphError
+    from ie_dashboard.graphs import SMALLER, GraphError
     from ie_dashboard.ingest import upsert_graph
 
     db = Database(database_url(args.db))
@@ -124,7 +124,8 @@ def _ingest_graphs(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             if path.stat().st_size > MAX_BODY:
-                raise GraphError(f"{path.stat().st_size:,} bytes; the limit is {MAX_BODY:,}")
+                size = path.stat().st_size
+                raise GraphError(f"{size:,} bytes; the limit is {MAX_BODY:,}: {SMALLER}")
             data = parse_json(path.read_bytes())
             with db.write() as session:
                 row_id, created = upsert_graph(session, data, source=str(path))

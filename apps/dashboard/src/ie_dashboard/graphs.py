@@ -4,6 +4,11 @@
 problem, so a malformed graph is refused whole (nothing stored) with its reason. `layout` places
 the nodes by layer (rows: tokens at the bottom, logits on top) and prompt position (columns) and
 scales each edge's stroke by |weight|, as plain SVG geometry the template draws.
+
+circuit-tracer's JSON names things its own way, which the page translates: every feature's
+`feature_type` is "cross layer transcoder" whatever the set (`ie trace` records the set's kind in
+`metadata.transcoder_kind`), and logits sit at layer n_layers + 1 (31 on a 30-layer model, whose
+layers are 0-29); an error node's id is `0_{layer}_{pos}`.
 """
 
 from __future__ import annotations
@@ -12,12 +17,23 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ie_core.graph_limits import MAX_GRAPH_LINKS, MAX_GRAPH_NODES, THRESHOLD_FLAGS
+
 # A pruned graph of a real prompt holds hundreds of nodes and a few thousand edges; these bounds
-# keep one page's SVG drawable (and its stored JSON well under the 20 MiB body limit).
-MAX_NODES = 5_000
-MAX_LINKS = 50_000
+# keep one page's SVG drawable (and its stored JSON well under the 20 MiB body limit). They live
+# in ie-core so `ie trace` can say which thresholds bring a graph under them.
+MAX_NODES = MAX_GRAPH_NODES
+MAX_LINKS = MAX_GRAPH_LINKS
+# What a refusal for size says to do about it.
+SMALLER = (
+    f"rerun {THRESHOLD_FLAGS} lower (it prints thresholds that fit when the graph it writes is "
+    "over these limits)"
+)
 # Edges drawn on the page, strongest first; the table and the API keep them all.
 MAX_DRAWN_LINKS = 2_000
+
+
+TRANSCODER_KINDS = ("per-layer transcoder", "cross-layer transcoder")
 
 
 class GraphError(ValueError):
@@ -57,6 +73,28 @@ class GraphDoc:
     node_threshold: float | None
     nodes: tuple[GraphNode, ...]
     links: tuple[GraphLink, ...]
+    transcoder_kind: str = ""  # "per-layer transcoder" / "cross-layer transcoder"; "" unknown
+
+    def kind_of(self, node: GraphNode) -> str:
+        """What the node is, in words (not circuit-tracer's `feature_type` for every feature)."""
+        if node.kind == "logit":
+            return "logit"
+        if node.kind == "embedding":
+            return "token embedding"
+        if "error" in node.kind:
+            return "MLP reconstruction error"
+        if self.transcoder_kind:
+            return f"{self.transcoder_kind} feature"
+        return f"transcoder feature (the JSON says {node.kind!r}; the set's kind is not recorded)"
+
+    def where(self, node: GraphNode) -> str:
+        """Its place: logits after the last layer (the JSON's layer is n_layers + 1)."""
+        if node.kind == "logit" and node.layer.isdigit():
+            last = int(node.layer) - 2
+            return f"Logits, after the last layer ({last}; the JSON's layer {node.layer})"
+        if node.layer == "E":
+            return "Token embeddings"
+        return f"Layer {node.layer}"
 
 
 def _num(value: Any, where: str, *, optional: bool = False) -> float | None:
@@ -92,9 +130,13 @@ def check_graph(data: Any) -> GraphDoc:
     if not isinstance(raw_nodes, list) or not isinstance(raw_links, list):
         raise GraphError("nodes and links must be arrays")
     if len(raw_nodes) > MAX_NODES:
-        raise GraphError(f"{len(raw_nodes):,} nodes; at most {MAX_NODES:,} are accepted", 413)
+        raise GraphError(
+            f"{len(raw_nodes):,} nodes; at most {MAX_NODES:,} are accepted: {SMALLER}", 413
+        )
     if len(raw_links) > MAX_LINKS:
-        raise GraphError(f"{len(raw_links):,} links; at most {MAX_LINKS:,} are accepted", 413)
+        raise GraphError(
+            f"{len(raw_links):,} links; at most {MAX_LINKS:,} are accepted: {SMALLER}", 413
+        )
     tokens = meta.get("prompt_tokens", [])
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise GraphError("metadata.prompt_tokens must be an array of strings")
@@ -141,7 +183,7 @@ def check_graph(data: Any) -> GraphDoc:
         assert weight is not None
         links.append(GraphLink(ends[0], ends[1], weight))
     threshold = _num(meta.get("node_threshold"), "metadata.node_threshold", optional=True)
-    scan = meta.get("scan")
+    scan, kind = meta.get("scan"), meta.get("transcoder_kind")
     return GraphDoc(
         slug=_str(meta.get("slug", "graph"), "metadata.slug") or "graph",
         scan=scan if isinstance(scan, str) else "",
@@ -150,15 +192,23 @@ def check_graph(data: Any) -> GraphDoc:
         node_threshold=threshold,
         nodes=tuple(nodes),
         links=tuple(links),
+        transcoder_kind=kind if kind in TRANSCODER_KINDS else "",
     )
 
 
 # ---------------------------------------------------------------- drawing
 
-COL_W = 90
+# The drawing fills the page's main column at a laptop's 1280 px (1232 px less a scrollbar)
+# and scrolls sideways inside its frame on narrower windows. Nodes sharing a layer and position
+# are laid out in lines PITCH apart (more than a node's diameter), so none hides another.
+WIDTH = 1180
+MIN_COL_W = 90
 ROW_H = 56
 LEFT = 60
+RIGHT = 20
 TOP = 20
+RADIUS = 5
+PITCH = 14
 
 
 @dataclass(frozen=True)
@@ -205,22 +255,34 @@ def _row_order(layer: str) -> int:
 
 def layout(doc: GraphDoc) -> Drawing:
     """Columns are prompt positions, rows layers (tokens at the bottom, logits on top); nodes
-    sharing a cell spread across it so each stays clickable."""
+    sharing a cell are laid out in lines of up to `per_line`, most influential first, so each
+    stays visible and clickable."""
     layers = sorted({n.layer for n in doc.nodes}, key=_row_order)
     n_pos = max([n.pos for n in doc.nodes] + [len(doc.prompt_tokens) - 1, 0]) + 1
-    height = TOP * 2 + ROW_H * max(len(layers), 1)
-    row_y = {layer: height - TOP - ROW_H * (i + 0.5) for i, layer in enumerate(layers)}
+    col_w = max(MIN_COL_W, (WIDTH - LEFT - RIGHT) / n_pos)
+    per_line = max(1, int(col_w * 0.8 // PITCH))
     cells: dict[tuple[str, int], list[GraphNode]] = {}
     for n in doc.nodes:
         cells.setdefault((n.layer, n.pos), []).append(n)
+    lines = {layer: 1 for layer in layers}
+    for (layer, _), members in cells.items():
+        lines[layer] = max(lines[layer], math.ceil(len(members) / per_line))
+    heights = {layer: max(ROW_H, lines[layer] * PITCH + 28) for layer in layers}
+    height = TOP * 2 + sum(heights.values())
+    row_y, bottom = {}, height - TOP
+    for layer in layers:
+        row_y[layer] = bottom - heights[layer] / 2
+        bottom -= heights[layer]
     placed: list[Placed] = []
     for (layer, pos), members in cells.items():
         members.sort(key=lambda n: (n.influence is None, n.influence or 0.0, n.node_id))
+        n_lines = math.ceil(len(members) / per_line)
         for k, n in enumerate(members):
-            # Spread within the cell (up to 70% of its width), in influence order.
-            offset = 0.0 if len(members) == 1 else (k / (len(members) - 1) - 0.5) * COL_W * 0.7
-            x = LEFT + COL_W * (pos + 0.5) + offset
-            placed.append(Placed(n, round(x, 1), round(row_y[layer], 1), _css(n.kind)))
+            line, slot = divmod(k, per_line)
+            in_line = min(per_line, len(members) - line * per_line)
+            x = LEFT + col_w * (pos + 0.5) + (slot - (in_line - 1) / 2) * PITCH
+            y = row_y[layer] + (line - (n_lines - 1) / 2) * PITCH
+            placed.append(Placed(n, round(x, 1), round(y, 1), _css(n.kind)))
     # A repeated id's links attach to the node listed first (see check_graph).
     at: dict[str, Placed] = {}
     for p in placed:
@@ -243,11 +305,11 @@ def layout(doc: GraphDoc) -> Drawing:
     logit_layers = {n.layer for n in doc.nodes if n.kind == "logit"}
     rows = tuple((row_y[layer], _row_label(layer, logit_layers)) for layer in layers)
     columns = tuple(
-        (LEFT + COL_W * (p + 0.5), doc.prompt_tokens[p] if p < len(doc.prompt_tokens) else "")
+        (LEFT + col_w * (p + 0.5), doc.prompt_tokens[p] if p < len(doc.prompt_tokens) else "")
         for p in range(n_pos)
     )
     return Drawing(
-        width=LEFT + COL_W * n_pos + 20,
+        width=round(LEFT + col_w * n_pos + RIGHT),
         height=height + 24,
         nodes=tuple(placed),
         edges=edges,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from functools import cache
 
+from ie_core.grammar import POINTS
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from sqlmodel import Session, col, select
 
@@ -71,6 +72,8 @@ def env() -> Environment:
     e.filters["num"] = fmt_num
     e.filters["cos"] = fmt_cos
     e.globals["glyph"] = lambda status: GLYPHS.get(status, "?")
+    # The footer's count, from the registry that seeds the points table (not a number in HTML).
+    e.globals["point_count"] = len(POINTS)
     return e
 
 

@@ -65,8 +65,12 @@ def graph_json(
     node_threshold: float = 0.8,
     edge_threshold: float = 0.98,
     pruned: Pruned | None = None,
+    transcoder_kind: str | None = None,
 ) -> dict[str, Any]:
-    """The viewer's JSON of `graph` pruned at these thresholds (or by `pruned`)."""
+    """The viewer's JSON of `graph` pruned at these thresholds (or by `pruned`). circuit-tracer
+    types every feature "cross layer transcoder"; `transcoder_kind` ("per-layer transcoder" or
+    "cross-layer transcoder", `transcoder_kind_of(set)`) records the set's kind in the metadata
+    for viewers that read it (the dashboard)."""
     pruned = pruned or prune(graph, node_threshold, edge_threshold)
     keep = pruned.node_mask.nonzero()[:, 0].tolist()
     made = {
@@ -94,6 +98,8 @@ def graph_json(
         "prompt_tokens": list(graph.token_strings), "prompt": graph.prompt,
         "node_threshold": node_threshold, "schema_version": 1,
     }  # fmt: skip
+    if transcoder_kind is not None:
+        metadata["transcoder_kind"] = transcoder_kind
     qparams = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
     return {"metadata": metadata, "qParams": qparams, "nodes": nodes, "links": links}
 
@@ -106,4 +112,9 @@ def write_graph_json(graph: Graph, path: str | Path, **options: Any) -> Path:
     return path
 
 
-__all__ = ["graph_json", "node_json", "write_graph_json"]
+def transcoder_kind_of(transcoders: Any) -> str:
+    """The metadata's `transcoder_kind` of a TranscoderSet."""
+    return "cross-layer transcoder" if transcoders.is_cross_layer else "per-layer transcoder"
+
+
+__all__ = ["graph_json", "node_json", "transcoder_kind_of", "write_graph_json"]

@@ -128,8 +128,10 @@ def feature_ablate(sae: SAE, feature: int) -> FeatureClamp:
 
 
 def when_feature(sae: SAE, feature: int, op: Op, threshold: float = 0.0) -> Conditional:
-    """`op` only on the tokens where `feature`'s activation is above `threshold` (place it at
-    `sae.address`, where the feature reads; any other point is refused).
+    """`op` only on the tokens where `feature`'s activation is above `threshold`. The condition
+    reads `sae.address` (where the feature reads); place the op there or at any point computed
+    after it in the same forward. A point computed before `sae.address` (an earlier layer, an
+    earlier point of its block) is refused with `ConditionPointError`.
 
     ReLU / JumpReLU features are functions of their own encoder column, so the condition is the
     probe `h . W_enc[:, feature] + b` with b = b_enc[feature] (- b_dec . W_enc[:, feature] where

@@ -95,6 +95,7 @@ def _check_against_brute_force(out: Path, want: dict[str, Any], acts: torch.Tens
         assert all(float(acts[row_of[key], f]) >= kth - slack for key in keys), f"feature {f}"
         clear = {key for key in ref if float(acts[row_of[key], f]) > kth + slack}
         assert clear <= keys and len(keys) == len(ref), f"feature {f}"
+    _check_histogram(s, acts)
     # Each top context's per-token activations equal the brute force's rows of that window.
     for f in (0, s.d_sae // 2, s.d_sae - 1):
         for j in range(int(fired[f].sum())):
@@ -102,6 +103,23 @@ def _check_against_brute_force(out: Path, want: dict[str, Any], acts: torch.Tens
             n = int(rows.sum())
             assert _close(got.contexts["top_acts"][f, j, :n], acts[rows, f])
     assert got.manifest.info["recompute_max_abs_diff"] < WITHIN * float(s.top_values.max())
+
+
+def _check_histogram(s: Any, acts: torch.Tensor) -> None:
+    """Log2 bins counted here from the brute force's values; a value within the tolerance of a
+    bin edge may fall on either side of it."""
+    b = s.binning
+    fired = acts > 0
+    octaves = torch.log2(acts.double().clamp_min(1e-30)) * b.per_octave
+    inner = (octaves - b.low * b.per_octave).floor().long() + 1
+    bins = torch.where(octaves < b.low * b.per_octave, 0, inner.clamp(max=b.bins - 1))
+    want = torch.zeros_like(s.histogram)
+    for f in range(acts.shape[1]):
+        want[f] = torch.bincount(bins[fired[:, f], f], minlength=b.bins)
+    near_edge = ((octaves - octaves.round()).abs() < WITHIN * b.per_octave / 0.69) & fired
+    moved = (s.histogram - want).abs().sum(1)
+    assert (moved <= 2 * near_edge.sum(0)).all()
+    assert torch.equal(s.histogram.sum(1), s.count)
 
 
 def _dictionary_case(kind: str, root: Path) -> tuple[Path, tuple[str, int], Any]:
@@ -138,11 +156,41 @@ def test_atlas_equals_brute_force(
     assert (
         got.logits["bottom_values"] - torch.topk(logits, 5, dim=1, largest=False).values
     ).abs().max() < WITHIN
+    if kind == "saelens":
+        _check_neuronpedia_export(out, tmp_path, hf[1], acts, windows, logits)
     page = got.feature(0)
     assert page["max"] == float(got.state.top_values[0, 0])
     assert page["top"][0]["acts"][page["top"][0]["position"]] == pytest.approx(
         page["max"], abs=WITHIN
     )
+
+
+def _check_neuronpedia_export(
+    out: Path, tmp: Path, tokenizer: Any, acts: torch.Tensor, windows: list[list[int]],
+    logits: torch.Tensor,
+) -> None:  # fmt: skip
+    """`ie atlas neuronpedia`: each feature's JSON against the brute force's numbers."""
+    import json
+
+    assert atlas_command(["neuronpedia", str(out), "--out", str(tmp / "np.jsonl")]) == 0
+    features = [json.loads(line) for line in (tmp / "np.jsonl").read_text().splitlines()]
+    assert [f["index"] for f in features] == [str(i) for i in range(acts.shape[1])]
+    offsets = [sum(len(w) for w in windows[:i]) for i in range(len(windows))]
+    for f in (0, 7, acts.shape[1] - 1):
+        feature = features[f]
+        assert feature["frac_nonzero"] == pytest.approx(float((acts[:, f] > 0).float().mean()))
+        assert feature["pos_str"] == [
+            tokenizer.decode([t]) for t in torch.topk(logits[f], 5).indices
+        ]
+        assert sum(feature["freq_hist_data_bar_heights"]) == int((acts[:, f] > 0).sum())
+        top = feature["activations"][0]
+        assert top["maxValue"] == pytest.approx(float(acts[:, f].max()), rel=WITHIN)
+        (window,) = [
+            i for i, w in enumerate(windows) if [tokenizer.decode([t]) for t in w] == top["tokens"]
+        ]
+        want = acts[offsets[window] : offsets[window] + len(windows[window]), f]
+        assert _close(torch.tensor(top["values"]), want)
+        assert int(want.argmax()) == top["maxValueTokenIndex"]
 
 
 def test_negative_control_dropping_the_last_step_fails(

@@ -19,7 +19,8 @@ __all__ = ["atlas_command"]
 
 EPILOG = """Rerunning the same command resumes from the last checkpoint; a different command on the
 same folder is refused, naming the difference. `ie atlas merge A B --out C` joins the folders of
-disjoint --shard runs. Layout and reader: docs/HARVEST.md (Atlas)."""
+disjoint --shard runs; `ie atlas neuronpedia DIR --out F.jsonl` exports Neuronpedia feature JSON.
+Layout and reader: docs/HARVEST.md (Atlas)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,6 +72,46 @@ def _merge_command(argv: list[str]) -> int:
     return 0
 
 
+def _neuronpedia_command(argv: list[str]) -> int:
+    from ie_core.atlas.neuronpedia import export_neuronpedia
+    from ie_core.atlas.storage import read_manifest
+
+    p = argparse.ArgumentParser(
+        prog="ie atlas neuronpedia", description="Export an atlas as Neuronpedia feature JSON."
+    )
+    p.add_argument("atlas", type=Path)
+    p.add_argument("--out", required=True, type=Path, help="a .jsonl file: one feature a line")
+    p.add_argument("--model-id", help="Neuronpedia's model id (default: the atlas's model)")
+    p.add_argument("--source", help="Neuronpedia's source id (default: the dictionary's name)")
+    args = p.parse_args(argv)
+    manifest = read_manifest(args.atlas)
+    spec = manifest.spec if manifest is not None else {}
+    decode = _decoder(str(spec.get("model", "")))
+    out = export_neuronpedia(
+        args.atlas, args.out, decode, model_id=args.model_id or str(spec.get("model")),
+        source=args.source or Path(str((spec.get("dictionary") or {}).get("source", ""))).name,
+    )  # fmt: skip
+    print(f"{out}: Neuronpedia feature JSON", file=sys.stdout)
+    return 0
+
+
+def _decoder(model: str) -> Any:
+    """One token id to its text, with the atlas's model's tokenizer (read from its folder)."""
+    from ie_core.atlas.errors import AtlasError
+    from ie_core.models import resolve_model_path
+
+    folder = resolve_model_path(model) if model else None
+    if folder is None:
+        raise AtlasError(
+            f"the tokenizer of {model!r} is not on this machine; the export decodes tokens with "
+            "it: run it where the model's folder is"
+        )
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    return lambda token: tokenizer.decode([token])
+
+
 def _shard(text: str) -> tuple[int, int]:
     from ie_core.atlas.errors import AtlasError
 
@@ -84,6 +125,8 @@ def _shard(text: str) -> tuple[int, int]:
 def atlas_command(argv: list[str]) -> int:
     if argv[:1] == ["merge"]:
         return _merge_command(argv[1:])
+    if argv[:1] == ["neuronpedia"]:
+        return _neuronpedia_command(argv[1:])
     args = _parser().parse_args(argv)
     from ie_core.atlas.dictionary import check_against_config, read_dictionary
     from ie_core.atlas.running import atlas

@@ -126,7 +126,8 @@ class AtlasState:
         missing = [n for n in _TENSORS if n not in tensors]
         if missing:
             raise ValueError(f"an atlas state needs {missing}; the file is not an atlas state")
-        state = cls(k, samples, binning, *(tensors[n] for n in _TENSORS), tokens)
+        state = cls(k=k, samples=samples, binning=binning, tokens=tokens,
+                    **{n: tensors[n] for n in _TENSORS})  # fmt: skip
         _check_shapes(state)
         return state
 
@@ -193,24 +194,27 @@ def _select(
     return out
 
 
+Slots = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # values, sequences, positions
+
+
 def _top(
     feature: torch.Tensor, value: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, d: int, k: int
-) -> tuple[torch.Tensor, ...]:
+) -> Slots:
     got = _select(feature, (-value, seq, pos), (value, seq, pos), d, k, (float("-inf"), -1, -1))
-    return tuple(got)
+    return got[0], got[1], got[2]
 
 
 def _bands(
     state: AtlasState, feature: torch.Tensor, value: torch.Tensor, seq: torch.Tensor,
     pos: torch.Tensor,
-) -> tuple[torch.Tensor, ...]:  # fmt: skip
+) -> Slots:  # fmt: skip
     b, m, d = state.binning, state.samples, state.d_sae
     band = b.band_of(b.bin_of(value))
     got = _select(
         feature * b.bands + band, (_hash(seq, pos), seq, pos), (value, seq, pos), d * b.bands,
         m, (float("-inf"), -1, -1),
     )  # fmt: skip
-    return tuple(t.view(d, b.bands, m) for t in got)
+    return got[0].view(d, b.bands, m), got[1].view(d, b.bands, m), got[2].view(d, b.bands, m)
 
 
 def _entries(
@@ -257,8 +261,8 @@ def from_rows(
     top = _top(feature[near], value[near], sequence[row][near], position[row][near], d, state.k)
     bands = _bands(state, feature, value, sequence[row], position[row])
     return AtlasState(
-        state.k, state.samples, state.binning, *top, *bands, fired.sum(0),
-        acts.double().sum(0), histogram.view(d, -1), int(acts.shape[0]),
+        state.k, state.samples, state.binning, top[0], top[1], top[2], bands[0], bands[1],
+        bands[2], fired.sum(0), acts.double().sum(0), histogram.view(d, -1), int(acts.shape[0]),
     )  # fmt: skip
 
 
@@ -277,13 +281,12 @@ def merge(a: AtlasState, b: AtlasState) -> AtlasState:
         _entries(a.sample_values, a.sample_sequence, a.sample_position),
         _entries(b.sample_values, b.sample_sequence, b.sample_position), strict=True,
     )]  # fmt: skip
+    tops = _top(top[0], top[1], top[2], top[3], a.d_sae, a.k)
     # A band sample's band is recomputed from its value: a candidate carries only its feature.
+    bands = _bands(a, band[0], band[1], band[2], band[3])
     return replace(
-        a,
-        **dict(zip(("top_values", "top_sequence", "top_position"), _top(*top, a.d_sae, a.k),
-                   strict=True)),
-        **dict(zip(("sample_values", "sample_sequence", "sample_position"),
-                   _bands(a, *band), strict=True)),
+        a, top_values=tops[0], top_sequence=tops[1], top_position=tops[2],
+        sample_values=bands[0], sample_sequence=bands[1], sample_position=bands[2],
         count=a.count + b.count, total=a.total + b.total, histogram=a.histogram + b.histogram,
         tokens=a.tokens + b.tokens,
     )  # fmt: skip

@@ -89,10 +89,14 @@ def _neuronpedia_command(argv: list[str]) -> int:
     decode = _decoder(str(spec.get("model", "")))
     out = export_neuronpedia(
         args.atlas, args.out, decode, model_id=args.model_id or str(spec.get("model")),
-        source=args.source or Path(str((spec.get("dictionary") or {}).get("source", ""))).name,
+        source=args.source or _source_name(spec.get("dictionary") or {}),
     )  # fmt: skip
     print(f"{out}: Neuronpedia feature JSON", file=sys.stdout)
     return 0
+
+
+def _source_name(dictionary: dict[str, Any]) -> str:
+    return Path(dictionary["source"]).name if dictionary.get("source") else str(dictionary["name"])
 
 
 def _decoder(model: str) -> Any:

@@ -72,10 +72,12 @@ def check_finite(sae: SAE) -> None:
             )
 
 
-def describe(sae: SAE, source: str | Path) -> dict[str, Any]:
-    """The manifest's record of the dictionary (its content key decides a resume)."""
+def describe(sae: SAE, source: str | Path | None) -> dict[str, Any]:
+    """The manifest's record of the dictionary (its content key decides a resume; a dictionary
+    built in memory has no source)."""
     return {
-        "source": str(Path(source).resolve()),
+        "source": str(Path(source).resolve()) if source else None,
+        "name": sae.name,
         "key": sae.key,
         "address": sae.address,
         "out_address": sae.out_address,

@@ -164,7 +164,7 @@ def atlas(
     folder = Path(out)
     check_folder(folder)
     check_corpus(model, opts, documents)
-    spec = _spec(model, sae, dictionary_source or sae.name, opts, described, extra)
+    spec = _spec(model, sae, dictionary_source or None, opts, described, extra)
     folder = prepare_folder(folder)
     manifest = read_manifest(folder)
     if manifest is not None:

@@ -812,3 +812,61 @@ def test_cfg_and_weights_by_transformer_lens_names_on_vllm(
             getattr(smollm2, name)
     with pytest.raises(UnsupportedOperationError, match="W_pos"):
         smollm2.W_pos  # noqa: B018
+
+
+def test_atlas_matches_eager(smollm2: Any, smollm2_eager: Any, tmp_path: Path) -> None:
+    """`ie atlas` on the hooked engine (the features encoded in the worker) against eager:
+    the same top-k keys and values per feature (1e-4 of the feature's scale), counts and band
+    samples' keys, and each kept context's per-token activations."""
+    from ie_core.atlas import open_atlas
+    from ie_core.atlas.running import atlas
+    from ie_core.experiments.saes import from_tensors
+
+    g = torch.Generator().manual_seed(5)
+    d, n = smollm2.d_model, 32
+    sae = from_tensors(
+        {"W_enc": torch.randn(d, n, generator=g) / d**0.5, "b_enc": torch.randn(n, generator=g) * 0.2 - 0.6,
+         "W_dec": torch.randn(n, d, generator=g) / n**0.5, "b_dec": torch.zeros(d)},
+        address="resid_post.3",
+    )  # fmt: skip
+    words = [
+        "the",
+        "river",
+        "runs",
+        "over",
+        "blue",
+        "Paris",
+        "token",
+        "model",
+        "layer",
+        "sky",
+        "quickly",
+        "42",
+    ]
+    docs = [" ".join(words[(i * 7 + j) % len(words)] for j in range(5 + i % 9)) for i in range(40)]
+    options = {"context": 20, "top_k": 5, "samples": 2, "logits": 3, "batch_windows": 8}
+    got = {}
+    for name, model in (("vllm", smollm2), ("eager", smollm2_eager)):
+        atlas(model, sae, tmp_path / name, documents=docs, progress=False, **options)
+        got[name] = open_atlas(tmp_path / name)
+    a, b = got["vllm"].state, got["eager"].state
+    assert a.tokens == b.tokens > 200
+    filled = b.top_sequence >= 0
+    assert torch.equal(a.top_sequence >= 0, filled)
+    scale = b.top_values[:, :1].clamp_min(1.0)
+    assert (
+        (a.top_values - b.top_values).abs()[filled] <= CROSS * scale.expand_as(filled)[filled]
+    ).all()
+    same_keys = (a.top_sequence == b.top_sequence) & (a.top_position == b.top_position)
+    # Keys may swap only where two values lie within the tolerance of each other.
+    for f, j in (~same_keys & filled).nonzero().tolist():
+        assert (b.top_values[f] - a.top_values[f, j]).abs().min() <= CROSS * float(scale[f])
+    assert (a.count - b.count).abs().max() <= 1
+    ctx_a, ctx_b = got["vllm"].contexts["top_acts"], got["eager"].contexts["top_acts"]
+    rows = same_keys & filled
+    assert ((ctx_a - ctx_b).abs()[rows].amax(-1) <= CROSS * scale.expand_as(rows)[rows]).all()
+    assert torch.equal(got["vllm"].logits["top_ids"], got["eager"].logits["top_ids"])
+    # Negative control: against the eager values of the neighbouring feature, the check fails.
+    both = filled & filled.roll(1, 0)
+    shifted = (a.top_values - b.top_values.roll(1, 0)).abs()[both]
+    assert not (shifted <= CROSS * scale.expand_as(both)[both]).all()

@@ -12,7 +12,10 @@ __all__ = ["ProgressLine"]
 
 
 class ProgressLine:
-    def __init__(self, total: int | None, *, enabled: bool | None, already: int = 0) -> None:
+    def __init__(
+        self, total: int | None, *, enabled: bool | None, already: int = 0, label: str = "harvest"
+    ) -> None:
+        self.label = label
         self.total = total
         self.enabled = progress_enabled() if enabled is None else enabled
         self.done = already
@@ -26,7 +29,7 @@ class ProgressLine:
             return
         rate = self.new / max(time.perf_counter() - self.began, 1e-9)
         of = f"/{self.total}" if self.total else ""
-        sys.stderr.write(f"\rharvest: {self.done}{of} tokens, {rate:,.0f} tokens/s")
+        sys.stderr.write(f"\r{self.label}: {self.done}{of} tokens, {rate:,.0f} tokens/s")
         sys.stderr.flush()
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ from ie_core.api import (
     generate,
     run_with_cache,
 )
+from ie_core.atlas import atlas, open_atlas
 from ie_core.circuits import (
     TranscoderSet,
     attribute,
@@ -130,6 +131,18 @@ def _harvest(fn: Callable[..., Any], tmp: Path) -> Callable[[Any], Any]:
     return call
 
 
+def _atlas(sae: Any, tmp: Path) -> Callable[[Any], Any]:
+    docs = [f"the river {i} runs over the blue sky quickly" for i in range(6)]
+
+    def call(m: Any) -> Any:
+        out = tmp / f"atlas-{type(m).__name__}"
+        result = atlas(m, sae, out, documents=docs, context=8, top_k=3, logits=2, progress=False)
+        data = open_atlas(out)
+        return (result.windows, result.tokens, data.state.top_values, data.state.top_sequence)
+
+    return call
+
+
 def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
     sae, lens = _sae(model), _lens(model)
     rows = capture(model, IDS, ["resid_post.1"])["resid_post.1"][0]
@@ -158,6 +171,7 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
         "circuits.interventions.intervene": lambda m: intervene(m, CLEAN, tcs, [(1, None, 2, 3.0)]),
         "circuits.weights.weights_for": lambda m: weights_for(m),
         "circuits.qk.qk_weights_for": lambda m: qk_weights_for(m),
+        "atlas.running.atlas": _atlas(sae, tmp),
         "api.capture": lambda m: capture(m, IDS, ["resid_post.1", "z.0"]),
         "api.capture_attention": lambda m: capture_attention(m, CLEAN, [0]),
         "api.capture_generation": lambda m: capture_generation(

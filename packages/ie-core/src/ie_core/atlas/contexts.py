@@ -19,11 +19,12 @@ from typing import Any
 import torch
 
 from ie_core.atlas.state import AtlasState
+from ie_core.errors import UnsupportedOperationError
 from ie_core.experiments.features import feature_activations
 from ie_core.experiments.saes import SAE
 from ie_core.harvest.windows import Window
 
-__all__ = ["context_tensors", "logit_tensors", "unembed_of"]
+__all__: list[str] = []  # used by ie_core.atlas.running and merging only
 
 FEATURE_CHUNK = 1024
 
@@ -90,11 +91,12 @@ def _deviation(acts: torch.Tensor, values: torch.Tensor, positions: torch.Tensor
 
 
 def unembed_of(model: Any) -> torch.Tensor | None:
-    """The unembed `[vocab, d_model]` (fp32, CPU): an eager model's own, else read from the model's
-    folder's safetensors (tied models: the embedding), else None."""
-    hf = getattr(model, "hf_model", None)
-    if hf is not None:
-        return hf.get_output_embeddings().weight.detach().float().cpu()
+    """The unembed `[vocab, d_model]` (fp32, CPU): the model's own `W_U` where its backend holds
+    it, else read from the model's folder's safetensors (tied models: the embedding), else None."""
+    try:
+        return model.W_U.detach().float().cpu().T
+    except UnsupportedOperationError:
+        pass
     from ie_core.models import resolve_model_path
 
     folder = resolve_model_path(model.model_id)

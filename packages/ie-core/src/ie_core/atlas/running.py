@@ -50,7 +50,7 @@ from ie_core.harvest.storage import prepare_folder
 from ie_core.harvest.windows import Window, make_windows
 from ie_core.sync import unwrap
 
-__all__ = ["AtlasResult", "atlas", "window_source"]
+__all__ = ["AtlasResult", "atlas"]
 
 Windows = Callable[[], Iterator[tuple[int, Window]]]
 

@@ -11,7 +11,8 @@ root of a checkout (standard library `ast` only, so any old checkout reads):
   (a class whose `kind` is "probe", or the worker's `_probe`), its registry entry (a module-level
   table naming either), each backend's own read-out method for it (`probe_scores` /
   `probe_reducer` in a backend package), a route of its own body, a getattr probe for it;
-- action tests: `x.kind == "..."` / `!=` comparisons with a string in ie_eager/hooks.py;
+- action tests: `x.kind == "..."` / `!=` comparisons with a string in ie_eager/hooks.py and
+  ie_eager/actions.py (the hooks' action types);
 - worker duplicates: those pairs between hooked vLLM's worker extension and vllm-static's worker
   (a file's repeats of itself left out);
 - duplicates: pairs of places that repeat the same 4 significant lines (not blank, comment,
@@ -214,10 +215,11 @@ def _registered_reducers(root: Path) -> set[str]:
 
 
 def action_tests(root: Path) -> int:
-    """`.kind ==` / `!=` against a string in eager's hooks."""
-    path = root / "packages/ie-eager/src/ie_eager/hooks.py"
+    """`.kind ==` / `!=` against a string in eager's hooks and their action types."""
+    folder = root / "packages/ie-eager/src/ie_eager"
+    paths = [p for p in (folder / "hooks.py", folder / "actions.py") if p.is_file()]
     count = 0
-    for node in ast.walk(_tree(path)) if path.is_file() else ():
+    for node in (n for p in paths for n in ast.walk(_tree(p))):
         if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.Eq | ast.NotEq):
             sides = [node.left, *node.comparators]
             kind = any(isinstance(s, ast.Attribute) and s.attr == "kind" for s in sides)

@@ -130,6 +130,7 @@ READS = {  # issue 63's counts, each planted once
     "packages/ie-eager/src/ie_eager/hooks.py": (
         'def run(a):\n    if a.kind == "steer":\n        pass\n    return a.kind != "read"\n'
     ),
+    "packages/ie-eager/src/ie_eager/actions.py": 'def ok(a):\n    return a.kind == "judge"\n',
 }
 REPEAT = "x = compute_something_long(a, b)\ny = compute_other_thing(x, c)\nz = x + y * 2\nprint(x, y, z)\n"
 
@@ -139,7 +140,7 @@ def test_each_planted_read_count_is_seen(tmp_path: Path) -> None:
     assert reads["getattr_probes"] == 2  # the literal backend method and the caller's name
     assert (reads["routes"], reads["model_routes"], reads["plan_routes"]) == (3, 2, 1)
     assert reads["reducer_files"] == 3  # the probe's backend method, route and getattr probe
-    assert reads["action_kind_tests"] == 2
+    assert reads["action_kind_tests"] == 3  # two in hooks.py, one in actions.py
 
 
 def test_a_reducer_in_its_module_and_registry_is_two_files(tmp_path: Path) -> None:

@@ -13,34 +13,22 @@ hooks passes through them untouched.
 from __future__ import annotations
 
 import contextvars
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from ie_core.errors import PointUnavailableError, SteeringSpecError
-from ie_core.grammar import POINTS_BY_NAME, Address
+from ie_core.grammar import Address
 from ie_core.ops import SteeringOp
 from ie_core.ops.apply import apply_ops
-from ie_core.ops.conditional import judge, with_judged
+from ie_core.ops.conditional import with_judged
 from torch import nn
 
 from ie_eager import attention, rotary
+from ie_eager.actions import REMEMBER_AT, Action, Capture, Judge, Remember, Steer, in_order
 from ie_eager.resolve import Resolved, Tap
 
-_ORDER = {name: i for i, name in enumerate(POINTS_BY_NAME)}
-# resid_streams.L is the stack that resid_post.L.stream-N slices (one tensor at one site): it
-# takes resid_post's place in the order, so every write to either lands before every read of
-# either (a resid_post read after a resid_streams write sees the write, and the reverse).
-_ORDER["resid_streams"] = _ORDER["resid_post"]
-# resid_mid needs the block input as the block sees it: after resid_pre's writes and read.
-_REMEMBER = (_ORDER["resid_pre"], 2, 0)
-# Kinds derived from a remembered base tensor (resid_mid; Granite-4.0-H's two-MLP branch).
-_DERIVED = ("sum", "branch")
-# A branch's routed-MLP output is remembered after every action at its site (path writes), so
-# the sum is what the layer adds.
-_REMEMBER_LAST = (len(_ORDER) + 1, 0, 0)
 # The session whose forward is running in this context; hooks of any other session pass.
 _ACTIVE: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "ie_eager_session", default=None
@@ -59,15 +47,6 @@ class Write:
     batch_rows: tuple[int, ...] | None = None
     # (op index, the earlier point its condition reads): judged there in each forward.
     conditions: tuple[tuple[int, Resolved], ...] = ()
-
-
-@dataclass
-class _Action:
-    order: tuple[int, int, int]
-    kind: str  # "write" | "read" | "remember" | "judge"
-    resolved: Resolved | None = None
-    write: Write | None = None
-    op_index: int = 0  # "judge": which of the write's ops the condition belongs to
 
 
 @dataclass
@@ -117,63 +96,44 @@ class Session:
     # -- installation --
 
     def _install(self) -> None:
-        sites: dict[tuple[int, str], list[_Action]] = defaultdict(list)
-        modules: dict[tuple[int, str], nn.Module] = {}
-        attn: dict[int, tuple[nn.Module, list[Resolved]]] = {}
-        rotaries: dict[int, tuple[nn.Module, list[_Action]]] = {}
+        # how (a key of _INSTALLERS) -> id(module) -> (module, its actions), in request order;
+        # the installers that run actions in sequence put them in their order (`in_order`).
+        groups: dict[str, dict[int, tuple[nn.Module, list[Action]]]] = {h: {} for h in _INSTALLERS}
 
-        def add(tap: Tap, action: _Action) -> None:
-            if action.resolved is not None and action.resolved.kind == "rotary":
-                rotaries.setdefault(id(tap.module), (tap.module, []))[1].append(action)
-                return
-            sites[tap.site].append(action)
-            modules[tap.site] = tap.module
+        def add(tap: Tap, action: Action) -> None:
+            kind = action.resolved.kind
+            how = kind if kind in _OWN_INSTALL else tap.io
+            groups[how].setdefault(id(tap.module), (tap.module, []))[1].append(action)
+
+        def remember(r: Resolved) -> None:
+            if r.kind in REMEMBER_AT:
+                assert r.base is not None
+                add(r.base, Remember(r, 0))
 
         for i, w in enumerate(self.writes):
-            add(w.resolved.tap, _Action(self._key(w.resolved, 0, i), "write", w.resolved, w))
-            if w.resolved.kind in _DERIVED:
-                base = w.resolved.base
-                assert base is not None
-                add(base, _Action(_remember_order(w.resolved), "remember", w.resolved))
+            add(w.resolved.tap, Steer(w.resolved, i, w))
+            remember(w.resolved)
             for j, r in w.conditions:
-                add(r.tap, _Action(self._key(r, 1, i), "judge", r, w, j))
-                if r.kind in _DERIVED:
-                    assert r.base is not None
-                    add(r.base, _Action(_remember_order(r), "remember", r))
+                add(r.tap, Judge(r, i, w, j))
+                remember(r)
         for i, r in enumerate(self.reads):
-            if r.kind == "attention":
-                module, items = attn.setdefault(id(r.tap.module), (r.tap.module, []))
-                items.append(r)
-                continue
-            add(r.tap, _Action(self._key(r, 1, i), "read", r))
-            if r.kind in _DERIVED:
-                assert r.base is not None
-                add(r.base, _Action(_remember_order(r), "remember", r))
-        for site, actions in sites.items():
-            actions.sort(key=lambda a: a.order)
-            module = modules[site]
-            if site[1] == "in":
-                self._handles.append(
-                    module.register_forward_pre_hook(self._pre_hook(actions), with_kwargs=True)
-                )
-            else:
-                self._handles.append(
-                    module.register_forward_hook(self._out_hook(actions), with_kwargs=True)
-                )
-        for module, items in attn.values():
-            self._install_attention(module, items)
-        for module, actions in rotaries.values():
-            actions.sort(key=lambda a: a.order)
-            self._install_rotary(module, actions)
+            add(r.tap, Capture(r, i))
+            remember(r)
+        for how, installer in _INSTALLERS.items():
+            for module, actions in groups[how].values():
+                installer(self, module, actions)
 
-    @staticmethod
-    def _key(r: Resolved, phase: int, i: int) -> tuple[int, int, int]:
-        # Path addresses are not in the registry and run last at their site.
-        return (_ORDER.get(r.address.name, len(_ORDER)), phase, i)
+    def _install_pre(self, module: nn.Module, actions: list[Action]) -> None:
+        hook = self._pre_hook(in_order(actions))
+        self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+
+    def _install_out(self, module: nn.Module, actions: list[Action]) -> None:
+        hook = self._out_hook(in_order(actions))
+        self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
 
     # -- hook bodies --
 
-    def _pre_hook(self, actions: list[_Action]):
+    def _pre_hook(self, actions: list[Action]):
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> Any:
             if not self._mine():
                 return None
@@ -194,7 +154,7 @@ class Session:
 
         return hook
 
-    def _out_hook(self, actions: list[_Action]):
+    def _out_hook(self, actions: list[Action]):
         def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
             if not self._mine():
                 return None
@@ -213,31 +173,19 @@ class Session:
 
         return hook
 
-    def _run(self, actions: list[_Action], items: dict[int, Any]) -> dict[int, Any]:
+    def _run(self, actions: list[Action], items: dict[int, Any]) -> dict[int, Any]:
         items = dict(items)
         for action in actions:
-            r = action.resolved
-            assert r is not None
-            if action.kind == "remember":
-                self._seen_base[id(r)] = items[0]
-                continue
-            tap = r.tap
-            raw = items[tap.item]
-            if not isinstance(raw, torch.Tensor):
-                raise PointUnavailableError(
-                    f"{r.address}: {tap.path} produced no tensor at item {tap.item}"
-                )
-            if action.kind == "write":
-                assert action.write is not None
-                items[tap.item] = self._write(r, action.write, raw)
-            elif action.kind == "judge":
-                w = action.write
-                assert w is not None
-                held = judge(w.ops[action.op_index], self._value(r, raw))
-                self._held[(id(w), action.op_index)] = held
-            else:
-                self.captured[r.address] = self._value(r, raw)
+            action.run(self, items)
         return items
+
+    # -- what the actions call --
+
+    def remember(self, r: Resolved, base: torch.Tensor) -> None:
+        self._seen_base[id(r)] = base
+
+    def hold(self, w: Write, op_index: int, held: torch.Tensor) -> None:
+        self._held[(id(w), op_index)] = held
 
     def _rows_view(self, t: torch.Tensor) -> torch.Tensor:
         """[batch*seq, ...] (OPT's MLP, MoE routers) viewed as [batch, seq, ...]."""
@@ -246,19 +194,15 @@ class Session:
             return t.reshape(b, s, *t.shape[1:])
         return t
 
-    def _value(self, r: Resolved, raw: torch.Tensor) -> torch.Tensor:
-        t = self._rows_view(r.tap.select.get(raw))
-        if r.kind == "branch":
-            t = self._seen_base[id(r)] + t
-        if r.scale is not None:
-            t = t * r.scale
-        if r.kind == "sum":
-            t = self._seen_base[id(r)] + t
+    def value(self, r: Resolved, raw: torch.Tensor) -> torch.Tensor:
+        t = r.compose(self._rows_view(r.tap.select.get(raw)), self._base(r))
         # Clone: some blocks add into a sublayer's output in place afterwards (Falcon's `+=`).
         return t.clone() if self.keep_graph else t.detach().clone()
 
-    def _base(self, r: Resolved) -> torch.Tensor:
-        """The first term of a summed point, recorded earlier in this forward."""
+    def _base(self, r: Resolved) -> torch.Tensor | None:
+        """The first term of a derived point, recorded earlier in this forward; None for others."""
+        if r.kind not in REMEMBER_AT:
+            return None
         base = self._seen_base.get(id(r))
         if base is None:
             raise RuntimeError(
@@ -266,7 +210,7 @@ class Session:
             )
         return base
 
-    def _write(self, r: Resolved, w: Write, raw: torch.Tensor) -> torch.Tensor:
+    def write(self, r: Resolved, w: Write, raw: torch.Tensor) -> torch.Tensor:
         flat = r.tap.select.get(raw)
         part = self._rows_view(flat)
         if w.width is not None and part.shape[-1] != w.width:
@@ -274,20 +218,11 @@ class Session:
                 f"steering vector for {r.address} has width {w.width}, but the tensor there is "
                 f"{part.shape[-1]} wide on this model"
             )
-        base = self._base(r) if r.kind in ("branch", "sum") else part  # read by those kinds only
-        h = base + part if r.kind == "branch" else part
-        if r.scale is not None:
-            h = h * r.scale
-        if r.kind == "sum":
-            h = base + h
+        base = self._base(r)
+        h = r.compose(part, base)
         steered = self._apply(w, h)
         _check_finite(r, h, steered)
-        if r.kind == "sum":
-            steered = steered - base
-        if r.scale is not None:
-            steered = steered / r.scale
-        if r.kind == "branch":
-            steered = steered - base  # the routed MLP's share stays; the shared MLP's output moves
+        steered = r.decompose(steered, base)
         return r.tap.select.put(raw, steered.to(raw.dtype).reshape(flat.shape))
 
     def _apply(self, w: Write, h: torch.Tensor) -> torch.Tensor:
@@ -332,7 +267,8 @@ class Session:
 
     # -- attention --
 
-    def _install_attention(self, module: nn.Module, items: list[Resolved]) -> None:
+    def _install_attention(self, module: nn.Module, actions: list[Action]) -> None:
+        items = [a.resolved for a in actions]
         if not attention.install(module):
             names = ", ".join(str(r.address) for r in items)
             raise PointUnavailableError(
@@ -371,8 +307,9 @@ class Session:
         self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))
 
-    def _install_rotary(self, module: nn.Module, actions: list[_Action]) -> None:
-        names = ", ".join(str(a.resolved.address) for a in actions if a.resolved is not None)
+    def _install_rotary(self, module: nn.Module, actions: list[Action]) -> None:
+        actions = in_order(actions)
+        names = ", ".join(str(a.resolved.address) for a in actions)
         if not rotary.install(module):
             raise PointUnavailableError(
                 f"{names}: {type(module).__name__}'s modeling module has no "
@@ -417,10 +354,6 @@ class Session:
         self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))
 
 
-def _remember_order(r: Resolved) -> tuple[int, int, int]:
-    return _REMEMBER if r.kind == "sum" else _REMEMBER_LAST
-
-
 def _check_finite(r: Resolved, before: torch.Tensor, after: torch.Tensor) -> None:
     """Refuse a write that turned finite activations into inf / NaN (the values are too large
     for the activations' dtype): otherwise the model would silently decode garbage."""
@@ -430,3 +363,14 @@ def _check_finite(r: Resolved, before: torch.Tensor, after: torch.Tensor) -> Non
             f"{after.dtype}: the ops' values are too large for these activations; use smaller "
             "coefficients or bounds"
         )
+
+
+# How a site's actions are installed, in this order: module hooks by io, then the points whose
+# own module installs them (softmax scores, the rotary call).
+_INSTALLERS: dict[str, Callable[[Session, nn.Module, list[Action]], None]] = {
+    "in": Session._install_pre,
+    "out": Session._install_out,
+    "attention": Session._install_attention,
+    "rotary": Session._install_rotary,
+}
+_OWN_INSTALL = frozenset({"attention", "rotary"})

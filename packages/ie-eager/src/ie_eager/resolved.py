@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+import torch
 from ie_core.grammar import Address
 from torch import nn
 
@@ -56,6 +57,32 @@ class Resolved:
     def __post_init__(self) -> None:
         if self.kind not in get_args(Kind):
             raise ValueError(f"{self.address}: unknown kind {self.kind!r}")
+
+    def compose(self, part: torch.Tensor, base: torch.Tensor | None) -> torch.Tensor:
+        """The point's value from its tap's tensor `part` (and the remembered `base` of a `sum`
+        or `branch`)."""
+        if self.kind == "branch":
+            assert base is not None
+            part = base + part
+        if self.scale is not None:
+            part = part * self.scale
+        if self.kind == "sum":
+            assert base is not None
+            part = base + part
+        return part
+
+    def decompose(self, value: torch.Tensor, base: torch.Tensor | None) -> torch.Tensor:
+        """The tap's tensor that makes the point `value`: `compose` undone. A `branch` keeps
+        its base's share (the routed MLP's); only the tap's (the shared MLP's output) moves."""
+        if self.kind == "sum":
+            assert base is not None
+            value = value - base
+        if self.scale is not None:
+            value = value / self.scale
+        if self.kind == "branch":
+            assert base is not None
+            value = value - base
+        return value
 
 
 def tap_on(block: Block, owner: tuple[str, nn.Module] | None, io: str = "out", **kw) -> Tap | None:

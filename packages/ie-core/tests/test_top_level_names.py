@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[3]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 IMPORT = re.compile(r"from (ie_core(?:\.[\w.]+)?) import (\([^)]*\)|[^\n]+)")
 # A name that is also a subpackage of ie_core: `from ie_core import harvest` is the package.
-SUBPACKAGE_NAMES = {"harvest"}
+SUBPACKAGE_NAMES = {"harvest", "atlas"}
 
 
 def doc_imports() -> set[tuple[str, str]]:

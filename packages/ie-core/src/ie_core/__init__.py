@@ -153,6 +153,7 @@ LAZY: dict[str, str] = {
     ),
     **dict.fromkeys(("normalized", "path_influence"), "ie_core.circuits.influence"),
     **dict.fromkeys(("open_harvest",), "ie_core.harvest"),
+    **dict.fromkeys(("open_atlas", "merge_atlases"), "ie_core.atlas"),
     "load_shard": "ie_core.harvest.shards",
     "Conditional": "ie_core.ops",
     **dict.fromkeys(("STEERING_XARG", "steering_to_wire"), "ie_core.wire"),

@@ -5,17 +5,44 @@ tensors; `PHASES` states once the order of the actions at one point."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from ie_core.errors import PointUnavailableError
-from ie_core.grammar import POINTS_BY_NAME
+from ie_core.grammar import POINTS_BY_NAME, Address
+from ie_core.ops import SteeringOp
 from ie_core.ops.conditional import judge
 
 from ie_eager.resolve import Resolved
 
-if TYPE_CHECKING:
-    from ie_eager.hooks import Session, Write
+
+@dataclass(frozen=True)
+class Write:
+    """Steering ops at one resolved address; `masked[b]` are row b's unsteered prompt positions."""
+
+    resolved: Resolved
+    ops: tuple[SteeringOp, ...]
+    masked: tuple[frozenset[int], ...]
+    width: int | None  # None: every op fits any width (Scale, Hook)
+    # The batch rows it steers (one prompt's own steering in a batch); None: every row.
+    batch_rows: tuple[int, ...] | None = None
+    # (op index, the earlier point its condition reads): judged there in each forward.
+    conditions: tuple[tuple[int, Resolved], ...] = ()
+
+
+class Session(Protocol):
+    """The session an action runs in (`ie_eager.hooks.Session`): what the actions call."""
+
+    captured: dict[Address, torch.Tensor]
+
+    def write(self, r: Resolved, w: Write, raw: torch.Tensor) -> torch.Tensor: ...
+
+    def value(self, r: Resolved, raw: torch.Tensor) -> torch.Tensor: ...
+
+    def hold(self, w: Write, op_index: int, held: torch.Tensor) -> None: ...
+
+    def remember(self, r: Resolved, base: torch.Tensor) -> None: ...
+
 
 Order = tuple[int, int, int]
 

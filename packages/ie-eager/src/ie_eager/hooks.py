@@ -20,33 +20,27 @@ from typing import Any
 import torch
 from ie_core.errors import PointUnavailableError, SteeringSpecError
 from ie_core.grammar import Address
-from ie_core.ops import SteeringOp
 from ie_core.ops.apply import apply_ops
 from ie_core.ops.conditional import with_judged
 from torch import nn
 
 from ie_eager import attention, rotary
-from ie_eager.actions import REMEMBER_AT, Action, Capture, Judge, Remember, Steer, in_order
+from ie_eager.actions import (
+    REMEMBER_AT,
+    Action,
+    Capture,
+    Judge,
+    Remember,
+    Steer,
+    Write,
+    in_order,
+)
 from ie_eager.resolve import Resolved, Tap
 
 # The session whose forward is running in this context; hooks of any other session pass.
 _ACTIVE: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "ie_eager_session", default=None
 )
-
-
-@dataclass(frozen=True)
-class Write:
-    """Steering ops at one resolved address; `masked[b]` are row b's unsteered prompt positions."""
-
-    resolved: Resolved
-    ops: tuple[SteeringOp, ...]
-    masked: tuple[frozenset[int], ...]
-    width: int | None  # None: every op fits any width (Scale, Hook)
-    # The batch rows it steers (one prompt's own steering in a batch); None: every row.
-    batch_rows: tuple[int, ...] | None = None
-    # (op index, the earlier point its condition reads): judged there in each forward.
-    conditions: tuple[tuple[int, Resolved], ...] = ()
 
 
 @dataclass

@@ -8,23 +8,32 @@ layer has no `q`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import torch
 from ie_core.errors import UnsupportedOperationError
+from torch import nn
 
 from ie_eager import structure as st
 
-if TYPE_CHECKING:
-    from ie_eager.backend import EagerModel
-
 __all__ = ["weight_parts"]
+
+
+class Loaded(Protocol):
+    """What the weights are read off: the loaded model's structure, HF module and name."""
+
+    structure: st.Structure
+    model_id: str
+
+    @property
+    def hf_model(self) -> nn.Module: ...
+
 
 _ATTN = {"q": st.Q_PROJ_NAMES, "k": st.K_PROJ_NAMES, "v": st.V_PROJ_NAMES, "o": st.O_PROJ_NAMES}
 _MLP = {"gate": st.GATE_NAMES, "up": st.UP_NAMES + st.PLAIN_IN_NAMES, "down": st.DOWN_NAMES}
 
 
-def weight_parts(model: EagerModel, part: str) -> Any:
+def weight_parts(model: Loaded, part: str) -> Any:
     """`part` (see `ie_core.tl_weights.PARTS`): a tensor, one per layer, or None where absent."""
     s = model.structure
     if part == "embed":
@@ -47,7 +56,7 @@ def weight_parts(model: EagerModel, part: str) -> Any:
 
 
 def _layer_part(
-    model: EagerModel, block: st.Block, base: str, table: dict[str, tuple[str, ...]], attr: str
+    model: Loaded, block: st.Block, base: str, table: dict[str, tuple[str, ...]], attr: str
 ) -> torch.Tensor | None:
     owner = block.attn if table is _ATTN else block.mlp
     found = block.sub(owner, table[base])

@@ -8,22 +8,33 @@ part is refused by name before any RPC rather than gathered.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ie_core.errors import UnsupportedOperationError
+from ie_core.model_info import ModelInfo
 from ie_core.runner import run
 
 from ie_vllm import payload
 
 if TYPE_CHECKING:
-    from ie_vllm.host.backend import VLLMModel
+    from ie_vllm.host.engine import Engine
 
 __all__ = ["weight_parts"]
+
+
+class Served(Protocol):
+    """What the weights are asked through: the engine, the model's description and names."""
+
+    engine: Engine
+    info: ModelInfo
+    model_id: str
+    backend: str
+
 
 PER_MODEL = ("embed", "unembed", "unembed_bias", "pos_embed")
 
 
-def weight_parts(model: VLLMModel, part: str) -> Any:
+def weight_parts(model: Served, part: str) -> Any:
     """`part` in torch's layout: one tensor, or one per layer (None where absent)."""
     if model.info.tp_size > 1:
         raise UnsupportedOperationError(

@@ -15,9 +15,9 @@ from ie_core.models import cache_dir
 from vllm_sources import (
     Source,
     cached_wheel,
-    defined_names,
     installed_source,
     locked_gpu_wheel,
+    missing_names,
     wheel_source,
 )
 
@@ -64,17 +64,6 @@ GPU_OWNERS = {**SHARED, "runner": V2_GPU_RUNNER}
 CPU_OWNERS = {**SHARED, "runner": ("vllm.v1.worker.cpu.model_runner", "CPUModelRunner")}
 
 
-def missing_v2_names(read: Source, owners: dict[str, tuple[str, str]]) -> list[str]:
-    """`owner.name (module:Class)` for every design name its class does not define."""
-    assert set(owners) == set(V2_NAMES), "every owner needs its class here"
-    missing = []
-    for owner, names in V2_NAMES.items():
-        module, cls = owners[owner]
-        defined = defined_names(read, module, cls)
-        missing += [f"{owner}.{n} ({module}:{cls})" for n in names if n not in defined]
-    return missing
-
-
 @pytest.fixture(scope="module")
 def gpu_wheel_source() -> Source:
     read, _ = wheel_source(cached_wheel(locked_gpu_wheel(), cache_dir() / "wheels"))
@@ -82,11 +71,11 @@ def gpu_wheel_source() -> Source:
 
 
 def test_the_gpu_wheels_v2_runner_has_every_name_the_design_reads(gpu_wheel_source) -> None:  # type: ignore[no-untyped-def]
-    assert missing_v2_names(gpu_wheel_source, GPU_OWNERS) == []
+    assert missing_names(gpu_wheel_source, V2_NAMES, GPU_OWNERS) == []
 
 
 def test_vllm_cpus_v2_runner_has_every_name_the_design_reads() -> None:
-    assert missing_v2_names(installed_source(), CPU_OWNERS) == []
+    assert missing_names(installed_source(), V2_NAMES, CPU_OWNERS) == []
 
 
 def test_a_renamed_v2_name_fails_naming_it(gpu_wheel_source) -> None:  # type: ignore[no-untyped-def]
@@ -97,7 +86,7 @@ def test_a_renamed_v2_name_fails_naming_it(gpu_wheel_source) -> None:  # type: i
     def patched(name: str) -> str | None:
         return renamed if name == module else gpu_wheel_source(name)
 
-    assert missing_v2_names(patched, GPU_OWNERS) == [
+    assert missing_names(patched, V2_NAMES, GPU_OWNERS) == [
         f"runner.prepare_inputs ({module}:GPUModelRunner)"
     ]
 

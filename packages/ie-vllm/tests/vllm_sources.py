@@ -13,7 +13,7 @@ import shutil
 import tomllib
 import urllib.request
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,6 +125,20 @@ def defined_names(read: Source, module: str, cls: str) -> set[str]:
             with contextlib.suppress(AssertionError):
                 names |= defined_names(read, base_module, base_cls)
     return names
+
+
+def missing_names(
+    read: Source, names: Mapping[str, Sequence[str]], owners: Mapping[str, tuple[str, str]]
+) -> list[str]:
+    """`owner.name (module:Class)` for every name in `names` (by owner) its class does not
+    define; `owners` maps each owner to its (module, class)."""
+    assert set(owners) == set(names), "every owner needs its class here"
+    missing = []
+    for owner, wanted in names.items():
+        module, cls = owners[owner]
+        defined = defined_names(read, module, cls)
+        missing += [f"{owner}.{n} ({module}:{cls})" for n in wanted if n not in defined]
+    return missing
 
 
 def _own_names(node: ast.ClassDef) -> set[str]:

@@ -1,9 +1,10 @@
-"""The worker's store of registered requests and their captured rows.
+"""Hooked vLLM's store of registered requests and their captured rows.
 
 A request carries its `RequestSpec` (`ie_vllm.specs`) and key in `SamplingParams.extra_args`
-(`layout.SPEC_ARG`, `layout.KEY_ARG`); the worker registers it the first time the request reaches
-a forward, and drops it when the host collects or releases the key. Captured rows accumulate per forward (chunked prefill, then one row per decode step), indexed
-by sequence position so a recomputed (preempted) request overwrites rather than duplicates.
+(`layout.SPEC_ARG`, `layout.KEY_ARG`); `lifecycle.Lifecycle` registers it the first time the
+request reaches a forward, and drops it when the host collects or releases the key. Captured rows
+accumulate per forward (chunked prefill, then one row per decode step), indexed by sequence
+position so a recomputed (preempted) request overwrites rather than duplicates.
 """
 
 from __future__ import annotations

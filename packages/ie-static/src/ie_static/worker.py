@@ -313,10 +313,7 @@ def _set_rows(state: StaticState, layout: BatchLayout | None) -> None:
     steered = []
     captured = False
     if layout is not None:
-        for r in layout.keyed():
-            entry = state.keys.get(r.key)
-            if entry is None:
-                continue
+        for r, entry in state.keys.in_batch(layout):
             captured = captured or bool(entry.sites) or bool(entry.reduce_sites)
             if entry.slot >= 0:
                 steered.append((r.start, r.end, entry.slot))
@@ -342,10 +339,7 @@ def _harvest(state: StaticState, layout: BatchLayout) -> None:
         return
     wanted: dict[str, list[tuple[Any, StaticEntry]]] = {}
     jobs: dict[str, list[tuple[Any, StaticEntry, ReducerSpec]]] = {}
-    for r in layout.keyed():
-        entry = state.keys.get(r.key)
-        if entry is None:
-            continue
+    for r, entry in state.keys.in_batch(layout):
         for name in entry.sites:
             wanted.setdefault(name, []).append((r, entry))
         for name, specs in entry.reduce_sites.items():

@@ -258,10 +258,7 @@ class Hooks:
 
 def _plan(state: WorkerState, layout: BatchLayout) -> dict[str, list[PlanItem]]:
     plan: dict[str, list[PlanItem]] = {}
-    for rows in layout.keyed():
-        entry = state.registry.get(rows.key)
-        if entry is None:
-            continue
+    for rows, entry in state.registry.in_batch(layout):
         for site in entry.sites():
             steps = entry.steer_sites.get(site, ())
             capture = state.capture_rank and site in entry.capture_sites

@@ -9,14 +9,14 @@ What differs between the two workers is behind `Sites`: how a request's sites ar
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
 from ie_vllm import payload
 from ie_vllm.specs import RequestSpec
-from ie_vllm.worker.layout import BatchLayout
+from ie_vllm.worker.layout import BatchLayout, RequestRows
 from ie_vllm.worker.runner_adapter import carried_arrivals, record_layout
 
 RETIRED_KEPT = 65536  # released keys remembered, so a late sight of one never re-registers it
@@ -65,6 +65,13 @@ class Keys(Generic[E]):
 
     def get(self, key: str | None) -> E | None:
         return None if key is None else self.entries.get(key)
+
+    def in_batch(self, layout: BatchLayout) -> Iterator[tuple[RequestRows, E]]:
+        """Each registered request of a forward's batch, with its rows there."""
+        for rows in layout.keyed():
+            entry = self.get(rows.key)
+            if entry is not None:
+                yield rows, entry
 
     def pop(self, key: str) -> E | None:
         self.retired[key] = None

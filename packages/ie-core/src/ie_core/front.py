@@ -18,6 +18,7 @@ from ie_core.cache import ActivationCache
 from ie_core.errors import UnsupportedOperationError
 from ie_core.experiments.probes import Probe
 from ie_core.grammar import AddressLike, to_address
+from ie_core.lora import LoraSpec
 from ie_core.plan import CAPTURE, CAPTURE_GENERATION, DECODE, GENERATE, Outcome, Plan
 from ie_core.protocol import (
     Generation,
@@ -96,13 +97,18 @@ class ModelFront(TLFacts):
         steering: SteeringArg = None,
         grad: bool = False,
         row_steering: Sequence[SteeringArg] | None = None,
+        lora: LoraSpec | None = None,
+        row_lora: Sequence[LoraSpec | None] | None = None,
     ) -> ActivationCache:
         """Activations at `addresses` as `[batch, seq, ...]` (attention `[batch, heads, q, k]`).
 
         `steering` applies to every prompt; `row_steering` (one entry a prompt) adds each prompt's
         own, so one call runs many configurations (a patching sweep's cells) in one batch.
-        `grad=True` keeps the autograd graph where the backend has one (eager)."""
-        plan = Plan.of(CAPTURE, tokens, addresses, steering, None, grad, row_steering)
+        `lora` runs every prompt under a LoRA adapter, `row_lora` each prompt under its own (or
+        None: the base model). `grad=True` keeps the autograd graph where the backend has one."""
+        plan = Plan.of(
+            CAPTURE, tokens, addresses, steering, None, grad, row_steering, (), lora, row_lora
+        )
         outcome = await self.execute(plan)
         assert outcome.cache is not None
         return outcome.cache
@@ -121,8 +127,10 @@ class ModelFront(TLFacts):
         *,
         steering: SteeringArg = None,
         sampling_params: SamplingParams | None = None,
+        lora: LoraSpec | None = None,
     ) -> Generation:
-        plan = Plan.of(GENERATE, tokens, (), steering, _sampling(sampling, sampling_params))
+        sampled = _sampling(sampling, sampling_params)
+        plan = Plan.of(GENERATE, tokens, (), steering, sampled, lora=lora)
         outcome = await self.execute(plan)
         assert outcome.generation is not None
         return outcome.generation
@@ -134,8 +142,10 @@ class ModelFront(TLFacts):
         *,
         steering: SteeringArg = None,
         sampling_params: SamplingParams | None = None,
+        lora: LoraSpec | None = None,
     ) -> AsyncIterator[StreamChunk]:
-        plan = Plan.of(GENERATE, tokens, (), steering, _sampling(sampling, sampling_params))
+        sampled = _sampling(sampling, sampling_params)
+        plan = Plan.of(GENERATE, tokens, (), steering, sampled, lora=lora)
         stream = self.execute_stream(plan)
         try:
             async for chunk in stream:
@@ -151,10 +161,11 @@ class ModelFront(TLFacts):
         *,
         steering: SteeringArg = None,
         sampling_params: SamplingParams | None = None,
+        lora: LoraSpec | None = None,
     ) -> GenerationCapture:
         """Generate, reading `addresses` over prompt + generated[:-1]."""
         sampling = _sampling(sampling, sampling_params)
-        plan = Plan.of(CAPTURE_GENERATION, tokens, addresses, steering, sampling)
+        plan = Plan.of(CAPTURE_GENERATION, tokens, addresses, steering, sampling, lora=lora)
         outcome = await self.execute(plan)
         assert outcome.generation is not None and outcome.cache is not None
         return GenerationCapture(outcome.generation, outcome.cache)

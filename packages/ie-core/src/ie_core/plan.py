@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from ie_core.cache import ActivationCache
 from ie_core.grammar import AddressLike, to_address
+from ie_core.lora import LoraError, LoraSpec, lora_from_wire
 from ie_core.ops import Steering
 from ie_core.protocol import Generation, SamplingParams, SteeringArg, steering_tuple
 from ie_core.reduce.base import Reduction
@@ -65,10 +66,15 @@ class Plan:
     row_steering: tuple[tuple[Steering, ...], ...] = ()
     # CAPTURE only: rows reduced where they live; `Outcome.reduced` holds each label's outputs.
     reductions: tuple[Reduction, ...] = ()
+    # The LoRA adapter every prompt runs under (`ie_core.lora`), or None: the base model.
+    lora: LoraSpec | None = None
+    # CAPTURE only: each prompt's own adapter or None (one entry a prompt), instead of `lora`.
+    row_lora: tuple[LoraSpec | None, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown plan kind {self.kind!r}; known: {', '.join(KINDS)}")
+        _check_lora(self)
         if self.kind == DECODE:
             _check_decode(self)
         elif self.reductions and self.kind != CAPTURE:
@@ -91,12 +97,26 @@ class Plan:
         grad: bool = False,
         row_steering: Sequence[SteeringArg] | None = None,
         reductions: Sequence[Reduction] = (),
+        lora: LoraSpec | None = None,
+        row_lora: Sequence[LoraSpec | None] | None = None,
     ) -> Plan:
         """A plan from protocol arguments: one address may be given bare, steering as one spec."""
         listed = (captures,) if isinstance(captures, str) else tuple(cast(Any, captures))
         rows = tuple(steering_tuple(s) for s in row_steering or ())
         steer = steering_tuple(steering)
-        return cls(kind, prompt, listed, steer, sampling, grad, rows, tuple(reductions))
+        adapters = tuple(row_lora or ())
+        return cls(
+            kind, prompt, listed, steer, sampling, grad, rows, tuple(reductions), lora, adapters
+        )
+
+    def lora_of(self, row: int) -> LoraSpec | None:
+        """Prompt `row`'s adapter: its own where `row_lora` is given, else the shared one."""
+        return self.row_lora[row] if self.row_lora else self.lora
+
+    def adapters(self) -> tuple[LoraSpec, ...]:
+        """Every adapter the plan names, once each."""
+        named = [a for a in (self.lora, *self.row_lora) if a is not None]
+        return tuple(dict.fromkeys(named))
 
     def steering_of(self, row: int) -> tuple[Steering, ...]:
         """Prompt `row`'s steering: the shared specs, then its own."""
@@ -120,6 +140,10 @@ class Plan:
             body["row_steering"] = [steering_to_wire(s) for s in self.row_steering]
         if self.reductions:
             body["reductions"] = [r.to_wire() for r in self.reductions]
+        if self.lora is not None:
+            body["lora"] = self.lora.to_wire()
+        if self.row_lora:
+            body["row_lora"] = [None if a is None else a.to_wire() for a in self.row_lora]
         return body
 
     @classmethod
@@ -149,7 +173,11 @@ class Plan:
             )
         row_steering = tuple(steering_from_wire(resolve(r or [])) for r in rows)
         reductions = _reductions(data.get("reductions") or [])
-        return cls(kind, prompt, captures, steering, sampling, False, row_steering, reductions)
+        lora, row_lora = _lora_fields(data)
+        return cls(
+            kind, prompt, captures, steering, sampling, False, row_steering, reductions, lora,
+            row_lora,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -169,6 +197,29 @@ def _reductions(data: Any) -> tuple[Reduction, ...]:
         return tuple(reduction_from_dict(r) for r in data)
     except ValueError as exc:
         raise PlanWireError(str(exc)) from None
+
+
+def _lora_fields(data: dict[str, Any]) -> tuple[LoraSpec | None, tuple[LoraSpec | None, ...]]:
+    rows = data.get("row_lora") or []
+    if not isinstance(rows, list):
+        raise PlanWireError("'row_lora' is a list (one adapter or null per prompt)")
+    try:
+        return lora_from_wire(data.get("lora")), tuple(lora_from_wire(r) for r in rows)
+    except LoraError as exc:
+        raise PlanWireError(str(exc)) from None
+
+
+def _check_lora(plan: Plan) -> None:
+    """Adapters run on the model's forwards: none on a decode; per-prompt ones on a capture,
+    one each, and not beside a shared one; one name, one folder."""
+    if plan.row_lora and (plan.kind != CAPTURE or plan.lora is not None):
+        raise ValueError("'row_lora' rides a capture plan, instead of 'lora'")
+    if plan.kind == DECODE and plan.lora is not None:
+        raise ValueError("a decode plan runs no forward: no LoRA adapter")
+    folders: dict[str, str] = {}
+    for a in plan.adapters():
+        if folders.setdefault(a.name, a.path) != a.path:
+            raise LoraError(f"LoRA adapter name {a.name!r} names two folders in one plan")
 
 
 def _check_decode(plan: Plan) -> None:

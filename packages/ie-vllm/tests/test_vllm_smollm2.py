@@ -870,3 +870,35 @@ def test_atlas_matches_eager(smollm2: Any, smollm2_eager: Any, tmp_path: Path) -
     both = filled & filled.roll(1, 0)
     shifted = (a.top_values - b.top_values.roll(1, 0)).abs()[both]
     assert not (shifted <= CROSS * scale.expand_as(both)[both]).all()
+
+
+# --- LoRA adapters per request (the shared engine starts with enable_lora=True) ------------------
+
+
+@pytest.fixture(scope="module")
+def lora_specs(smollm2_eager: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from vllm_lora_checks import adapters
+
+    return adapters(smollm2_eager, tmp_path_factory.mktemp("lora"))
+
+
+def test_lora_matches_eager_and_zero_b_is_base(
+    smollm2: Any, smollm2_eager: Any, lora_specs: Any
+) -> None:
+    from vllm_lora_checks import check_matches_eager
+
+    check_matches_eager(smollm2, smollm2_eager, lora_specs)
+
+
+def test_lora_adapters_and_base_in_one_batch_equal_serial(smollm2: Any, lora_specs: Any) -> None:
+    from vllm_lora_checks import check_batch
+
+    check_batch(smollm2, lora_specs)
+
+
+def test_lora_hostile_adapters_are_refused(smollm2: Any, tmp_path: Path) -> None:
+    from ie_core import load_model
+    from vllm_lora_checks import check_refusals
+
+    other = load_model("ie-synthetic/llama", backend="eager", device="cpu", dtype="float32")
+    check_refusals(smollm2, other.hf_model, tmp_path)

@@ -12,7 +12,7 @@ refused by name.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 __all__ = [
+    "CONFIG",
+    "WEIGHTS",
     "LoraAdapter",
     "LoraError",
     "LoraSpec",
@@ -82,12 +84,19 @@ class LoraAdapter:
         """PEFT's plain LoRA scale, `lora_alpha / r`."""
         return self.alpha / self.rank
 
-    def check(self, model_name: str, linear_shape: Callable[[str], tuple[int, int] | None]) -> None:
-        """Refuse, naming what, an adapter for another base model, a target the model lacks or
-        that is not a Linear, or A / B shapes that do not fit it (`linear_shape(path)` is the
-        module's `(in, out)` or None)."""
-        mine, theirs = base_name(model_name), base_name(self.base_model)
-        if self.base_model and mine and theirs and mine != theirs:
+    def check(
+        self,
+        model_name: str,
+        linear_shape: Callable[[str], tuple[int, int] | None],
+        aliases: Sequence[str] = (),
+    ) -> None:
+        """Refuse, naming what, an adapter for another base model (its base named neither
+        `model_name` nor one of `aliases`, e.g. the folder the name resolved to), a target the
+        model lacks or that is not a Linear, or A / B shapes that do not fit it
+        (`linear_shape(path)` is the module's `(in, out)` or None)."""
+        mine = {base_name(n) for n in (model_name, *aliases) if n}
+        theirs = base_name(self.base_model)
+        if self.base_model and theirs and theirs not in mine:
             raise LoraError(
                 f"LoRA adapter {self.spec.name!r} was trained on {self.base_model!r}, not "
                 f"{model_name!r}; use an adapter for this base model"

@@ -36,7 +36,8 @@ class Adapters:
                 )
             return held
         adapter = load_adapter(spec)
-        adapter.check(self._name, self._linear_shape)
+        alias = str(getattr(getattr(self._model, "config", None), "_name_or_path", "") or "")
+        adapter.check(self._name, self._linear_shape, (alias,))
         self._held[spec.name] = _placed(adapter, next(self._model.parameters()))
         return self._held[spec.name]
 

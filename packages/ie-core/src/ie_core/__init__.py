@@ -156,6 +156,7 @@ LAZY: dict[str, str] = {
     **dict.fromkeys(("open_atlas", "merge_atlases"), "ie_core.atlas"),
     "load_shard": "ie_core.harvest.shards",
     "Conditional": "ie_core.ops",
+    **dict.fromkeys(("LoraError", "LoraSpec"), "ie_core.lora"),
     **dict.fromkeys(("STEERING_XARG", "steering_to_wire"), "ie_core.wire"),
     "run": "ie_core.runner",
 }

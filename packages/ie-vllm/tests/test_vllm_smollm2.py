@@ -890,10 +890,12 @@ def test_lora_matches_eager_and_zero_b_is_base(
     check_matches_eager(smollm2, smollm2_eager, lora_specs)
 
 
-def test_lora_adapters_and_base_in_one_batch_equal_serial(smollm2: Any, lora_specs: Any) -> None:
+def test_lora_adapters_and_base_in_one_batch_equal_serial(
+    smollm2: Any, smollm2_eager: Any, lora_specs: Any
+) -> None:
     from vllm_lora_checks import check_batch
 
-    check_batch(smollm2, lora_specs)
+    check_batch(smollm2, smollm2_eager, lora_specs)
 
 
 def test_lora_hostile_adapters_are_refused(smollm2: Any, tmp_path: Path) -> None:

@@ -73,8 +73,9 @@ def check_matches_eager(vllm: Any, eager: Any, specs: dict[str, LoraSpec]) -> No
     assert scaled(zero, plain) <= WITHIN
 
 
-def check_batch(vllm: Any, specs: dict[str, LoraSpec]) -> None:
-    """Two adapters and the base model in one batch: each equals its serial run."""
+def check_batch(vllm: Any, eager: Any, specs: dict[str, LoraSpec]) -> None:
+    """Two adapters and the base model in one batch: each equals its serial run, and the row
+    without an adapter equals eager's base model."""
     ids = vllm.to_tokens(PROMPT)
     last = f"resid_post.{vllm.n_layers - 1}"
     chosen = [specs["a1"], None, specs["a2"]]
@@ -83,6 +84,9 @@ def check_batch(vllm: Any, specs: dict[str, LoraSpec]) -> None:
         alone = run(vllm.capture([ids], [last], lora=spec))[last][0]
         assert scaled(batch[row], alone) <= WITHIN, row
     assert scaled(batch[0], batch[2]) > 1e-3  # the two adapters differ
+    base = run(eager.capture([ids], [last]))[last][0]
+    assert scaled(batch[1], base) <= CROSS
+    assert scaled(batch[0], base) > 1e-2
 
 
 def check_refusals(vllm: Any, other_hf: torch.nn.Module, root: Path) -> None:

@@ -286,7 +286,7 @@ async def generate(request: Request) -> JSONResponse:
 async def generate_stream(request: Request) -> Response:
     """Newline-delimited JSON: one `{"token_id", "text"}` per token; an error ends the stream."""
     m, plan = _model(request), await _plan(request, GENERATE)
-    stream = m.generate_stream(plan.prompt, plan.sampling, steering=plan.steering)
+    stream = m.generate_stream(plan.prompt, plan.sampling, steering=plan.steering, lora=plan.lora)
     first = await anext(stream)  # validation errors surface here, before any 200
 
     async def lines() -> AsyncIterator[bytes]:

@@ -73,9 +73,10 @@ def _required(config: Mapping[str, Any], fact: str, source: str) -> int:
     names = _NAMES[fact]
     value = _first(config, names)
     if value is None:
-        others = f" (nor {', '.join(names[1:])})" if len(names) > 1 else ""
+        first, *rest = names
+        others = f" (nor {', '.join(rest)})" if rest else ""
         raise ConfigFieldError(
-            f"{source} has no `{names[0]}`{others}: `ie fit` needs the model's {fact} to price "
+            f"{source} has no `{first}`{others}: `ie fit` needs the model's {fact} to price "
             f"its memory; add the field to the config"
         )
     return int(value)
@@ -97,9 +98,18 @@ def _sliding(config: Mapping[str, Any], n_layers: int) -> tuple[int | None, int]
     types = config.get("layer_types")
     if isinstance(types, list):
         return int(window), sum(1 for t in types if t == "sliding_attention")
+    pattern = config.get("sliding_window_pattern")  # Gemma 3: every pattern-th layer is global
+    if pattern:
+        return int(window), n_layers - n_layers // int(pattern)
+    if _arch(config) == "Gemma2ForCausalLM":  # Gemma 2 alternates, from a sliding layer 0
+        return int(window), (n_layers + 1) // 2
     if config.get("use_sliding_window") is False:
         return None, 0
     return int(window), n_layers
+
+
+def _arch(config: Mapping[str, Any]) -> str:
+    return str((config.get("architectures") or [""])[0])
 
 
 def model_shape(config: Mapping[str, Any], source: str = "config.json") -> ModelShape:
@@ -112,11 +122,10 @@ def model_shape(config: Mapping[str, Any], source: str = "config.json") -> Model
     vocab = _required(text, "vocab", source)
     head_dim = int(_first(text, ("head_dim",)) or d_model // heads)
     d_mlp = int(_first(text, ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")) or 0)
-    window, sliding_layers = _sliding(text, n_layers)
-    archs = config.get("architectures") or [""]
+    window, sliding_layers = _sliding({**text, "architectures": [_arch(config)]}, n_layers)
     dtype = _first(text, ("torch_dtype", "dtype")) or _first(config, ("torch_dtype", "dtype"))
     return ModelShape(
-        architecture=str(archs[0]),
+        architecture=_arch(config),
         n_layers=n_layers,
         d_model=d_model,
         n_heads=heads,

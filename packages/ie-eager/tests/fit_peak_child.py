@@ -25,10 +25,10 @@ def _status(field: str) -> int:
 
 
 def main() -> None:
+    import ie_eager.backend  # noqa: F401
     import torch
     import transformers  # noqa: F401
-    from ie_core import capture, load_model  # noqa: F401
-    import ie_eager.backend  # noqa: F401
+    from ie_core import capture, load_model
 
     torch.set_num_threads(1)
     model_id, warmup, tokens, addresses = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]

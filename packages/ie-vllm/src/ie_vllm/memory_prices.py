@@ -64,6 +64,8 @@ def rows_item(shape: Any, work: Any) -> Any:
     from ie_core.fit import Item
     from ie_core.grammar import Width, get_point, to_address
 
+    if not work.addresses:  # nothing captured: no torch import for a plain price
+        return Item("rows held until a drain", 0, "no captures asked (--points)")
     from ie_vllm.row_budget import capture_bytes
 
     widths = {a: shape.width(get_point(to_address(a).name).width) for a in work.addresses}

@@ -21,12 +21,29 @@ def _flat_tensors(items: Any) -> list[torch.Tensor]:
     return []
 
 
+def _packed_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the linear weights vLLM's CPU GEMM dispatch moved into packed kernels (oneDNN,
+    sgl), leaving an empty `weight`: each layer's own size, output x input per partition."""
+    total = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if (
+            hasattr(module, "cpu_linear")
+            and isinstance(weight, torch.Tensor)
+            and not weight.numel()
+        ):
+            rows = int(getattr(module, "output_size_per_partition", 0))
+            cols = int(getattr(module, "input_size_per_partition", 0))
+            total += rows * cols * weight.element_size()
+    return total
+
+
 def held_memory(runner: Any) -> dict[str, int]:
-    """`weights`: the model's parameters and buffers (a tied tensor once); `kv_cache`: the KV
-    tensors' storages, each once; `kv_tokens`: blocks x block size."""
+    """`weights`: the model's parameters and buffers (a tied tensor once) and its packed linear
+    weights; `kv_cache`: the KV tensors' storages, each once; `kv_tokens`: blocks x block size."""
     model = loaded_model(runner).model
     held = (*model.parameters(), *model.buffers())
-    weights = sum(t.numel() * t.element_size() for t in held)
+    weights = sum(t.numel() * t.element_size() for t in held) + _packed_bytes(model)
     storages: dict[int, int] = {}
     for t in _flat_tensors(getattr(runner, "kv_caches", [])):
         storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()

@@ -142,11 +142,14 @@ def _measure_ie(backend: str, tc: str, ids: list[int], cap: int | None, batch: i
 
 def _priced(tokens: int, active: int, cap: int | None) -> dict[str, Any]:
     """`ie fit`'s price of the attribution at this length, at the measured active features."""
+    from ie_core.fit import model_shape, read_checkpoint
     from ie_core.fit.attribution import attribution_items
 
-    items = attribution_items(N_LAYERS, tokens, active / (N_LAYERS * tokens), cap)
+    shape = model_shape(read_checkpoint(_folder()).config)
+    items = attribution_items(shape, tokens, active / (N_LAYERS * tokens), cap)
     return {i.name: i.nbytes / 2**20 for i in items} | {
-        "sum_mib": sum(i.nbytes for i in items) / 2**20
+        "sum_mib": sum(i.nbytes for i in items) / 2**20,
+        "peak_phase": items[-1].note,
     }
 
 

@@ -116,7 +116,7 @@ def fit(
     )  # fmt: skip
     items = [weights_item(ckpt, DTYPE_BYTES[load]), *plugin.memory(shape, work)]
     if attribute_tokens is not None:
-        items.extend(attribution_items(shape.n_layers, attribute_tokens, l0, max_feature_nodes))
+        items.extend(attribution_items(shape, attribute_tokens, l0, max_feature_nodes))
     return FitReport(
         str(model), backend, where, load, tokens, streams, ckpt.parameters, tuple(items)
     )

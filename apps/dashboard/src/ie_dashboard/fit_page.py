@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ie_core.errors import InterpError
 from ie_core.fit import GPU_MIB, FitReport, fit
 
 __all__ = ["FitQuery", "FitResult", "fit_result"]
@@ -36,6 +37,6 @@ def fit_result(query: FitQuery) -> FitResult:
             query.model, query.backend, gpu=query.gpu or None, max_model_len=query.tokens,
             attribute_tokens=query.attribute,
         )  # fmt: skip
-    except (ValueError, OSError, NotImplementedError, ImportError) as exc:
+    except (InterpError, ValueError, OSError, NotImplementedError, ImportError) as exc:
         return FitResult(query, None, str(exc))
     return FitResult(query, report, "")

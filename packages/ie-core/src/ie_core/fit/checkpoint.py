@@ -147,11 +147,25 @@ def read_hub(repo_id: str, revision: str | None = None) -> Checkpoint:
 
 
 def read_checkpoint(model_id: str | os.PathLike[str]) -> Checkpoint:
-    """A local folder (or an id ie's model sources materialize: SmolLM2, `ie-synthetic/...`),
-    else a Hub id."""
+    """A local folder (or an id ie's model sources materialize: SmolLM2, `ie-synthetic/...`), a
+    Hub id's snapshot in the local HF cache, else the Hub."""
     from ie_core.models import resolve_model_path
 
-    path = resolve_model_path(model_id)
+    path = resolve_model_path(model_id) or _cached(os.fspath(model_id))
     if path is not None:
         return read_folder(path)
     return read_hub(os.fspath(model_id))
+
+
+def _cached(repo_id: str) -> Path | None:
+    """The Hub id's snapshot in the local HF cache when it holds the config and weights."""
+    import huggingface_hub
+
+    try:
+        folder = Path(huggingface_hub.snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # not cached (or not a valid id): the Hub is asked next
+        return None
+    if not (folder / "config.json").is_file():
+        return None
+    files = _weight_files(folder)  # every shard the index names, not a partial download
+    return folder if files and all(f.is_file() for f in files) else None

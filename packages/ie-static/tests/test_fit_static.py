@@ -25,7 +25,9 @@ def test_static_buffers_are_the_launch_plans(
     )  # fmt: skip
     assert priced == launch.plan.total
     # Negative control: another declaration prices differently.
-    other = fit(SMOLLM2, "vllm-static", points=("resid_post.0",), static_writes=(), max_model_len=256)
+    other = fit(
+        SMOLLM2, "vllm-static", points=("resid_post.0",), static_writes=(), max_model_len=256
+    )
     assert next(i.nbytes for i in other.items if i.name.startswith("tap")) != priced
 
 

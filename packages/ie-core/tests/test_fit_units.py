@@ -170,3 +170,13 @@ def test_the_verdict_and_advice_when_it_does_not_fit(tmp_path: Path) -> None:
 def test_attribution_nodes_are_the_graph_layout() -> None:
     """circuit-tracer's node order: features, errors (layers x positions), tokens, logits."""
     assert node_count(100, 30, 6, 10) == 100 + 30 * 6 + 6 + 10
+
+
+def test_an_address_past_the_last_layer_is_refused(tmp_path: Path) -> None:
+    from ie_core.errors import LayerOutOfRangeError
+
+    folder = _folder(tmp_path / "l", LLAMA_31_8B)
+    with pytest.raises(LayerOutOfRangeError, match=r"layer 32 in resid_post\.32 is out of range"):
+        fit(folder, "vllm", points=["resid_post.32"], gpu="H100", max_model_len=128)
+    rows = fit(folder, "vllm", points=["resid_post.31"], gpu="H100", max_model_len=128)
+    assert next(i.nbytes for i in rows.items if i.name.startswith("rows")) == 128 * 4096 * 2

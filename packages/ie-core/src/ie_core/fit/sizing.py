@@ -19,7 +19,7 @@ from ie_core.fit.items import Item, Workload
 from ie_core.fit.report import FitReport
 from ie_core.fit.shape import ModelShape, model_shape
 from ie_core.fit.targets import target
-from ie_core.grammar import POINTS, family_for_architecture, get_point, to_address
+from ie_core.grammar import POINTS, check_layer, family_for_architecture, get_point, to_address
 
 __all__ = ["DTYPE_BYTES", "expand_addresses", "fit", "weights_item"]
 
@@ -36,7 +36,9 @@ def expand_addresses(points: Sequence[str], shape: ModelShape) -> tuple[str, ...
     out: list[str] = []
     for name in names:
         if "." in name:
-            out.append(str(to_address(name, check=True)))
+            address = to_address(name, check=True)
+            check_layer(address, shape.n_layers, "--points")
+            out.append(str(address))
             continue
         point = get_point(name)
         out.extend(f"{name}.{i}" for i in range(shape.n_layers) if point.per_layer)

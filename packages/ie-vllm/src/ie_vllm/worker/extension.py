@@ -28,6 +28,7 @@ from ie_vllm.specs import ReducerSpec, RequestSpec
 from ie_vllm.worker import reducers, weights
 from ie_vllm.worker.captures import capture_sites, gather_captures
 from ie_vllm.worker.conditions import Held, held_for, judges_of
+from ie_vllm.worker.held_memory import held_memory
 from ie_vllm.worker.layout import BatchLayout, RequestRows
 from ie_vllm.worker.lens_worker import LensWorkerMixin
 from ie_vllm.worker.lifecycle import Lifecycle
@@ -148,6 +149,10 @@ class IEWorkerExtension(LensWorkerMixin):
             "hooks": {k: v for k, v in state.counts.items() if v},
             "forwards": state.forwards,
         }
+
+    def ie_memory(self) -> dict[str, int]:
+        """Weights and KV cache bytes as vLLM allocated them (`held_memory`)."""
+        return held_memory(self.model_runner)  # type: ignore[attr-defined]
 
     def ie_weights(self, part: str) -> dict[str, Any]:
         """Raw weights of `part` on this rank (`ie_vllm.worker.weights`), tensors as a payload."""

@@ -26,6 +26,8 @@ def _packed_bytes(model: torch.nn.Module) -> int:
     sgl), leaving an empty `weight`: each layer's own size, output x input per partition."""
     total = 0
     for module in model.modules():
+        if hasattr(module, "base_layer"):
+            continue  # a LoRA wrapper shows its base layer's weight: that layer counts it once
         weight = getattr(module, "weight", None)
         if (
             hasattr(module, "cpu_linear")

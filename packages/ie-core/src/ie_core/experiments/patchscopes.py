@@ -1,0 +1,202 @@
+"""Reading a hidden state as text: Patchscopes (arXiv 2401.06102) and SelfIE (arXiv 2403.10949).
+
+A read takes the state at one point, layer and position of a source prompt, writes it over the
+state of a target prompt's placeholder token(s) at a target layer (a `Patch`), and lets the model
+generate from there. Each read is a GENERATE `Plan`, so every backend serves it, a remote one
+included; `patchscope_plans` builds them, and the readers below send all of a prompt's reads at
+once (one capture for the source states, then every generation together: one batch of requests
+on vLLM, where concurrent requests share forwards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ie_core.errors import BadPromptError
+from ie_core.ops import Patch, PositionMask, Steering
+from ie_core.plan import CAPTURE, GENERATE, Plan
+from ie_core.protocol import SamplingParams
+from ie_core.runner import run
+from ie_core.sync import ModelLike, unwrap
+
+__all__ = [
+    "ENTITY_DESCRIPTION",
+    "IDENTITY",
+    "SELFIE",
+    "PatchscopeRead",
+    "Target",
+    "patchscope",
+    "patchscope_plans",
+    "read_patchscopes",
+    "selfie",
+    "source_states",
+]
+
+HOLE = 0  # where a target's placeholder token stands (SelfIE's notation for its prompt tuples)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target prompt: text parts, and `HOLE` (0) where a placeholder token takes the source
+    state; `placeholder` is the text standing there."""
+
+    parts: tuple[str | int, ...]
+    placeholder: str
+
+    def __post_init__(self) -> None:
+        if not any(p == HOLE and not isinstance(p, str) for p in self.parts):
+            raise BadPromptError("a target prompt needs at least one placeholder (0) in its parts")
+        if not isinstance(self.parts[0], str):
+            raise BadPromptError("a target prompt starts with text, before its first placeholder")
+
+    def ids(self, model: Any) -> tuple[list[int], tuple[int, ...]]:
+        """The target's token ids on `model` and the positions of its placeholders: each the
+        last token of `placeholder`'s text (" ?" is one token on most BPE vocabularies; where
+        it is two, the state goes on the "?")."""
+        hole = model.to_tokens(self.placeholder, prepend_bos=False)
+        if not hole:
+            raise BadPromptError(f"the placeholder {self.placeholder!r} has no tokens")
+        ids: list[int] = []
+        holes: list[int] = []
+        for i, part in enumerate(self.parts):
+            if isinstance(part, str):
+                ids += model.to_tokens(part, prepend_bos=None if i == 0 else False)
+            else:
+                ids += hole
+                holes.append(len(ids) - 1)
+        return ids, tuple(holes)
+
+
+# Patchscopes' identity prompt (its section 4.1, next-token decoding): the model repeats what it
+# is shown, so the continuation at the placeholder says which token the state stands for.
+IDENTITY = Target(("cat->cat; 1135->1135; hello->hello;", HOLE), " ?")
+# Patchscopes' few-shot entity-description prompt (its section 4.4, entity resolution).
+ENTITY_DESCRIPTION = Target(
+    (
+        "Syria: Country in the Middle East, Leonardo DiCaprio: American actor, Samsung: South "
+        "Korean multinational major appliance and consumer electronics corporation,",
+        HOLE,
+    ),
+    " x",
+)
+# SelfIE's interpretation prompt: five placeholders, each given the same state.
+SELFIE = Target(
+    ("[INST]", HOLE, HOLE, HOLE, HOLE, HOLE, "[/INST] Sure, I will summarize the message:"), " _"
+)
+
+
+@dataclass(frozen=True)
+class PatchscopeRead:
+    """One read: the source layer, the target layer it was written at, and what was generated."""
+
+    layer: int
+    target_layer: int
+    token_ids: tuple[int, ...]
+    text: str
+
+
+def patchscope_plans(
+    states: Sequence[Any],
+    target_ids: Sequence[int],
+    holes: Sequence[int],
+    target_layers: Sequence[int],
+    *,
+    point: str = "resid_post",
+    sampling: SamplingParams | None = None,
+) -> list[Plan]:
+    """One GENERATE plan per (state, target layer): the target prompt with `state` written over
+    each placeholder's row at `point.target_layer`, on the prompt's forward only."""
+    if len(states) != len(target_layers):
+        raise ValueError(f"{len(states)} states but {len(target_layers)} target layers")
+    params = sampling or SamplingParams(max_new_tokens=10)
+    plans = []
+    for state, layer in zip(states, target_layers, strict=True):
+        patch = Patch(state, tuple(holes))
+        write = Steering(point, (layer,), (patch,), PositionMask(prefill_only=True))
+        plans.append(Plan(GENERATE, list(target_ids), (), (write,), params))
+    return plans
+
+
+async def source_states(
+    model: Any, source: Any, position: int, layers: Sequence[int], point: str = "resid_post"
+) -> list[Any]:
+    """The source prompt's rows `[width]` at `position` and `point.layer`, one capture for all."""
+    addresses = [f"{point}.{layer}" for layer in layers]
+    cache = (await model.execute(Plan(CAPTURE, [source], tuple(addresses)))).cache
+    assert cache is not None
+    rows = [cache[a][0] for a in addresses]
+    n = rows[0].shape[0]
+    if not -n <= position < n:
+        raise BadPromptError(f"position {position} is outside the source prompt's {n} tokens")
+    return [r[position] for r in rows]
+
+
+async def read_patchscopes(
+    model: Any,
+    source: Any,
+    position: int,
+    layers: Sequence[int] | None = None,
+    target: Target = IDENTITY,
+    *,
+    target_layer: int | None = None,
+    point: str = "resid_post",
+    sampling: SamplingParams | None = None,
+) -> list[PatchscopeRead]:
+    """Read the state at `position` of `source` at each of `layers` (default every layer)
+    through `target`, written at `target_layer` (default: the source layer, as the paper's
+    same-layer patchscope); every read in flight at once."""
+    chosen = list(range(model.n_layers)) if layers is None else list(layers)
+    targets = [layer if target_layer is None else target_layer for layer in chosen]
+    states = await source_states(model, source, position, chosen, point)
+    ids, holes = target.ids(model)
+    plans = patchscope_plans(states, ids, holes, targets, point=point, sampling=sampling)
+    outcomes = await asyncio.gather(*(model.execute(p) for p in plans))
+    reads = []
+    for layer, at, outcome in zip(chosen, targets, outcomes, strict=True):
+        g = outcome.generation
+        assert g is not None
+        reads.append(PatchscopeRead(layer, at, tuple(g.token_ids), g.text))
+    return reads
+
+
+def patchscope(
+    model: ModelLike,
+    source: Any,
+    layer: int,
+    position: int,
+    target: Target = IDENTITY,
+    *,
+    target_layer: int | None = None,
+    point: str = "resid_post",
+    sampling: SamplingParams | None = None,
+) -> PatchscopeRead:
+    """One patchscope read: the state at `point.layer`, `position` of `source`, written over
+    `target`'s placeholder at `target_layer` (default `layer`), then generation."""
+    (read,) = run(
+        read_patchscopes(
+            unwrap(model), source, position, [layer], target,
+            target_layer=target_layer, point=point, sampling=sampling,
+        )
+    )  # fmt: skip
+    return read
+
+
+def selfie(
+    model: ModelLike,
+    source: Any,
+    position: int,
+    layers: Sequence[int] | None = None,
+    *,
+    k: int = 1,
+    sampling: SamplingParams | None = None,
+) -> list[PatchscopeRead]:
+    """SelfIE's read of `source`'s state at `position` at each of `layers` (default all): the
+    state written over the five placeholders of its interpretation prompt after layer `k`
+    (`resid_post.k`; 1 is the value its reference code shows)."""
+    return run(
+        read_patchscopes(unwrap(model), source, position, layers, SELFIE, target_layer=k,
+                         sampling=sampling)
+    )  # fmt: skip

@@ -229,8 +229,8 @@ def test_selfie_reads_every_layer_with_its_five_placeholders() -> None:
     assert {r.target_layer for r in reads} == {1}
     # Each read is the generation with that layer's state written at resid_post.1.
     state = run(model.capture(source, ["resid_post.2"]))["resid_post.2"][0, -1]
-    from ie_core import Patch, PositionMask, steer_at
+    from ie_core import Patch, steer_at
 
-    write = steer_at("resid_post.1", Patch(state, holes), mask=PositionMask(prefill_only=True))
+    write = steer_at("resid_post.1", Patch(state, holes))
     alone = run(model.generate(ids, sampling, steering=write))
     assert reads[2].token_ids == alone.token_ids

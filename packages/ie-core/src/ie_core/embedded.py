@@ -57,9 +57,11 @@ class EmbeddedPrompt:
         return tuple(p for p, _ in self.vectors)
 
     def steering(self) -> Steering:
-        """The write that puts the vectors in: a `Patch` at `embeddings`, prompt positions only."""
+        """The write that puts the vectors in: a `Patch` at `embeddings` on their positions, all
+        in the prompt, so no generated token is touched (no prefill-only scope, which vllm-static
+        cannot run)."""
         patch = Patch([v for _, v in self.vectors], self.positions)
-        return Steering(EMBEDDINGS, (), (patch,), PositionMask(prefill_only=True))
+        return Steering(EMBEDDINGS, (), (patch,), PositionMask())
 
     def to_wire(self) -> dict[str, Any]:
         return {"ids": list(self.ids), "vectors": [[p, list(v)] for p, v in self.vectors]}

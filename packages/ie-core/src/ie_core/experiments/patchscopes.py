@@ -21,6 +21,7 @@ from ie_core.plan import CAPTURE, GENERATE, Plan
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.sync import ModelLike, unwrap
+from ie_core.wire import sampling_from_wire
 
 __all__ = [
     "ENTITY_DESCRIPTION",
@@ -31,6 +32,7 @@ __all__ = [
     "patchscope",
     "patchscope_plans",
     "read_patchscopes",
+    "reads_from_wire",
     "selfie",
     "source_states",
 ]
@@ -88,6 +90,9 @@ SELFIE = Target(
 )
 
 
+PRESETS = {"identity": IDENTITY, "entity_description": ENTITY_DESCRIPTION, "selfie": SELFIE}
+
+
 @dataclass(frozen=True)
 class PatchscopeRead:
     """One read: the source layer, the target layer it was written at, and what was generated."""
@@ -108,14 +113,15 @@ def patchscope_plans(
     sampling: SamplingParams | None = None,
 ) -> list[Plan]:
     """One GENERATE plan per (state, target layer): the target prompt with `state` written over
-    each placeholder's row at `point.target_layer`, on the prompt's forward only."""
+    each placeholder's row at `point.target_layer` (prompt positions: generated rows are
+    untouched)."""
     if len(states) != len(target_layers):
         raise ValueError(f"{len(states)} states but {len(target_layers)} target layers")
     params = sampling or SamplingParams(max_new_tokens=10)
     plans = []
     for state, layer in zip(states, target_layers, strict=True):
         patch = Patch(state, tuple(holes))
-        write = Steering(point, (layer,), (patch,), PositionMask(prefill_only=True))
+        write = Steering(point, (layer,), (patch,), PositionMask())
         plans.append(Plan(GENERATE, list(target_ids), (), (write,), params))
     return plans
 
@@ -200,3 +206,45 @@ def selfie(
         read_patchscopes(unwrap(model), source, position, layers, SELFIE, target_layer=k,
                          sampling=sampling)
     )  # fmt: skip
+
+
+def reads_from_wire(data: Any) -> dict[str, Any]:
+    """`read_patchscopes`' arguments from a JSON body (`POST /v1/ie/patchscope`): `source` (a
+    prompt), `position`, optional `layers`, `target` (a preset's name or `{"parts": [...],
+    "placeholder": "..."}`), `target_layer`, `point` and `sampling`."""
+    if not isinstance(data, dict):
+        raise BadPromptError("the request body must be a JSON object")
+    if "source" not in data or not isinstance(data.get("position"), int):
+        raise BadPromptError(
+            "a patchscope request needs 'source' (a prompt) and 'position' (an int)"
+        )
+    layers = data.get("layers")
+    if layers is not None and not (
+        isinstance(layers, list) and all(isinstance(x, int) for x in layers)
+    ):
+        raise BadPromptError("'layers' is a list of ints, or absent for every layer")
+    target_layer = data.get("target_layer")
+    if target_layer is not None and not isinstance(target_layer, int):
+        raise BadPromptError("'target_layer' is an int, or absent for the source layer")
+    return {
+        "source": data["source"],
+        "position": data["position"],
+        "layers": layers,
+        "target": _target(data.get("target", "identity")),
+        "target_layer": target_layer,
+        "point": str(data.get("point", "resid_post")),
+        "sampling": sampling_from_wire(data.get("sampling")),
+    }
+
+
+def _target(value: Any) -> Target:
+    if isinstance(value, str):
+        if value not in PRESETS:
+            raise BadPromptError(f"unknown target {value!r}; presets: {', '.join(PRESETS)}")
+        return PRESETS[value]
+    parts = value.get("parts") if isinstance(value, dict) else None
+    if isinstance(parts, list) and all(isinstance(p, str) or p == HOLE for p in parts):
+        return Target(tuple(parts), str(value.get("placeholder", " ?")))
+    raise BadPromptError(
+        "'target' is a preset's name or {'parts': [text or 0, ...], 'placeholder': '...'}"
+    )

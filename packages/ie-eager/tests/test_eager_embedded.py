@@ -234,3 +234,21 @@ def test_selfie_reads_every_layer_with_its_five_placeholders() -> None:
     write = steer_at("resid_post.1", Patch(state, holes))
     alone = run(model.generate(ids, sampling, steering=write))
     assert reads[2].token_ids == alone.token_ids
+
+
+def test_the_streaming_lens_reads_an_embedded_prompt_as_capture_and_decode_do() -> None:
+    from ie_core.experiments.lens_stream import stream_lens
+
+    model = synthetic_model("qwen3")
+    ids = model.to_tokens(PROMPT)
+    v, at, read = _blend(model, ids), len(ids) - 2, "resid_post.1"
+    prompt = EmbeddedPrompt(ids, {at: v})
+    steps = list(stream_lens(model, prompt, [read], k=3, max_new_tokens=3, stop_at_eos=False))
+    assert [s.chunk.token_id for s in steps] == list(
+        run(model.generate(prompt, GREEDY)).token_ids[:3]
+    )
+    rows = run(model.capture(prompt, [read]))[read][0]
+    want = run(model.decode_residuals_topk(rows, 3))
+    assert torch.equal(steps[0].topk[read].ids, want.ids)
+    plain = list(stream_lens(model, ids, [read], k=3, max_new_tokens=1, stop_at_eos=False))
+    assert not torch.equal(plain[0].topk[read].probs, steps[0].topk[read].probs)  # control

@@ -127,9 +127,10 @@ def patchscope_plans(
 
 
 async def source_states(
-    model: Any, source: Any, position: int, layers: Sequence[int], point: str = "resid_post"
+    model: ModelLike, source: Any, position: int, layers: Sequence[int], point: str = "resid_post"
 ) -> list[Any]:
     """The source prompt's rows `[width]` at `position` and `point.layer`, one capture for all."""
+    model = unwrap(model)
     addresses = [f"{point}.{layer}" for layer in layers]
     cache = (await model.execute(Plan(CAPTURE, [source], tuple(addresses)))).cache
     assert cache is not None
@@ -141,7 +142,7 @@ async def source_states(
 
 
 async def read_patchscopes(
-    model: Any,
+    model: ModelLike,
     source: Any,
     position: int,
     layers: Sequence[int] | None = None,
@@ -154,6 +155,7 @@ async def read_patchscopes(
     """Read the state at `position` of `source` at each of `layers` (default every layer)
     through `target`, written at `target_layer` (default: the source layer, as the paper's
     same-layer patchscope); every read in flight at once."""
+    model = unwrap(model)
     chosen = list(range(model.n_layers)) if layers is None else list(layers)
     targets = [layer if target_layer is None else target_layer for layer in chosen]
     states = await source_states(model, source, position, chosen, point)
@@ -183,7 +185,7 @@ def patchscope(
     `target`'s placeholder at `target_layer` (default `layer`), then generation."""
     (read,) = run(
         read_patchscopes(
-            unwrap(model), source, position, [layer], target,
+            model, source, position, [layer], target,
             target_layer=target_layer, point=point, sampling=sampling,
         )
     )  # fmt: skip
@@ -203,7 +205,7 @@ def selfie(
     state written over the five placeholders of its interpretation prompt after layer `k`
     (`resid_post.k`; 1 is the value its reference code shows)."""
     return run(
-        read_patchscopes(unwrap(model), source, position, layers, SELFIE, target_layer=k,
+        read_patchscopes(model, source, position, layers, SELFIE, target_layer=k,
                          sampling=sampling)
     )  # fmt: skip
 

@@ -2,10 +2,10 @@
 
 A read takes the state at one point, layer and position of a source prompt, writes it over the
 state of a target prompt's placeholder token(s) at a target layer (a `Patch`), and lets the model
-generate from there. Each read is a GENERATE `Plan`, so every backend serves it, a remote one
-included; `patchscope_plans` builds them, and the readers below send all of a prompt's reads at
-once (one capture for the source states, then every generation together: one batch of requests
-on vLLM, where concurrent requests share forwards).
+generate from there. Each read is a GENERATE `Plan` (`patchscope_plans` builds them; the readers
+run them through the protocol's `generate`), so every backend serves it, a remote one included.
+The readers send all of a prompt's reads at once (one capture for the source states, then every
+generation together: one batch of requests on vLLM, where concurrent requests share forwards).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from ie_core.errors import BadPromptError
 from ie_core.ops import Patch, PositionMask, Steering
-from ie_core.plan import CAPTURE, GENERATE, Plan
+from ie_core.plan import GENERATE, Plan
 from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.sync import ModelLike, unwrap
@@ -132,8 +132,7 @@ async def source_states(
     """The source prompt's rows `[width]` at `position` and `point.layer`, one capture for all."""
     model = unwrap(model)
     addresses = [f"{point}.{layer}" for layer in layers]
-    cache = (await model.execute(Plan(CAPTURE, [source], tuple(addresses)))).cache
-    assert cache is not None
+    cache = await model.capture([source], addresses)
     rows = [cache[a][0] for a in addresses]
     n = rows[0].shape[0]
     if not -n <= position < n:
@@ -161,13 +160,17 @@ async def read_patchscopes(
     states = await source_states(model, source, position, chosen, point)
     ids, holes = target.ids(model)
     plans = patchscope_plans(states, ids, holes, targets, point=point, sampling=sampling)
-    outcomes = await asyncio.gather(*(model.execute(p) for p in plans))
-    reads = []
-    for layer, at, outcome in zip(chosen, targets, outcomes, strict=True):
-        g = outcome.generation
-        assert g is not None
-        reads.append(PatchscopeRead(layer, at, tuple(g.token_ids), g.text))
-    return reads
+    # Each plan through the protocol's generate, which makes the same plan on every backend.
+    done = await asyncio.gather(
+        *(
+            model.generate(p.prompt, p.sampling or SamplingParams(), steering=p.steering)
+            for p in plans
+        )
+    )
+    return [
+        PatchscopeRead(layer, at, tuple(g.token_ids), g.text)
+        for layer, at, g in zip(chosen, targets, done, strict=True)
+    ]
 
 
 def patchscope(

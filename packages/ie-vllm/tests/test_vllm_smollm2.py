@@ -898,3 +898,27 @@ def test_embedded_prompt_of_the_wrong_width_is_refused_before_any_request(smollm
     assert registered_keys(smollm2) == before
     # the engine serves the next request as before
     assert run(smollm2.generate(ids, SamplingParams(max_new_tokens=2))).token_ids
+
+
+def test_ie_fit_prices_the_weights_and_kv_cache_vllm_allocated(smollm2: Any) -> None:
+    """`ie fit`'s weights and KV cache against what the engine's worker holds (`ie_memory`:
+    parameters and buffers, the KV tensors, blocks x block size), within 10%; KV bytes per token
+    exactly. Negative control: the KV priced at every query head (no GQA) is 3x off."""
+    from dataclasses import replace
+
+    from ie_core.fit import fit, model_shape, read_checkpoint
+    from ie_core.sync import unwrap
+    from ie_vllm.memory_prices import kv_bytes_per_token
+    from vllm_support import MAX_MODEL_LEN, SMOLLM2
+
+    (held,) = run(unwrap(smollm2).flow.engine.rpc("ie_memory"))
+    report = fit(SMOLLM2, "vllm", max_model_len=MAX_MODEL_LEN)
+    priced = {i.name: i.nbytes for i in report.items}
+    assert abs(priced["weights"] - held["weights"]) <= 0.10 * held["weights"], (priced, held)
+    # vllm_support sets VLLM_CPU_KVCACHE_SPACE, so the priced cache is that space.
+    assert abs(priced["KV cache"] - held["kv_cache"]) <= 0.10 * held["kv_cache"], (priced, held)
+    shape = model_shape(read_checkpoint(SMOLLM2).config)
+    per_token = kv_bytes_per_token(shape, 4, MAX_MODEL_LEN)
+    assert per_token == held["kv_cache"] / held["kv_tokens"]
+    no_gqa = kv_bytes_per_token(replace(shape, n_kv_heads=shape.n_heads), 4, MAX_MODEL_LEN)
+    assert abs(no_gqa - per_token) > 0.10 * per_token

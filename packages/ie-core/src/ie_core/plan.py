@@ -4,7 +4,8 @@ executes plans; over HTTP the plan's JSON is the request body, written and read 
 
 Prompts stay as the caller gave them (text, ids, rows of ids): the executor owns the tokenizer
 (a remote one lives on the server). An embedded prompt (`ie_core.embedded`) is lowered here to
-its ids and a write of its vectors, so every executor runs it as a token prompt. Addresses stay as given too: each backend resolves them.
+its ids and a write of its vectors, so every executor runs it as a token prompt. Addresses stay
+as given too: each backend resolves them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ie_core.ops import Steering
 from ie_core.protocol import Generation, SamplingParams, SteeringArg, steering_tuple
 from ie_core.reduce.base import Reduction
 from ie_core.reduce.kinds import reduction_from_dict
+from ie_core.reduce.lens_topk import LensTopK
 from ie_core.wire import (
     sampling_from_wire,
     sampling_to_wire,
@@ -31,6 +33,7 @@ from ie_core.wire import (
 __all__ = [
     "CAPTURE",
     "CAPTURE_GENERATION",
+    "DECODE",
     "GENERATE",
     "KINDS",
     "Outcome",
@@ -42,7 +45,10 @@ __all__ = [
 CAPTURE = "capture"  # one forward over a batch of prompts, reading addresses
 GENERATE = "generate"  # sampled tokens (run whole, or streamed token by token)
 CAPTURE_GENERATION = "capture_generation"  # generate, reading over prompt + generated[:-1]
-KINDS = (CAPTURE, GENERATE, CAPTURE_GENERATION)
+# Residual rows (the plan's prompt, `[..., d_model]`) through the model's lens, in no forward:
+# full logits (`Outcome.reduced[DECODE]["logits"]`), or a `LensTopK` reduction's top-k.
+DECODE = "decode_residuals"
+KINDS = (CAPTURE, GENERATE, CAPTURE_GENERATION, DECODE)
 
 
 class PlanWireError(ValueError):
@@ -67,15 +73,16 @@ class Plan:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown plan kind {self.kind!r}; known: {', '.join(KINDS)}")
-        if self.reductions and self.kind != CAPTURE:
+        if self.kind == DECODE:
+            _check_decode(self)
+        elif self.reductions and self.kind != CAPTURE:
             raise ValueError("reductions ride a capture plan")
         labels = [r.label for r in self.reductions]
         if len(set(labels)) != len(labels):
             raise ValueError(f"reduction labels must differ, got {labels}")
-        if (self.sampling is None) != (self.kind == CAPTURE):
-            raise ValueError(
-                f"a {self.kind} plan {'takes no' if self.kind == CAPTURE else 'needs'} sampling"
-            )
+        unsampled = self.kind in (CAPTURE, DECODE)
+        if (self.sampling is None) != unsampled:
+            raise ValueError(f"a {self.kind} plan {'takes no' if unsampled else 'needs'} sampling")
         _lower_embedded(self)
 
     @classmethod
@@ -162,7 +169,10 @@ class Outcome:
 
 def _lower_embedded(plan: Plan) -> None:
     """An embedded prompt (`ie_core.embedded`) as ids and the write of its vectors, which runs
-    before the plan's other steering: shared for one prompt, the row's own in a batch."""
+    before the plan's other steering: shared for one prompt, the row's own in a batch. A decode
+    plan's prompt is residual rows, never a prompt of tokens."""
+    if plan.kind == DECODE:
+        return
     single = plan.kind != CAPTURE or not isinstance(plan.prompt, list | tuple)
     if single:
         ids, write = lowered(plan.prompt)
@@ -200,6 +210,16 @@ def _reductions(data: Any) -> tuple[Reduction, ...]:
         return tuple(reduction_from_dict(r) for r in data)
     except ValueError as exc:
         raise PlanWireError(str(exc)) from None
+
+
+def _check_decode(plan: Plan) -> None:
+    """A decode plan reads given rows: no addresses, no steering, at most one `LensTopK`."""
+    if plan.captures or plan.steering or plan.row_steering:
+        raise ValueError("a decode plan reads the rows it is given: no addresses or steering")
+    if len(plan.reductions) > 1 or any(
+        not isinstance(r.reducer, LensTopK) for r in plan.reductions
+    ):
+        raise ValueError("a decode plan reduces its rows by one LensTopK at most")
 
 
 def _prompt_field(kind: str) -> str:

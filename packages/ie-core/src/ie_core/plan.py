@@ -3,7 +3,9 @@ addresses, reducing which rows where they live (`ie_core.reduce`), under which s
 executes plans; over HTTP the plan's JSON is the request body, written and read here alone.
 
 Prompts stay as the caller gave them (text, ids, rows of ids): the executor owns the tokenizer
-(a remote one lives on the server). Addresses stay as given too: each backend resolves them.
+(a remote one lives on the server). An embedded prompt (`ie_core.embedded`) is lowered here to
+its ids and a write of its vectors, so every executor runs it as a token prompt. Addresses stay
+as given too: each backend resolves them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from ie_core.cache import ActivationCache
+from ie_core.embedded import EMBEDDINGS, lowered
+from ie_core.errors import SteeringSpecError
 from ie_core.grammar import AddressLike, to_address
 from ie_core.lora import LoraError, LoraSpec, lora_from_wire
 from ie_core.ops import Steering
@@ -85,6 +89,7 @@ class Plan:
         unsampled = self.kind in (CAPTURE, DECODE)
         if (self.sampling is None) != unsampled:
             raise ValueError(f"a {self.kind} plan {'takes no' if unsampled else 'needs'} sampling")
+        _lower_embedded(self)
 
     @classmethod
     def of(
@@ -157,7 +162,7 @@ class Plan:
         turns the dictionary features it serves by name into ops)."""
         if not isinstance(data, dict):
             raise PlanWireError("the request body must be a JSON object")
-        prompt = _field(data, _prompt_field(kind), (list, str))
+        prompt = _field(data, _prompt_field(kind), (list, str, dict))
         captures: tuple[str, ...] = ()
         if kind != GENERATE:
             addresses = _field(data, "addresses", list)
@@ -188,6 +193,42 @@ class Outcome:
     generation: Generation | None = None
     cache: ActivationCache | None = None
     reduced: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def _lower_embedded(plan: Plan) -> None:
+    """An embedded prompt (`ie_core.embedded`) as ids and the write of its vectors, which runs
+    before the plan's other steering: shared for one prompt, the row's own in a batch. A decode
+    plan's prompt is residual rows, never a prompt of tokens."""
+    if plan.kind == DECODE:
+        return
+    single = plan.kind != CAPTURE or not isinstance(plan.prompt, list | tuple)
+    if single:
+        ids, write = lowered(plan.prompt)
+        if write is not None:
+            prompt = ids if plan.kind != CAPTURE else [ids]
+            object.__setattr__(plan, "prompt", prompt)
+            object.__setattr__(plan, "steering", (write, *plan.steering))
+        return
+    rows = [lowered(p) for p in plan.prompt]
+    if all(write is None for _, write in rows):
+        return
+    if any(s.point == EMBEDDINGS for s in plan.steering):
+        raise SteeringSpecError(
+            "a batch with embedded prompts writes each row's vectors at 'embeddings' first; "
+            "steering every row there too would run after them: give that steering per row "
+            "(row_steering) or steer another point"
+        )
+    own = plan.row_steering or tuple(() for _ in rows)
+    if len(own) != len(rows):
+        raise SteeringSpecError(
+            f"{len(own)} row steerings for {len(rows)} prompts; give one per prompt"
+        )
+    object.__setattr__(plan, "prompt", [ids for ids, _ in rows])
+    object.__setattr__(
+        plan,
+        "row_steering",
+        tuple(((w,) if w else ()) + tuple(r) for (_, w), r in zip(rows, own, strict=True)),
+    )
 
 
 def _reductions(data: Any) -> tuple[Reduction, ...]:
@@ -250,5 +291,7 @@ def plain_prompt(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     if isinstance(value, str | int):
+        return value
+    if isinstance(value, dict):
         return value
     return [plain_prompt(v) for v in value]

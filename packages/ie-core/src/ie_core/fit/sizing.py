@@ -1,4 +1,4 @@
-"""`fit(model, backend=...)`: a model's memory on a backend, priced from config.json and the
+"""`fit(model_id, backend=...)`: a model's memory on a backend, priced from config.json and the
 safetensors headers before any weight is read, against a GPU or this machine (`FitReport`).
 
 ie-core prices the weights (the headers' dtype x shape, cast to the load dtype) and an
@@ -74,7 +74,7 @@ def weights_item(ckpt: Checkpoint, element_bytes: int) -> Item:
 
 
 def fit(
-    model: str | os.PathLike[str],
+    model_id: str | os.PathLike[str],
     backend: str = "vllm",
     *,
     points: Sequence[str] = (),
@@ -88,7 +88,7 @@ def fit(
     max_feature_nodes: int | None = None,
     dtype: str | None = None,
 ) -> FitReport:
-    """Price `model` on `backend` for sequences of `max_model_len` tokens (the config's
+    """Price `model_id` (a Hub id or a local folder) on `backend` for sequences of `max_model_len` tokens (the config's
     positions when None), `streams` at once, capturing `points` (vllm-static: tapping them and
     writing `static_writes`), and an attribution graph at `attribute_tokens` (transcoders of
     mean L0 `l0`, at most `max_feature_nodes` features kept); against `gpu`
@@ -103,7 +103,7 @@ def fit(
         )
     if streams < 1:
         raise UnsupportedOperationError(f"--streams {streams}: give at least 1")
-    ckpt = read_checkpoint(model)
+    ckpt = read_checkpoint(model_id)
     shape = model_shape(ckpt.config, f"{ckpt.source}/config.json")
     where = target(backend, gpu, memory_gib)
     load = _dtype(dtype, shape, where.device)
@@ -120,5 +120,5 @@ def fit(
     if attribute_tokens is not None:
         items.extend(attribution_items(shape, attribute_tokens, l0, max_feature_nodes))
     return FitReport(
-        str(model), backend, where, load, tokens, streams, ckpt.parameters, tuple(items)
+        str(model_id), backend, where, load, tokens, streams, ckpt.parameters, tuple(items)
     )

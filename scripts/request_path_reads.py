@@ -5,7 +5,7 @@ root of a checkout (standard library `ast` only, so any old checkout reads):
   NAME is a method (not a property) of a backend's model class, or a parameter of the enclosing
   function (a method the caller names);
 - plan routes: `ie serve`'s `/v1/ie` routes whose handler reads a `Plan` (`PLAN_BUILDERS`:
-  `_plan(...)`, `_decode_plan(...)`, `Plan(...)` or `Plan.from_wire`), of the routes that run
+  `_plan(...)`, `_decode_plan(...)`, `Plan(...)`, `Plan.from_wire` or `read_patchscopes`), of the routes that run
   the model (POST, handler takes `_model(request)`), of all routes in `ie_core/wire.py`'s
   `ROUTES`;
 - reducer files: the files holding code of one reducer, the linear probe: its maths as a reducer
@@ -31,8 +31,9 @@ BACKEND_SRC = ("ie-eager", "ie-vllm", "ie-static", "ie-remote")
 PROBE_METHODS = frozenset({"probe_scores", "probe_reducer"})
 DUP_LINES, DUP_CHARS = 4, 80
 # What a route handler calls to read its request as a plan: the JSON body's (`_plan`), the
-# residual rows' (`_decode_plan`), or a `Plan` built or read in place.
-PLAN_BUILDERS = ("_plan", "_decode_plan", "Plan", "Plan.from_wire")
+# residual rows' (`_decode_plan`), a `Plan` built or read in place, or the patchscope reads (their
+# GENERATE plans come from `ie_core.experiments.patchscopes.patchscope_plans`).
+PLAN_BUILDERS = ("_plan", "_decode_plan", "Plan", "Plan.from_wire", "read_patchscopes")
 
 
 def _py(root: Path, pattern: str) -> list[Path]:

@@ -24,7 +24,7 @@ _SWEEP = {"static_points": "all", "static_writes": "auto", "max_model_len": SWEE
 
 
 def _memory(shape: Any, work: Any) -> Any:
-    from ie_static.memory import static_memory
+    from ie_static.memory_prices import static_memory
 
     return static_memory(shape, work)
 

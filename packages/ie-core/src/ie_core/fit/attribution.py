@@ -10,12 +10,13 @@ What `attribute` and `prune` hold, from their code:
   encoder column (d_model floats) and three scalars (`PromptState`); the forward's capture
   (`prompt_state.addresses`: four d_model rows and one attention map per layer and position) and
   the logits at every position;
-- then the largest of three phases: under a `max_feature_nodes` cap, `_select` holds the kept
-  features' rows (each spans every active feature's column), their concatenation and
-  `partial_influence`'s |rows| and its normalised copy (4 row sets); the adjacency is then built
-  beside the rows and one copy of them; `prune` holds 7 adjacencies at its peak (the adjacency,
-  the kept adjacency, its normalised copy, the edge scores, the sort's values and int64 indices).
-The backward passes' per-batch working tensors are not counted. Torch-free.
+- then the largest of three phases: under a `max_feature_nodes` cap, `_select` holds one table of
+  the kept features' and the logits' rows (each spans every active feature's column), which
+  `partial_influence` ranks in place (1 row set); the adjacency is then built beside that table;
+  `prune` holds 7 adjacencies at its peak (the adjacency, the kept adjacency, its normalised
+  copy, the edge scores, the sort's values and int64 indices).
+The backward passes' per-batch working tensors and the ranking's one chunk of normalised rows
+(`ie_core.circuits.influence.INFLUENCE_CHUNK_BYTES`, 64 MiB) are not counted. Torch-free.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ __all__ = ["DEFAULT_L0", "PRUNE_ADJACENCIES", "SELECT_ROW_SETS", "attribution_it
 
 DEFAULT_L0 = 81  # the worked example's trained set, mean over its 30 layers
 PRUNE_ADJACENCIES = 7  # adjacency-sized fp32 buffers alive at pruning's peak (see above)
-SELECT_ROW_SETS = 4  # row-set-sized buffers alive while `_select` ranks features
+SELECT_ROW_SETS = 1  # row-set-sized buffers alive while `_select` ranks features
 FP32 = 4
 PER_FEATURE_SCALARS = 3 * 8 + 3 * 4  # int64 (layer, pos, feature); activation, bias, pre-act
 
@@ -58,7 +59,7 @@ def attribution_items(
     phases = {"pruning": PRUNE_ADJACENCIES * adjacency, "the adjacency": adjacency}
     if kept < active:
         phases["selecting features"] = SELECT_ROW_SETS * rows
-        phases["the adjacency"] = 2 * rows + adjacency
+        phases["the adjacency"] = rows + adjacency
     phase = max(phases, key=phases.__getitem__)
     remedy = "a shorter prompt, or a lower --max-feature-nodes"
     return (

@@ -9,10 +9,15 @@ from __future__ import annotations
 import torch
 
 
+def normalized_(adjacency: torch.Tensor) -> torch.Tensor:
+    """`normalized`, in place: no second adjacency-sized buffer."""
+    a = adjacency.abs_()
+    return a.div_(a.sum(1, keepdim=True).clamp_min(1e-10))
+
+
 def normalized(adjacency: torch.Tensor) -> torch.Tensor:
     """|A| with each row scaled to sum to 1 (rows of zeros stay zero)."""
-    a = adjacency.abs()
-    return a / a.sum(1, keepdim=True).clamp_min(1e-10)
+    return normalized_(adjacency.abs())
 
 
 def path_influence(
@@ -73,6 +78,7 @@ __all__ = [
     "INFLUENCE_CHUNK_BYTES",
     "chunk_rows",
     "normalized",
+    "normalized_",
     "partial_influence",
     "path_influence",
 ]

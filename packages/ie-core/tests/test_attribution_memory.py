@@ -1,7 +1,8 @@
-"""`partial_influence` in bounded chunks of rows (the feature-selection step of a capped graph):
-equal to the one-pass sum over the whole normalised row set (bit for bit as one chunk, within
-1e-6 relative in chunks), with a negative control, and its peak memory bounded by the chunk
-rather than the row set (measured as the resident peak of a fresh process)."""
+"""Attribution's memory-bounded steps equal their plain computations. `partial_influence` in
+bounded chunks of rows (the feature-selection step of a capped graph): the one-pass sum over the
+whole normalised row set (bit for bit as one chunk, within 1e-6 relative in chunks), with a
+negative control, its peak memory bounded by the chunk rather than the row set (the resident
+peak of a fresh process). `prune` with its buffers reused: bit for bit the plain computation."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import torch
-from ie_core.circuits.influence import chunk_rows, normalized, partial_influence
+from ie_core.circuits import Graph, LogitTarget, prune
+from ie_core.circuits.influence import chunk_rows, normalized, partial_influence, path_influence
 
 
 def _path_sum(a: torch.Tensor, nodes: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -91,3 +94,58 @@ def test_the_peak_is_bounded_by_the_chunk_not_the_row_set() -> None:
     assert whole["extra_bytes"] >= 0.8 * whole["rows_bytes"]
     assert chunked["extra_bytes"] <= 0.25 * whole["rows_bytes"]
     assert whole["extra_bytes"] >= 4 * max(chunked["extra_bytes"], 1)
+
+
+def _reference_prune(g: Graph, node_threshold: float, edge_threshold: float) -> tuple[Any, ...]:
+    """Pruning written plainly, every intermediate its own tensor and `torch.sort`'s cut."""
+
+    def cut(scores: torch.Tensor, keep: float) -> torch.Tensor:
+        ordered = torch.sort(scores.flatten(), descending=True).values
+        share = torch.cumsum(ordered, 0) / ordered.sum().clamp_min(1e-30)
+        at = int(torch.searchsorted(share, torch.tensor(keep, dtype=share.dtype)))
+        return ordered[min(at, len(ordered) - 1)]
+
+    adj, n, fixed = g.adjacency, g.n_nodes, g.token_offset
+    logit_w = torch.zeros(n)
+    logit_w[g.logit_offset :] = g.logit_probabilities
+    influence = path_influence(normalized(adj), logit_w)
+    nodes = influence >= cut(influence, node_threshold)
+    nodes[fixed:] = True
+    a = normalized(adj * nodes[:, None] * nodes[None, :])
+    scores = a * (path_influence(a, logit_w) + logit_w)[:, None]
+    edges = scores >= cut(scores, edge_threshold)
+    while True:
+        edges &= nodes[:, None] & nodes[None, :]
+        before = nodes.clone()
+        nodes[:fixed] &= edges[:, :fixed].any(0)
+        nodes[: g.n_features] &= edges[: g.n_features].any(1)
+        if torch.equal(nodes, before):
+            return nodes, edges
+
+
+def _random_graph(n_feat: int = 60, n_logit: int = 3) -> Graph:
+    """Features read later features, the error and the token; logits read all of those."""
+    g = torch.Generator().manual_seed(3)
+    n = n_feat + 2 + n_logit
+    adj = torch.randn(n, n, generator=g) * (torch.rand(n, n, generator=g) < 0.3)
+    adj[: n_feat + 2] = torch.triu(adj[: n_feat + 2], 1)
+    adj[:, n_feat + 2 :] = 0.0
+    adj[n_feat : n_feat + 2] = 0.0  # the error and token read nothing
+    return Graph(
+        prompt="x", tokens=(5,), token_strings=("x",), n_layers=1,
+        active_features=torch.tensor([[0, 0, i] for i in range(n_feat)]),
+        activation_values=torch.ones(n_feat), selected_features=torch.arange(n_feat),
+        logit_targets=tuple(LogitTarget(i, str(i), p) for i, p in enumerate([0.6, 0.3, 0.1])),
+        adjacency=adj, node_inputs=torch.zeros(n), node_bias=torch.zeros(n),
+    )  # fmt: skip
+
+
+def test_pruning_in_place_equals_the_plain_computation() -> None:
+    g = _random_graph()
+    for node_t, edge_t in ((0.8, 0.98), (0.5, 0.9), (1.0, 1.0)):
+        got = prune(g, node_t, edge_t)
+        nodes, edges = _reference_prune(g, node_t, edge_t)
+        assert torch.equal(got.node_mask, nodes) and torch.equal(got.edge_mask, edges)
+        assert 0 < int(nodes[: g.n_features].sum()) < g.n_features or node_t == 1.0
+    # Negative control: a looser node threshold keeps a different set on this graph.
+    assert not torch.equal(prune(g, 0.5, 0.98).node_mask, prune(g, 0.8, 0.98).node_mask)

@@ -248,6 +248,8 @@ def test_ie_trace_writes_the_graph(tmp_path) -> None:
     assert saved["adjacency"].shape[0] == saved["node_inputs"].shape[0]
     with pytest.raises(AttributionInputError, match="node_threshold"):  # before the load
         trace_command([*argv, "--node-threshold", "2"])
+    with pytest.raises(AttributionInputError, match="chunk is 0"):  # before the load
+        trace_command([*argv, "--chunk", "0"])
 
 
 def test_edge_cases_give_complete_graphs() -> None:

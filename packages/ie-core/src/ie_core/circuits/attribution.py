@@ -37,7 +37,10 @@ from ie_core.experiments.ragged import capture_ragged
 from ie_core.sync import unwrap
 
 
-def check_knobs(max_feature_nodes: int | None, max_n_logits: int, prob: float, batch: int) -> None:
+def check_knobs(
+    max_feature_nodes: int | None, max_n_logits: int, prob: float, batch: int,
+    chunk: int | None = None,
+) -> None:  # fmt: skip
     if max_feature_nodes is not None and max_feature_nodes < 0:
         raise AttributionInputError(f"max_feature_nodes is {max_feature_nodes}; give >= 0 or None")
     if max_n_logits < 1:
@@ -46,6 +49,8 @@ def check_knobs(max_feature_nodes: int | None, max_n_logits: int, prob: float, b
         raise AttributionInputError(f"desired_logit_prob is {prob}; give a value in (0, 1]")
     if batch < 1:
         raise AttributionInputError(f"batch_size is {batch}; give at least 1")
+    if chunk is not None and chunk < 1:
+        raise AttributionInputError(f"chunk is {chunk}; give at least 1 row, or None")
 
 
 class ForwardKnobs(TypedDict, total=False):
@@ -63,6 +68,7 @@ class GraphKnobs(ForwardKnobs, total=False):
     max_feature_nodes: int | None
     batch_size: int
     device: torch.device | str | None
+    chunk: int | None
 
 
 def prepare_many(
@@ -181,8 +187,7 @@ def attribute_state(
     """The backward half: the graph's rows through the frozen replacement of `st`, computed on
     `device` (default: the CPU); the graph's tensors are on the CPU. Under a feature cap the
     kept rows are ranked and copied `chunk` rows at a time (default: about 64 MiB a chunk)."""
-    if chunk is not None and chunk < 1:
-        raise AttributionInputError(f"chunk is {chunk}; give at least 1 row, or None")
+    check_knobs(max_feature_nodes, 1, 1.0, batch_size, chunk)
     on = st if device is None else moved(st, device)
     rows = row_engine(on)
     n_feat, n_logit = st.active_features.shape[0], len(st.logit_targets)
@@ -234,6 +239,7 @@ def attribute_many(
     zero_first_position: bool = True,
     weights: ReplacementWeights | str | Path | None = None,
     device: torch.device | str | None = None,
+    chunk: int | None = None,
 ) -> list[Graph]:
     """The attribution graph of each prompt's next-token prediction through `transcoders`, in
     order, from one batched forward on `model`'s backend (see the module docstring).
@@ -244,15 +250,16 @@ def attribute_many(
     `max_n_logits`); `zero_first_position` leaves position 0's features and error out of the
     graph as circuit-tracer does (its MLP output then counts as bias); `weights` is the model's
     HF folder where the backend keeps weights in other processes; `device` is where the backward
-    passes run (default: the CPU; e.g. "cuda" for large models)."""
-    check_knobs(max_feature_nodes, max_n_logits, desired_logit_prob, batch_size)
+    passes run (default: the CPU; e.g. "cuda" for large models); `chunk` is how many kept rows
+    the feature cap ranks and copies at a time (default: about 64 MiB of them)."""
+    check_knobs(max_feature_nodes, max_n_logits, desired_logit_prob, batch_size, chunk)
     ts = load_transcoders(transcoders)
     states = prepare_many(
         model, prompts, ts, max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
         zero_first_position=zero_first_position, weights=weights,
     )  # fmt: skip
     return [
-        graph_of(model, st, prompt, ts.scan, max_feature_nodes, batch_size, device)
+        graph_of(model, st, prompt, ts.scan, max_feature_nodes, batch_size, device, chunk)
         for st, prompt in zip(states, prompts, strict=True)
     ]
 
@@ -265,14 +272,14 @@ def attribute(
 ) -> Graph:
     """The attribution graph of `prompt`'s next-token prediction through `transcoders`
     (`attribute_many`'s keywords: `max_feature_nodes`, `max_n_logits`, `desired_logit_prob`,
-    `batch_size`, `zero_first_position`, `weights`, `device`)."""
+    `batch_size`, `zero_first_position`, `weights`, `device`, `chunk`)."""
     return attribute_many(model, [prompt], transcoders, **knobs)[0]
 
 
 def graph_of(
     model: Any, st: PromptState, prompt: str | Sequence[int], scan: str = "",
     max_feature_nodes: int | None = None, batch_size: int = 256,
-    device: torch.device | str | None = None,
+    device: torch.device | str | None = None, chunk: int | None = None,
 ) -> Graph:  # fmt: skip
     """`attribute_state` of a prepared prompt, with the prompt's text and token strings."""
     inner = unwrap(model)
@@ -280,7 +287,7 @@ def graph_of(
     text = prompt if isinstance(prompt, str) else inner.to_string(list(st.tokens))
     return attribute_state(
         st, max_feature_nodes=max_feature_nodes, batch_size=batch_size, prompt=text,
-        token_strings=strings, scan=scan, device=device,
+        token_strings=strings, scan=scan, device=device, chunk=chunk,
     )  # fmt: skip
 
 

@@ -13,8 +13,8 @@ What `attribute` and `prune` hold, from their code:
 - then the largest of three phases: under a `max_feature_nodes` cap, `_select` holds one table of
   the kept features' and the logits' rows (each spans every active feature's column), which
   `partial_influence` ranks in place (1 row set); the adjacency is then built beside that table;
-  `prune` holds 7 adjacencies at its peak (the adjacency, the kept adjacency, its normalised
-  copy, the edge scores, the sort's values and int64 indices).
+  `prune` holds 4 adjacencies at its peak (the adjacency, one buffer for the kept adjacency, its
+  normalised form and the edge scores, and the cut's sorted values and their cumulative share).
 The backward passes' per-batch working tensors and the ranking's one chunk of normalised rows
 (`ie_core.circuits.influence.INFLUENCE_CHUNK_BYTES`, 64 MiB) are not counted. Torch-free.
 """
@@ -28,7 +28,7 @@ from ie_core.fit.items import Item
 __all__ = ["DEFAULT_L0", "PRUNE_ADJACENCIES", "SELECT_ROW_SETS", "attribution_items", "node_count"]
 
 DEFAULT_L0 = 81  # the worked example's trained set, mean over its 30 layers
-PRUNE_ADJACENCIES = 7  # adjacency-sized fp32 buffers alive at pruning's peak (see above)
+PRUNE_ADJACENCIES = 4  # adjacency-sized fp32 buffers alive at pruning's peak (see above)
 SELECT_ROW_SETS = 1  # row-set-sized buffers alive while `_select` ranks features
 FP32 = 4
 PER_FEATURE_SCALARS = 3 * 8 + 3 * 4  # int64 (layer, pos, feature); activation, bias, pre-act

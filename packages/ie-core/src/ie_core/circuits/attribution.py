@@ -146,7 +146,7 @@ def _select(
         pending = order[~done[order]][: min(4 * batch, n_logit + limit - filled)]  # re-rank
         for start in range(0, len(pending), batch):  # every 4 batches
             ids = pending[start : start + batch]
-            table[filled : filled + len(ids)] = rows.rows(ids)
+            rows.rows(ids, out=table[filled : filled + len(ids)])
             nodes[filled : filled + len(ids)] = ids
             done[ids] = True
             filled += len(ids)

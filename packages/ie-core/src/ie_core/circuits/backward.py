@@ -109,12 +109,13 @@ class TransposedRows:
         pos = torch.where(is_feat, af[fi, 1] if self.n_feat else ids, st.n_pos - 1)
         return layer, pos
 
-    def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows `[len(ids), row_width]` of targets `ids` (features, then logits), on the CPU."""
+    def rows(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows `[len(ids), row_width]` of targets `ids` (features, then logits), on the CPU,
+        written into `out` where given (a caller's table: no second batch of rows)."""
         ids = ids.cpu()
         layer, pos = self.layer_pos(ids)
         order = torch.argsort(layer, descending=True, stable=True)
-        out = torch.empty(len(ids), row_width(self.st))
+        out = torch.empty(len(ids), row_width(self.st)) if out is None else out
         out[order] = self._sorted_rows(ids[order], layer[order], pos[order]).cpu()
         return out
 
@@ -187,7 +188,7 @@ class AutogradRows:
         )
         self.layers_out, self.final, self.st = out.mlp_in_layers, out.final, st
 
-    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+    def rows(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         st, dev = self.st, self.final.device
         ids = ids.to(dev)
         n_feat, b = st.active_features.shape[0], len(ids)
@@ -211,7 +212,11 @@ class AutogradRows:
         feats.index_add_(1, src.write_feat, (g_at * src.decoder_vecs).sum(-1))
         errors = (g_w * src.errors).sum(-1).reshape(b, -1)
         tokens = (g_tok * src.token_vectors).sum(-1)
-        return torch.cat([feats, errors, tokens], 1).cpu()
+        rows = torch.cat([feats, errors, tokens], 1).cpu()
+        if out is None:
+            return rows
+        out.copy_(rows)
+        return out
 
 
 def row_engine(st: PromptState) -> TransposedRows | AutogradRows:

@@ -2,7 +2,8 @@
 bounded chunks of rows (the feature-selection step of a capped graph): the one-pass sum over the
 whole normalised row set (bit for bit as one chunk, within 1e-6 relative in chunks), with a
 negative control, its peak memory bounded by the chunk rather than the row set (the resident
-peak of a fresh process, from a reset high-water mark). `prune` with its buffers reused: bit for bit the plain computation."""
+peak of a fresh process, from a reset high-water mark). `prune` with its buffers reused: bit for
+bit the plain computation."""
 
 from __future__ import annotations
 
@@ -66,8 +67,8 @@ from pathlib import Path
 from ie_core.circuits.influence import partial_influence
 
 def kib(field):
-    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field))
-    return int(line.split()[1])
+    lines = Path("/proc/self/status").read_text().splitlines()
+    return int(next(x for x in lines if x.startswith(field)).split()[1])
 
 torch.set_num_threads(1)
 r, w = 64, 500_000  # 128 MB of rows

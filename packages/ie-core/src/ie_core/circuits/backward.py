@@ -76,12 +76,11 @@ class TransposedRows:
         # Causal patterns let a batch stop at its last target position: checked, not assumed.
         self.causal = all(bool((p.triu(1) == 0).all()) for p in fz.patterns)
         # The cotangent each target puts into the residual: a feature's encoder column through
-        # its MLP norm at its own position, a logit's unembed row through the final norm.
-        f_layer, f_pos, _ = st.active_features.unbind(1)
-        norm2 = st.weights.layers[0].norm2
-        w2 = torch.stack([lw.norm2.weight for lw in st.weights.layers]).to(self.device)
-        per_feat = NormWeights(w2[f_layer], None, norm2.eps, norm2.centred)
-        self.feat_in = _norm_t(st.encoder_vecs, per_feat, fz.scale_mlp[f_layer, f_pos])
+        # its MLP norm at its own position (per batch, `feat_in`: a copy for every active
+        # feature would be as large as the encoder columns), a logit's unembed row through the
+        # final norm.
+        self.norm2 = st.weights.layers[0].norm2
+        self.w2 = torch.stack([lw.norm2.weight for lw in st.weights.layers]).to(self.device)
         self.logit_in = _norm_t(st.unembed_dirs, st.weights.final_norm, fz.scale_final[-1])
         self.maps = [
             _attention_map(lw, p) for lw, p in zip(st.weights.layers, fz.patterns, strict=True)
@@ -98,6 +97,13 @@ class TransposedRows:
             len(src.write_feat) == self.n_feat
             and (src.write_feat.cpu() == torch.arange(self.n_feat)).all()
         )
+
+    def feat_in(self, ids: torch.Tensor) -> torch.Tensor:
+        """Features `ids`' encoder columns through their MLP norms at their own positions."""
+        st = self.st
+        f_layer, f_pos = st.active_features[ids, 0], st.active_features[ids, 1]
+        per_feat = NormWeights(self.w2[f_layer], None, self.norm2.eps, self.norm2.centred)
+        return _norm_t(st.encoder_vecs[ids], per_feat, st.frozen.scale_mlp[f_layer, f_pos])
 
     def layer_pos(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each target's layer (n_layers for a logit) and position, on the CPU."""
@@ -141,7 +147,7 @@ class TransposedRows:
             if n_in == lo and not lo:
                 continue  # no row has started yet
             if n_in > lo:
-                g[rows[lo:n_in], dev_pos[lo:n_in]] += self.feat_in[dev_ids[lo:n_in]]
+                g[rows[lo:n_in], dev_pos[lo:n_in]] += self.feat_in(dev_ids[lo:n_in])
             self._attention_t(g[:n_in], k, width)
         out[:, self.n_feat : -n_pos] = errors.view(n, -1)
         out[:, -n_pos:][:, :width] = (g * src.token_vectors[:width]).sum(-1)

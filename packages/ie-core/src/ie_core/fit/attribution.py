@@ -7,9 +7,8 @@ transcoders' mean L0; the worked example's set averages 81, docs/notes/transcode
 
 What `attribute` and `prune` hold, from their code:
 - the prompt's state, for the whole trace: per active feature its (layer, pos, feature) ids, its
-  encoder column and decoder row (d_model floats each) and three scalars (`PromptState`), and
-  the backward's copy of its encoder column through the MLP norm (`TransposedRows.feat_in`);
-  the forward's capture (`prompt_state.addresses`: four d_model rows and one attention map per
+  encoder column and decoder row (d_model floats each) and three scalars (`PromptState`); the
+  forward's capture (`prompt_state.addresses`: four d_model rows and one attention map per
   layer and position) and the logits at every position;
 - then the largest of three phases: under a `max_feature_nodes` cap, `_select` holds one table of
   the kept features' and the logits' rows (each spans every active feature's column), which
@@ -32,7 +31,7 @@ DEFAULT_L0 = 81  # the worked example's trained set, mean over its 30 layers
 PRUNE_ADJACENCIES = 4  # adjacency-sized fp32 buffers alive at pruning's peak (see above)
 SELECT_ROW_SETS = 1  # row-set-sized buffers alive while `_select` ranks features
 FP32 = 4
-FEATURE_VECTORS = 3  # encoder column, decoder row, the backward's normed encoder column
+FEATURE_VECTORS = 2  # encoder column, decoder row
 PER_FEATURE_SCALARS = 3 * 8 + 3 * 4  # int64 (layer, pos, feature); activation, bias, pre-act
 
 

@@ -172,6 +172,25 @@ def test_attribution_nodes_are_the_graph_layout() -> None:
     assert node_count(100, 30, 6, 10) == 100 + 30 * 6 + 6 + 10
 
 
+def test_attribution_peak_is_its_largest_phase() -> None:
+    """Under a cap: one row table (kept features and logits, each row every active feature,
+    error and token) beside the adjacency; uncapped: pruning's 4 adjacencies (SmolLM2's shape,
+    width-256 random transcoders' L0 at 256 tokens)."""
+    from types import SimpleNamespace
+
+    from ie_core.fit.attribution import attribution_items
+
+    shape = SimpleNamespace(n_layers=30, d_model=576, n_heads=9, vocab=49152)
+    active = round(36.4 * 30 * 256)
+    n = node_count(1024, 30, 256, 10)
+    rows = (1024 + 10) * (active + 31 * 256) * 4
+    peak = attribution_items(shape, 256, 36.4, 1024)[1]
+    assert peak.nbytes == rows + n * n * 4 and "the adjacency" in peak.note
+    small = attribution_items(shape, 8, 36.4)[1]
+    assert small.nbytes == 4 * node_count(round(36.4 * 30 * 8), 30, 8, 10) ** 2 * 4
+    assert "pruning" in small.note
+
+
 def test_an_address_past_the_last_layer_is_refused(tmp_path: Path) -> None:
     from ie_core.errors import LayerOutOfRangeError
 

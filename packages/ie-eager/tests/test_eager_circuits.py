@@ -170,6 +170,20 @@ def test_feature_cap_keeps_rows_of_the_full_graph(traced) -> None:
     torch.testing.assert_close(capped.adjacency[cap_rows], g.adjacency[rows][:, full_cols])
 
 
+def test_a_chunked_feature_cap_equals_one_chunk(traced) -> None:
+    """Ranking and copying the kept rows a row at a time gives the graph of one chunk of all
+    rows: the same features (the argsort sees scores within 1e-6), the adjacency within 1e-6."""
+    _, _, state, _ = traced
+    whole = attribute_state(state, max_feature_nodes=25, batch_size=8, chunk=10**9)
+    for chunk in (1, 7):
+        part = attribute_state(state, max_feature_nodes=25, batch_size=8, chunk=chunk)
+        assert torch.equal(part.selected_features, whole.selected_features)
+        scale = float(whole.adjacency.abs().max())
+        torch.testing.assert_close(part.adjacency, whole.adjacency, rtol=1e-6, atol=1e-6 * scale)
+    with pytest.raises(AttributionInputError, match="chunk is 0"):
+        attribute_state(state, max_feature_nodes=25, chunk=0)
+
+
 def test_graph_json_is_the_viewers_schema(traced) -> None:
     _, _, _, g = traced
     data = json.loads(json.dumps(graph_json(g, slug="t", scan="synthetic")))
@@ -234,6 +248,8 @@ def test_ie_trace_writes_the_graph(tmp_path) -> None:
     assert saved["adjacency"].shape[0] == saved["node_inputs"].shape[0]
     with pytest.raises(AttributionInputError, match="node_threshold"):  # before the load
         trace_command([*argv, "--node-threshold", "2"])
+    with pytest.raises(AttributionInputError, match="chunk is 0"):  # before the load
+        trace_command([*argv, "--chunk", "0"])
 
 
 def test_edge_cases_give_complete_graphs() -> None:

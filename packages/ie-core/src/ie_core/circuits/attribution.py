@@ -20,7 +20,7 @@ import torch
 from ie_core.circuits.backward import AutogradRows, TransposedRows, biases, row_engine, row_width
 from ie_core.circuits.errors import AttributionInputError
 from ie_core.circuits.graph import Graph
-from ie_core.circuits.influence import partial_influence
+from ie_core.circuits.influence import chunk_rows, partial_influence
 from ie_core.circuits.prompt_state import (
     PromptState,
     addresses,
@@ -37,7 +37,10 @@ from ie_core.experiments.ragged import capture_ragged
 from ie_core.sync import unwrap
 
 
-def check_knobs(max_feature_nodes: int | None, max_n_logits: int, prob: float, batch: int) -> None:
+def check_knobs(
+    max_feature_nodes: int | None, max_n_logits: int, prob: float, batch: int,
+    chunk: int | None = None,
+) -> None:  # fmt: skip
     if max_feature_nodes is not None and max_feature_nodes < 0:
         raise AttributionInputError(f"max_feature_nodes is {max_feature_nodes}; give >= 0 or None")
     if max_n_logits < 1:
@@ -46,6 +49,8 @@ def check_knobs(max_feature_nodes: int | None, max_n_logits: int, prob: float, b
         raise AttributionInputError(f"desired_logit_prob is {prob}; give a value in (0, 1]")
     if batch < 1:
         raise AttributionInputError(f"batch_size is {batch}; give at least 1")
+    if chunk is not None and chunk < 1:
+        raise AttributionInputError(f"chunk is {chunk}; give at least 1 row, or None")
 
 
 class ForwardKnobs(TypedDict, total=False):
@@ -63,6 +68,7 @@ class GraphKnobs(ForwardKnobs, total=False):
     max_feature_nodes: int | None
     batch_size: int
     device: torch.device | str | None
+    chunk: int | None
 
 
 def prepare_many(
@@ -121,27 +127,43 @@ def state_of(
 
 def _select(
     rows: TransposedRows | AutogradRows, st: PromptState, logit_rows: torch.Tensor, limit: int,
-    batch: int,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Feature rows up to `limit`, most influential first: (selected ids ascending, their rows)."""
+    batch: int, chunk: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Feature rows up to `limit`, most influential first, written once into one table (the
+    logit rows first, then features as computed): (selected ids ascending, the table, each
+    selected id's row in it). Ranking reads the table in place (`partial_influence`'s chunks)."""
     n_feat, n_logit = st.active_features.shape[0], len(st.logit_targets)
-    done: dict[int, torch.Tensor] = {}
-    probs = torch.tensor([t.probability for t in st.logit_targets], dtype=torch.float32)
-    while len(done) < limit:
-        known = sorted(done)
-        table = torch.cat([logit_rows, *(done[i][None] for i in known)])
-        nodes = torch.tensor([-1] * n_logit + known, dtype=torch.long)
-        weights = torch.cat([probs, torch.zeros(len(known))])
-        score = partial_influence(table, nodes, weights)[:n_feat]
-        order = [int(i) for i in torch.argsort(score, descending=True) if int(i) not in done]
-        pending = order[: min(4 * batch, limit - len(done))]  # re-rank every 4 batches
-        for start in range(0, len(pending), batch):
-            ids = torch.tensor(pending[start : start + batch], dtype=torch.long)
-            for i, row in zip(ids.tolist(), rows.rows(ids), strict=True):
-                done[i] = row
-    selected = torch.tensor(sorted(done), dtype=torch.long)
-    feature_rows = [done[i][None] for i in selected.tolist()]
-    return selected, torch.cat([torch.zeros(0, row_width(st)), *feature_rows])
+    table = torch.empty(n_logit + limit, logit_rows.shape[1])
+    table[:n_logit] = logit_rows
+    nodes = torch.full((n_logit + limit,), -1, dtype=torch.long)
+    weights = torch.zeros(n_logit + limit)
+    weights[:n_logit] = torch.tensor([t.probability for t in st.logit_targets])
+    done = torch.zeros(n_feat, dtype=torch.bool)
+    filled = n_logit
+    while filled < n_logit + limit:
+        score = partial_influence(table[:filled], nodes[:filled], weights[:filled], chunk)
+        order = torch.argsort(score[:n_feat], descending=True)
+        pending = order[~done[order]][: min(4 * batch, n_logit + limit - filled)]  # re-rank
+        for start in range(0, len(pending), batch):  # every 4 batches
+            ids = pending[start : start + batch]
+            rows.rows(ids, out=table[filled : filled + len(ids)])
+            nodes[filled : filled + len(ids)] = ids
+            done[ids] = True
+            filled += len(ids)
+    selected, slots = torch.sort(nodes[n_logit:])
+    return selected, table, slots + n_logit
+
+
+def _fill_selected(
+    adjacency: torch.Tensor, table: torch.Tensor, slots: torch.Tensor, cols: torch.Tensor,
+    chunk: int | None,
+) -> None:  # fmt: skip
+    """The selected features' rows, at the kept columns, into the adjacency's first rows, a
+    chunk of rows at a time (no copy of the table)."""
+    step = chunk_rows(table.shape[1]) if chunk is None else chunk
+    for start in range(0, len(slots), step):
+        part = slots[start : start + step]
+        adjacency[start : start + len(part), : len(cols)] = table[part[:, None], cols[None]]
 
 
 def _all_rows(
@@ -160,10 +182,12 @@ def _all_rows(
 def attribute_state(
     st: PromptState, *, max_feature_nodes: int | None = None, batch_size: int = 256,
     prompt: str = "", token_strings: tuple[str, ...] = (), scan: str = "",
-    device: torch.device | str | None = None,
+    device: torch.device | str | None = None, chunk: int | None = None,
 ) -> Graph:  # fmt: skip
     """The backward half: the graph's rows through the frozen replacement of `st`, computed on
-    `device` (default: the CPU); the graph's tensors are on the CPU."""
+    `device` (default: the CPU); the graph's tensors are on the CPU. Under a feature cap the
+    kept rows are ranked and copied `chunk` rows at a time (default: about 64 MiB a chunk)."""
+    check_knobs(max_feature_nodes, 1, 1.0, batch_size, chunk)
     on = st if device is None else moved(st, device)
     rows = row_engine(on)
     n_feat, n_logit = st.active_features.shape[0], len(st.logit_targets)
@@ -175,10 +199,11 @@ def attribute_state(
         adjacency = torch.zeros(len(cols) + n_logit, len(cols) + n_logit)
         _all_rows(rows, st, batch_size, adjacency)
     else:
-        selected, feature_rows = _select(rows, st, logit_rows, limit, batch_size)
+        selected, table, slots = _select(rows, st, logit_rows, limit, batch_size, chunk)
         cols = torch.cat([selected, torch.arange(n_feat, row_width(st))])
         adjacency = torch.zeros(len(cols) + n_logit, len(cols) + n_logit)
-        adjacency[: len(selected), : len(cols)] = feature_rows[:, cols]
+        _fill_selected(adjacency, table, slots, cols, chunk)
+        del table  # the row set goes before the graph's other buffers
     n_sel, n_cols, n_nodes = len(selected), len(cols), len(cols) + n_logit
     adjacency[n_cols:, :n_cols] = logit_rows[:, cols]
     inputs, bias = torch.zeros(n_nodes), torch.zeros(n_nodes)
@@ -214,6 +239,7 @@ def attribute_many(
     zero_first_position: bool = True,
     weights: ReplacementWeights | str | Path | None = None,
     device: torch.device | str | None = None,
+    chunk: int | None = None,
 ) -> list[Graph]:
     """The attribution graph of each prompt's next-token prediction through `transcoders`, in
     order, from one batched forward on `model`'s backend (see the module docstring).
@@ -224,15 +250,16 @@ def attribute_many(
     `max_n_logits`); `zero_first_position` leaves position 0's features and error out of the
     graph as circuit-tracer does (its MLP output then counts as bias); `weights` is the model's
     HF folder where the backend keeps weights in other processes; `device` is where the backward
-    passes run (default: the CPU; e.g. "cuda" for large models)."""
-    check_knobs(max_feature_nodes, max_n_logits, desired_logit_prob, batch_size)
+    passes run (default: the CPU; e.g. "cuda" for large models); `chunk` is how many kept rows
+    the feature cap ranks and copies at a time (default: about 64 MiB of them)."""
+    check_knobs(max_feature_nodes, max_n_logits, desired_logit_prob, batch_size, chunk)
     ts = load_transcoders(transcoders)
     states = prepare_many(
         model, prompts, ts, max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
         zero_first_position=zero_first_position, weights=weights,
     )  # fmt: skip
     return [
-        graph_of(model, st, prompt, ts.scan, max_feature_nodes, batch_size, device)
+        graph_of(model, st, prompt, ts.scan, max_feature_nodes, batch_size, device, chunk)
         for st, prompt in zip(states, prompts, strict=True)
     ]
 
@@ -245,14 +272,14 @@ def attribute(
 ) -> Graph:
     """The attribution graph of `prompt`'s next-token prediction through `transcoders`
     (`attribute_many`'s keywords: `max_feature_nodes`, `max_n_logits`, `desired_logit_prob`,
-    `batch_size`, `zero_first_position`, `weights`, `device`)."""
+    `batch_size`, `zero_first_position`, `weights`, `device`, `chunk`)."""
     return attribute_many(model, [prompt], transcoders, **knobs)[0]
 
 
 def graph_of(
     model: Any, st: PromptState, prompt: str | Sequence[int], scan: str = "",
     max_feature_nodes: int | None = None, batch_size: int = 256,
-    device: torch.device | str | None = None,
+    device: torch.device | str | None = None, chunk: int | None = None,
 ) -> Graph:  # fmt: skip
     """`attribute_state` of a prepared prompt, with the prompt's text and token strings."""
     inner = unwrap(model)
@@ -260,7 +287,7 @@ def graph_of(
     text = prompt if isinstance(prompt, str) else inner.to_string(list(st.tokens))
     return attribute_state(
         st, max_feature_nodes=max_feature_nodes, batch_size=batch_size, prompt=text,
-        token_strings=strings, scan=scan, device=device,
+        token_strings=strings, scan=scan, device=device, chunk=chunk,
     )  # fmt: skip
 
 

@@ -76,12 +76,11 @@ class TransposedRows:
         # Causal patterns let a batch stop at its last target position: checked, not assumed.
         self.causal = all(bool((p.triu(1) == 0).all()) for p in fz.patterns)
         # The cotangent each target puts into the residual: a feature's encoder column through
-        # its MLP norm at its own position, a logit's unembed row through the final norm.
-        f_layer, f_pos, _ = st.active_features.unbind(1)
-        norm2 = st.weights.layers[0].norm2
-        w2 = torch.stack([lw.norm2.weight for lw in st.weights.layers]).to(self.device)
-        per_feat = NormWeights(w2[f_layer], None, norm2.eps, norm2.centred)
-        self.feat_in = _norm_t(st.encoder_vecs, per_feat, fz.scale_mlp[f_layer, f_pos])
+        # its MLP norm at its own position (per batch, `feat_in`: a copy for every active
+        # feature would be as large as the encoder columns), a logit's unembed row through the
+        # final norm.
+        self.norm2 = st.weights.layers[0].norm2
+        self.w2 = torch.stack([lw.norm2.weight for lw in st.weights.layers]).to(self.device)
         self.logit_in = _norm_t(st.unembed_dirs, st.weights.final_norm, fz.scale_final[-1])
         self.maps = [
             _attention_map(lw, p) for lw, p in zip(st.weights.layers, fz.patterns, strict=True)
@@ -99,6 +98,13 @@ class TransposedRows:
             and (src.write_feat.cpu() == torch.arange(self.n_feat)).all()
         )
 
+    def feat_in(self, ids: torch.Tensor) -> torch.Tensor:
+        """Features `ids`' encoder columns through their MLP norms at their own positions."""
+        st = self.st
+        f_layer, f_pos = st.active_features[ids, 0], st.active_features[ids, 1]
+        per_feat = NormWeights(self.w2[f_layer], None, self.norm2.eps, self.norm2.centred)
+        return _norm_t(st.encoder_vecs[ids], per_feat, st.frozen.scale_mlp[f_layer, f_pos])
+
     def layer_pos(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each target's layer (n_layers for a logit) and position, on the CPU."""
         st = self.st
@@ -109,12 +115,13 @@ class TransposedRows:
         pos = torch.where(is_feat, af[fi, 1] if self.n_feat else ids, st.n_pos - 1)
         return layer, pos
 
-    def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows `[len(ids), row_width]` of targets `ids` (features, then logits), on the CPU."""
+    def rows(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows `[len(ids), row_width]` of targets `ids` (features, then logits), on the CPU,
+        written into `out` where given (a caller's table: no second batch of rows)."""
         ids = ids.cpu()
         layer, pos = self.layer_pos(ids)
         order = torch.argsort(layer, descending=True, stable=True)
-        out = torch.empty(len(ids), row_width(self.st))
+        out = torch.empty(len(ids), row_width(self.st)) if out is None else out
         out[order] = self._sorted_rows(ids[order], layer[order], pos[order]).cpu()
         return out
 
@@ -140,7 +147,7 @@ class TransposedRows:
             if n_in == lo and not lo:
                 continue  # no row has started yet
             if n_in > lo:
-                g[rows[lo:n_in], dev_pos[lo:n_in]] += self.feat_in[dev_ids[lo:n_in]]
+                g[rows[lo:n_in], dev_pos[lo:n_in]] += self.feat_in(dev_ids[lo:n_in])
             self._attention_t(g[:n_in], k, width)
         out[:, self.n_feat : -n_pos] = errors.view(n, -1)
         out[:, -n_pos:][:, :width] = (g * src.token_vectors[:width]).sum(-1)
@@ -187,7 +194,7 @@ class AutogradRows:
         )
         self.layers_out, self.final, self.st = out.mlp_in_layers, out.final, st
 
-    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+    def rows(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         st, dev = self.st, self.final.device
         ids = ids.to(dev)
         n_feat, b = st.active_features.shape[0], len(ids)
@@ -211,7 +218,11 @@ class AutogradRows:
         feats.index_add_(1, src.write_feat, (g_at * src.decoder_vecs).sum(-1))
         errors = (g_w * src.errors).sum(-1).reshape(b, -1)
         tokens = (g_tok * src.token_vectors).sum(-1)
-        return torch.cat([feats, errors, tokens], 1).cpu()
+        rows = torch.cat([feats, errors, tokens], 1).cpu()
+        if out is None:
+            return rows
+        out.copy_(rows)
+        return out
 
 
 def row_engine(st: PromptState) -> TransposedRows | AutogradRows:

@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--batch-size", type=int, default=256, help="targets per backward pass")
     p.add_argument("--device", help="where the backward passes run (default: cpu; e.g. cuda)")
+    p.add_argument("--chunk", type=int, help="kept rows a feature cap ranks at a time "
+                   "(default: about 64 MiB of them; lower it to bound memory further)")  # fmt: skip
     p.add_argument("--slug", help="the graph's name in the viewer (default: --out's stem)")
     p.add_argument("--raw", type=Path, help="also save the raw graph (torch.save of its fields)")
     p.add_argument(
@@ -140,7 +142,9 @@ def trace_command(argv: list[str]) -> int:
     from ie_core.runner import run
 
     check_thresholds(args.node_threshold, args.edge_threshold)
-    check_knobs(args.max_feature_nodes, args.max_logits, args.logit_prob, args.batch_size)
+    check_knobs(
+        args.max_feature_nodes, args.max_logits, args.logit_prob, args.batch_size, args.chunk
+    )
     transcoders = load_transcoders(args.transcoders)  # a bad folder fails before the load
     prune_options = {"node_threshold": args.node_threshold, "edge_threshold": args.edge_threshold,
                      "transcoder_kind": transcoder_kind_of(transcoders)}  # fmt: skip
@@ -155,7 +159,7 @@ def trace_command(argv: list[str]) -> int:
         )  # fmt: skip
         graphs = [
             graph_of(model, st, p, transcoders.scan, args.max_feature_nodes, args.batch_size,
-                     args.device)
+                     args.device, args.chunk)
             for st, p in zip(states, args.prompt, strict=True)
         ]  # fmt: skip
     finally:

@@ -12,7 +12,7 @@ import torch
 
 from ie_core.circuits.errors import AttributionInputError
 from ie_core.circuits.graph import Graph
-from ie_core.circuits.influence import normalized, path_influence
+from ie_core.circuits.influence import normalized, normalized_, path_influence
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,18 @@ class Pruned:
     cumulative: torch.Tensor
 
 
+def _descending(scores: torch.Tensor) -> torch.Tensor:
+    """`scores`' values, flattened and sorted largest first: numpy sorts values in place, where
+    `torch.sort` would also hold int64 indices (two more buffers of the scores' size)."""
+    ordered = scores.flatten().neg().numpy()
+    ordered.sort()
+    return torch.from_numpy(ordered).neg_()
+
+
 def _cut(scores: torch.Tensor, keep: float) -> torch.Tensor:
     """The smallest score among the top scores holding a `keep` share of their total."""
-    ordered = torch.sort(scores.flatten(), descending=True).values
-    share = torch.cumsum(ordered, 0) / ordered.sum().clamp_min(1e-30)
+    ordered = _descending(scores)
+    share = torch.cumsum(ordered, 0).div_(ordered.sum().clamp_min(1e-30))
     at = min(
         int(torch.searchsorted(share, torch.tensor(keep, dtype=share.dtype))), len(ordered) - 1
     )
@@ -60,10 +68,11 @@ def prune(graph: Graph, node_threshold: float = 0.8, edge_threshold: float = 0.9
     influence = path_influence(normalized(adj), logit_w)
     nodes = influence >= _cut(influence, node_threshold)
     nodes[fixed:] = True
-    kept = adj * nodes[:, None] * nodes[None, :]
-    a = normalized(kept)
-    edge_scores = a * (path_influence(a, logit_w) + logit_w)[:, None]
+    # One adjacency-sized buffer: the kept adjacency, normalised, then scaled into edge scores.
+    a = normalized_((adj * nodes[:, None]).mul_(nodes[None, :]))
+    edge_scores = a.mul_((path_influence(a, logit_w) + logit_w)[:, None])
     edges = edge_scores >= _cut(edge_scores, edge_threshold)
+    del a, edge_scores
     while True:
         edges &= nodes[:, None] & nodes[None, :]
         before = nodes.clone()

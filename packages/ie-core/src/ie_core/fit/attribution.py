@@ -7,15 +7,16 @@ transcoders' mean L0; the worked example's set averages 81, docs/notes/transcode
 
 What `attribute` and `prune` hold, from their code:
 - the prompt's state, for the whole trace: per active feature its (layer, pos, feature) ids, its
-  encoder column (d_model floats) and three scalars (`PromptState`); the forward's capture
-  (`prompt_state.addresses`: four d_model rows and one attention map per layer and position) and
-  the logits at every position;
-- then the largest of three phases: under a `max_feature_nodes` cap, `_select` holds the kept
-  features' rows (each spans every active feature's column), their concatenation and
-  `partial_influence`'s |rows| and its normalised copy (4 row sets); the adjacency is then built
-  beside the rows and one copy of them; `prune` holds 7 adjacencies at its peak (the adjacency,
-  the kept adjacency, its normalised copy, the edge scores, the sort's values and int64 indices).
-The backward passes' per-batch working tensors are not counted. Torch-free.
+  encoder column and decoder row (d_model floats each) and three scalars (`PromptState`); the
+  forward's capture (`prompt_state.addresses`: four d_model rows and one attention map per
+  layer and position) and the logits at every position;
+- then the largest of three phases: under a `max_feature_nodes` cap, `_select` holds one table of
+  the kept features' and the logits' rows (each spans every active feature's column), which
+  `partial_influence` ranks in place (1 row set); the adjacency is then built beside that table;
+  `prune` holds 4 adjacencies at its peak (the adjacency, one buffer for the kept adjacency, its
+  normalised form and the edge scores, and the cut's sorted values and their cumulative share).
+The backward passes' per-batch working tensors and the ranking's one chunk of normalised rows
+(`ie_core.circuits.influence.INFLUENCE_CHUNK_BYTES`, 64 MiB) are not counted. Torch-free.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from ie_core.fit.items import Item
 __all__ = ["DEFAULT_L0", "PRUNE_ADJACENCIES", "SELECT_ROW_SETS", "attribution_items", "node_count"]
 
 DEFAULT_L0 = 81  # the worked example's trained set, mean over its 30 layers
-PRUNE_ADJACENCIES = 7  # adjacency-sized fp32 buffers alive at pruning's peak (see above)
-SELECT_ROW_SETS = 4  # row-set-sized buffers alive while `_select` ranks features
+PRUNE_ADJACENCIES = 4  # adjacency-sized fp32 buffers alive at pruning's peak (see above)
+SELECT_ROW_SETS = 1  # row-set-sized buffers alive while `_select` ranks features
 FP32 = 4
+FEATURE_VECTORS = 2  # encoder column, decoder row
 PER_FEATURE_SCALARS = 3 * 8 + 3 * 4  # int64 (layer, pos, feature); activation, bias, pre-act
 
 
@@ -39,7 +41,7 @@ def node_count(n_features: int, n_layers: int, n_pos: int, n_logits: int) -> int
 
 
 def _state_bytes(shape: Any, tokens: int, active: int) -> int:
-    features = active * (shape.d_model * FP32 + PER_FEATURE_SCALARS)
+    features = active * (FEATURE_VECTORS * shape.d_model * FP32 + PER_FEATURE_SCALARS)
     per_layer = (4 * shape.d_model + shape.n_heads * tokens) * tokens * FP32
     return features + shape.n_layers * per_layer + tokens * shape.vocab * FP32
 
@@ -58,7 +60,7 @@ def attribution_items(
     phases = {"pruning": PRUNE_ADJACENCIES * adjacency, "the adjacency": adjacency}
     if kept < active:
         phases["selecting features"] = SELECT_ROW_SETS * rows
-        phases["the adjacency"] = 2 * rows + adjacency
+        phases["the adjacency"] = rows + adjacency
     phase = max(phases, key=phases.__getitem__)
     remedy = "a shorter prompt, or a lower --max-feature-nodes"
     return (

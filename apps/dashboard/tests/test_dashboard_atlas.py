@@ -9,7 +9,6 @@ force over those activations (`torch.topk`, counts, max), not against the atlas 
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import time
@@ -48,7 +47,12 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert created
     with db.write() as session:
         upsert_graph(session, linked_graph(), source="test")
-    return {"db": db, "data": data, "id": atlas_id, "client": TestClient(create_app(db, token=None))}
+    return {
+        "db": db,
+        "data": data,
+        "id": atlas_id,
+        "client": TestClient(create_app(db, token=None)),
+    }
 
 
 def linked_graph(scan: str = SCAN) -> dict[str, Any]:
@@ -93,7 +97,7 @@ def test_index_lists_a_page_of_features_with_density_and_max(stored: dict[str, A
     top = int(counts.max())
     assert first == max(i for i, c in enumerate(counts.tolist()) if c == top)
     last = client.get(f"/atlases/{stored['id']}?page={D_SAE // PAGE_SIZE + 1}").text
-    assert f"/features/{D_SAE - 1}\"" in last and "next →" not in last
+    assert f'/features/{D_SAE - 1}"' in last and "next →" not in last
 
 
 def test_feature_page_matches_a_brute_force(stored: dict[str, Any]) -> None:
@@ -166,13 +170,18 @@ def test_pages_read_a_page_through_an_index(stored: dict[str, Any]) -> None:
         queries += [index_query(atlas, 2, "feature", " w1"), index_query(atlas, 1, "feature", "77")]
         for q in queries:
             sql = str(q.compile(db.engine, compile_kwargs={"literal_binds": True}))
-            plan = " | ".join(r[-1] for r in s.connection().execute(text(f"EXPLAIN QUERY PLAN {sql}")))
+            plan = " | ".join(
+                r[-1] for r in s.connection().execute(text(f"EXPLAIN QUERY PLAN {sql}"))
+            )
             assert "USING" in plan and "INDEX" in plan, plan
             assert "TEMP B-TREE" not in plan, plan
             assert "LIMIT" in sql or "feature =" in sql
     # And fast: a page of the index and a feature page, timed (under load, so bounds are loose).
     client = stored["client"]
-    for path in (f"/atlases/{stored['id']}?page=300&sort=density", f"/atlases/{stored['id']}/features/16000"):
+    for path in (
+        f"/atlases/{stored['id']}?page=300&sort=density",
+        f"/atlases/{stored['id']}/features/16000",
+    ):
         start = time.perf_counter()
         assert client.get(path).status_code == 200
         took = time.perf_counter() - start
@@ -211,7 +220,9 @@ def test_the_command_stores_nothing_from_a_folder_that_is_not_an_atlas(
         json.dumps({"format": "ie-atlas/1", "spec": {}, "complete": False})
     )
     db = tmp_path / "d.sqlite"
-    rc = dashboard_command(["atlas", str(tmp_path / "half"), str(tmp_path / "none"), "--db", str(db)])
+    rc = dashboard_command(
+        ["atlas", str(tmp_path / "half"), str(tmp_path / "none"), "--db", str(db)]
+    )
     err = capsys.readouterr().err
     assert rc == 1
     assert "the pass did not finish" in err and "no finished atlas" in err
@@ -219,6 +230,8 @@ def test_the_command_stores_nothing_from_a_folder_that_is_not_an_atlas(
     with database.read() as s:
         assert s.exec(select(func.count()).select_from(AtlasRow)).one() == 0
     database.dispose()
-    with pytest.raises(AtlasImportError, match="no finished atlas"):
-        with Database(database_url(db)).write() as session:
-            import_atlas(session, tmp_path / "half", decode)
+    with (
+        pytest.raises(AtlasImportError, match="no finished atlas"),
+        Database(database_url(db)).write() as session,
+    ):
+        import_atlas(session, tmp_path / "half", decode)

@@ -32,7 +32,9 @@ class Synthetic:
     state: AtlasState
 
 
-def _contexts(state: AtlasState, acts: torch.Tensor, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+def _contexts(
+    state: AtlasState, acts: torch.Tensor, tokens: torch.Tensor
+) -> dict[str, torch.Tensor]:
     d = state.d_sae
     feature_top = torch.arange(d).view(d, 1).expand_as(state.top_sequence)
     top = acts[state.top_sequence.clamp_min(0), :, feature_top]  # [d, k, context]

@@ -108,7 +108,9 @@ def test_the_files_are_delphis_layout(exported: dict[str, Any]) -> None:
     assert part["tokens"].shape[1] == CONTEXT and part["activations"].dtype == torch.float32
 
 
-def test_a_bad_module_name_or_a_full_folder_is_refused(exported: dict[str, Any], tmp_path: Path) -> None:
+def test_a_bad_module_name_or_a_full_folder_is_refused(
+    exported: dict[str, Any], tmp_path: Path
+) -> None:
     folder = str(exported["data"].folder)
     with pytest.raises(AtlasError, match="not empty"):
         atlas_command(["delphi", folder, "--out", str(exported["out"])])
@@ -145,6 +147,7 @@ def test_released_delphi_reads_the_export(exported: dict[str, Any]) -> None:
     for f, record in records.items():
         assert record["max"] == pytest.approx(float(state.top_values[f, 0]), rel=1e-6)
         assert all(t.startswith("w") for t in record["train_tokens"])
+
     # Negative control: the same comparison against an export of the top contexts alone (the
     # band samples' windows dropped) fails.
     def places(found: dict[int, list[list[float]]]) -> dict[int, list[list[float]]]:

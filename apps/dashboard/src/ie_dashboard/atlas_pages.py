@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import ColumnElement
 from sqlmodel import Session, col, select
 
@@ -22,10 +23,6 @@ from ie_dashboard.views import NotFound
 PAGE_SIZE = 50
 MAX_ID = 2**31 - 1  # row ids and feature ids are 32-bit on PostgreSQL
 SORTS = ("feature", "density", "max")
-_COLUMNS = (
-    AtlasFeatureRow.feature, AtlasFeatureRow.fired, AtlasFeatureRow.density,
-    AtlasFeatureRow.max_act, AtlasFeatureRow.top_token,
-)  # fmt: skip
 HIST_WIDTH, HIST_HEIGHT = 640, 140
 
 
@@ -91,8 +88,14 @@ def atlas_row(session: Session, atlas_id: str) -> AtlasRow:
     return row
 
 
+def _columns() -> Any:
+    """The index's columns (never `page_json`)."""
+    f = AtlasFeatureRow
+    return sa.select(col(f.feature), col(f.fired), col(f.density), col(f.max_act), col(f.top_token))
+
+
 def _ordered(atlas_id: int, sort: str) -> Any:
-    q = select(*_COLUMNS).where(AtlasFeatureRow.atlas_id == atlas_id)
+    q = _columns().where(AtlasFeatureRow.atlas_id == atlas_id)
     if sort == "density":
         return q.order_by(col(AtlasFeatureRow.density).desc(), col(AtlasFeatureRow.feature).desc())
     if sort == "max":
@@ -110,12 +113,12 @@ def index_query(atlas: AtlasRow, page: int, sort: str, query: str) -> Any:
     """The SELECT of one index page (tests read its plan: an index, no sort, no full scan)."""
     assert atlas.id is not None
     if query.isdigit():
-        return select(*_COLUMNS).where(
+        return _columns().where(
             AtlasFeatureRow.atlas_id == atlas.id, AtlasFeatureRow.feature == int(query)
         )
     if query:
         return (
-            select(*_COLUMNS)
+            _columns()
             .where(AtlasFeatureRow.atlas_id == atlas.id, _token_range(query.strip().casefold()))
             .order_by(col(AtlasFeatureRow.token_key), col(AtlasFeatureRow.feature))
             .offset((page - 1) * PAGE_SIZE)
@@ -137,7 +140,7 @@ def index_page(
         raise NotFound(f"no page {page} of atlas {atlas.id}; it has pages 1 to {pages}")
     if query.isdigit() and len(query) > 10:
         raise NotFound(f"feature {query!r} is not a feature of this atlas (0 to {atlas.d_sae - 1})")
-    found = [IndexRow(*r) for r in session.exec(index_query(atlas, number, sort, query)).all()]
+    found = [IndexRow(*r) for r in session.execute(index_query(atlas, number, sort, query)).all()]
     note = ""
     if query.isdigit():
         note = f"feature {query}" if found else f"no feature {query} (this atlas has 0 to {atlas.d_sae - 1})"  # fmt: skip

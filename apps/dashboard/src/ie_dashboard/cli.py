@@ -127,7 +127,8 @@ def _parser() -> argparse.ArgumentParser:
         "set's config.yaml scan, else its folder's name), so a graph node links to its feature",
     )
     atlas.add_argument(
-        "--tokenizer", help="model id or folder whose tokenizer decodes (default: the atlas's model)"
+        "--tokenizer",
+        help="model id or folder whose tokenizer decodes (default: the atlas's model)",
     )
     return parser
 
@@ -179,7 +180,7 @@ def _decoder(model: str):  # type: ignore[no-untyped-def]
 
 def _ingest_atlases(args: argparse.Namespace) -> int:
     """One transaction per folder, as `graph` does per file."""
-    from ie_dashboard.atlas_import import AtlasImportError, import_atlas
+    from ie_dashboard.atlas_import import import_atlas
     from ie_dashboard.db import Database
 
     db = Database(database_url(args.db))

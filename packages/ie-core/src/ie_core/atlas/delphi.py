@@ -18,6 +18,7 @@ delphi's per-token frequency counts the kept windows only (the atlas's density i
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -96,13 +97,15 @@ def export_delphi(
         raise AtlasError(f"module name {name!r} is not a folder name; pass --module NAME")
     target = Path(out) / name
     if target.exists() and any(target.iterdir()):
-        raise AtlasError(f"{target} is not empty; pass another --out (delphi reads every file there)")
+        raise AtlasError(
+            f"{target} is not empty; pass another --out (delphi reads every file there)"
+        )
     target.mkdir(parents=True, exist_ok=True)
     locations, values = _entries(data)
     tokens = data.contexts["window_tokens"].clone()
     tokens[tokens < 0] = pad_token
     bounds = torch.linspace(0, data.d_sae, splits + 1).long().tolist()
-    for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
+    for first, stop in itertools.pairwise(bounds):
         mask = (locations[:, 2] >= first) & (locations[:, 2] < stop)
         part = locations[mask].clone()
         part[:, 2] -= first

@@ -235,3 +235,25 @@ def test_the_command_stores_nothing_from_a_folder_that_is_not_an_atlas(
         Database(database_url(db)).write() as session,
     ):
         import_atlas(session, tmp_path / "half", decode)
+
+
+def test_import_and_pages_on_each_database(db_url: str, tmp_path: Path) -> None:
+    """SQLite and PostgreSQL: the import, a sorted page, both searches and a 404."""
+    data = synthetic_atlas(tmp_path / "atlas", d_sae=64)
+    db = Database(db_url)
+    db.migrate()
+    with db.write() as session:
+        atlas_id, _ = import_atlas(session, data.folder, decode)
+    client = TestClient(create_app(db, token=None))
+    dense = client.get(f"/atlases/{atlas_id}", params={"sort": "max"})
+    assert dense.status_code == 200 and len(re.findall(r"/features/\d+\"", dense.text)) == 50
+    assert re.findall(r"/features/(\d+)\"", client.get(f"/atlases/{atlas_id}?q=63").text) == ["63"]
+    with db.read() as s:
+        token = s.exec(select(AtlasFeatureRow.top_token).where(AtlasFeatureRow.feature == 5)).one()
+    found = client.get(f"/atlases/{atlas_id}", params={"q": token.upper()}).text
+    assert '/features/5"' in found
+    assert client.get(f"/atlases/{atlas_id}/features/63").status_code == 200
+    assert client.get(f"/atlases/{atlas_id}/features/64").status_code == 404
+    for q in ("4294967296", "²", "１２"):  # past the column's range; digits int() refuses or reads
+        assert client.get(f"/atlases/{atlas_id}", params={"q": q}).status_code == 200, q
+    db.dispose()

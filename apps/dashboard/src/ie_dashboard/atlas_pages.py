@@ -76,6 +76,11 @@ def _number(text: str, what: str, hint: str) -> int:
     return int(text)
 
 
+def _is_id(query: str) -> bool:
+    """A search for a feature id: ASCII digits only (`"²".isdigit()` is true, `int("²")` fails)."""
+    return query.isascii() and query.isdigit()
+
+
 def list_atlases(session: Session) -> list[AtlasRow]:
     return list(session.exec(select(AtlasRow).order_by(col(AtlasRow.id).desc())).all())
 
@@ -112,7 +117,7 @@ def _token_range(text: str) -> ColumnElement[bool]:
 def index_query(atlas: AtlasRow, page: int, sort: str, query: str) -> Any:
     """The SELECT of one index page (tests read its plan: an index, no sort, no full scan)."""
     assert atlas.id is not None
-    if query.isdigit():
+    if _is_id(query):
         return _columns().where(
             AtlasFeatureRow.atlas_id == atlas.id, AtlasFeatureRow.feature == int(query)
         )
@@ -138,11 +143,15 @@ def index_page(
     pages = None if query else max(1, math.ceil(atlas.d_sae / PAGE_SIZE))
     if number < 1 or (pages is not None and number > pages):
         raise NotFound(f"no page {page} of atlas {atlas.id}; it has pages 1 to {pages}")
-    if query.isdigit() and len(query) > 10:
-        raise NotFound(f"feature {query!r} is not a feature of this atlas (0 to {atlas.d_sae - 1})")
-    found = [IndexRow(*r) for r in session.execute(index_query(atlas, number, sort, query)).all()]
+    # An id past the width is no row; it is not sent to the database (a 32-bit column there).
+    beyond = _is_id(query) and (len(query) > 10 or int(query) >= atlas.d_sae)
+    found = (
+        []
+        if beyond
+        else [IndexRow(*r) for r in session.execute(index_query(atlas, number, sort, query)).all()]
+    )
     note = ""
-    if query.isdigit():
+    if _is_id(query):
         note = f"feature {query}" if found else f"no feature {query} (this atlas has 0 to {atlas.d_sae - 1})"  # fmt: skip
     elif query:
         note = f"features whose top token starts with {query!r}" if found else f"no feature's top token starts with {query!r}"  # fmt: skip

@@ -7,13 +7,12 @@ import shutil
 from pathlib import Path
 
 from ie_core.errors import UnsupportedOperationError
-
 from sqlmodel import col, select
 
 from ie_dashboard.app import create_app
 from ie_dashboard.db import Database
-from ie_dashboard.tables import AtlasFeatureRow, AtlasRow
 from ie_dashboard.serve import background_server
+from ie_dashboard.tables import AtlasFeatureRow, AtlasRow
 
 CHROMIUM = "/usr/bin/chromium"
 # No sandbox (root in containers), no GPU, and nothing that phones home: pages are localhost only.

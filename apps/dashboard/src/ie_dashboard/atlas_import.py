@@ -23,7 +23,7 @@ from sqlmodel import Session, select
 from ie_dashboard.keys import atlas_key
 from ie_dashboard.tables import AtlasFeatureRow, AtlasRow
 
-__all__ = ["AFTER", "BEFORE", "AtlasImportError", "import_atlas"]
+__all__ = ["AFTER", "BEFORE", "AtlasImportError", "import_atlas", "token_decoder"]
 
 BEFORE, AFTER = 24, 8  # tokens shown before and after a context's peak
 _CHUNK = 2_000  # feature rows per INSERT
@@ -34,6 +34,22 @@ Decode = Callable[[int], str]
 
 class AtlasImportError(ValueError):
     """The folder is not a finished atlas (the message says why and what to run)."""
+
+
+def token_decoder(model: str) -> Decode:
+    """One token id to its text with `model`'s tokenizer (its folder on this machine)."""
+    from ie_core.models import resolve_model_path
+
+    folder = resolve_model_path(model) if model else None
+    if folder is None:
+        raise AtlasImportError(
+            f"the tokenizer of {model!r} is not on this machine; pass --tokenizer with a model "
+            "folder (the pages show decoded tokens)"
+        )
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    return lambda token: tokenizer.decode([token])
 
 
 def _cached(decode: Decode) -> Decode:

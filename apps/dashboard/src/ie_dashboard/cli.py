@@ -160,27 +160,11 @@ def _ingest_graphs(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _decoder(model: str):  # type: ignore[no-untyped-def]
-    """One token id to its text with `model`'s tokenizer (read from its folder on this machine)."""
-    from ie_core.models import resolve_model_path
-
-    from ie_dashboard.atlas_import import AtlasImportError
-
-    folder = resolve_model_path(model) if model else None
-    if folder is None:
-        raise AtlasImportError(
-            f"the tokenizer of {model!r} is not on this machine; pass --tokenizer with a model "
-            "folder (the pages show decoded tokens)"
-        )
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    return lambda token: tokenizer.decode([token])
-
-
 def _ingest_atlases(args: argparse.Namespace) -> int:
     """One transaction per folder, as `graph` does per file."""
-    from ie_dashboard.atlas_import import import_atlas
+    from ie_core.errors import InterpError
+
+    from ie_dashboard.atlas_import import import_atlas, token_decoder
     from ie_dashboard.db import Database
 
     db = Database(database_url(args.db))
@@ -192,10 +176,11 @@ def _ingest_atlases(args: argparse.Namespace) -> int:
 
             manifest = read_manifest(folder) if folder.is_dir() else None
             model = args.tokenizer or (str(manifest.spec.get("model")) if manifest else "")
-            decode = _decoder(model) if manifest and manifest.complete else (lambda t: str(t))
+            # An unfinished folder is refused by the import, before any token is decoded.
+            decode = token_decoder(model) if manifest and manifest.complete else str
             with db.write() as session:
                 row_id, created = import_atlas(session, folder, decode, scan=args.scan)
-        except (OSError, ValueError, ImportError) as exc:
+        except (OSError, ValueError, ImportError, InterpError) as exc:
             print(f"ie dashboard atlas: {folder}: {exc}", file=sys.stderr)
             failed += 1
             continue

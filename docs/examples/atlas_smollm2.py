@@ -91,6 +91,8 @@ def screenshot(atlas_folder: Path, graph_file: Path, node: str, png: Path) -> st
             page.locator("#node-detail a.featurelink").click()
             page.wait_for_load_state("networkidle")
             path = page.url.removeprefix(base)
+            if not page.locator("h1").inner_text().startswith("Feature"):
+                raise SystemExit(f"{path}: {page.locator('main').inner_text()[:300]}")
             height = min(int(page.evaluate("document.documentElement.scrollHeight")), 1400)
             png.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(png), full_page=True,
@@ -116,7 +118,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          f"docs/examples/transcoders_smollm2.py --out {args.out} first")  # fmt: skip
     node = top_feature(json.loads(graph_file.read_text()))
     layer = int(node["layer"])
-    stage(f"node {node['node_id']} (layer {layer}, feature {node['feature']}) is the graph's "
+    index = int(node["node_id"].split("_")[1])  # the id is layer_index_position
+    stage(f"node {node['node_id']} (layer {layer}, feature {index}) is the graph's "
           f"most influential feature; its layer's atlas over {args.tokens} tokens")  # fmt: skip
     folder = run_atlas(args.out, transcoders, layer, args)
     png = args.out / "feature_smollm2.png"

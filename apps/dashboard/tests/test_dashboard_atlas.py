@@ -56,12 +56,20 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def linked_graph(scan: str = SCAN) -> dict[str, Any]:
-    """`make_graph` with its features at layer 5 (the atlas's layer) and the atlas's scan."""
+    """`make_graph` with its two features moved to layer 5 (the atlas's layer: ids `5_3_1` and
+    `5_4_2`, `feature` the Cantor pairing of layer and index as ie trace and circuit-tracer write
+    it) and the atlas's scan."""
     graph = make_graph("linked")
     graph["metadata"]["scan"] = scan
+    renamed = {"0_3_1": "5_3_1", "1_4_2": "5_4_2"}
     for node in graph["nodes"]:
-        if node["feature_type"] == "cross layer transcoder":
-            node["layer"] = "5"
+        if node["node_id"] in renamed:
+            node["node_id"] = renamed[node["node_id"]]
+            index = int(node["node_id"].split("_")[1])
+            node["layer"], node["feature"] = "5", (5 + index) * (6 + index) // 2 + index
+    for link in graph["links"]:
+        link["source"] = renamed.get(link["source"], link["source"])
+        link["target"] = renamed.get(link["target"], link["target"])
     return graph
 
 
@@ -202,14 +210,15 @@ def test_a_graph_node_links_to_its_feature_page(stored: dict[str, Any]) -> None:
     client = stored["client"]
     graphs = client.get("/api/graphs").json()
     graph_id = next(g["id"] for g in graphs if g["slug"] == "linked")
-    node = client.get("/fragments/graph-node", params={"graph": graph_id, "node": "1_4_2"}).text
-    assert f'href="/atlases/{stored["id"]}/features/19"' in node  # node 1_4_2 is feature 19
+    node = client.get("/fragments/graph-node", params={"graph": graph_id, "node": "5_4_2"}).text
+    assert f'href="/atlases/{stored["id"]}/features/4"' in node  # index 4 (its `feature` is 49)
     page = client.get(f"/graphs/{graph_id}").text
-    assert f'href="/atlases/{stored["id"]}/features/9"' in page  # the top-features table
+    assert f'href="/atlases/{stored["id"]}/features/3"' in page  # the top-features table
+    assert "/features/49" not in page and "/features/39" not in page  # not the Cantor values
     # Negative control: a graph of another transcoder set links to nothing.
     with stored["db"].write() as session:
         other, _ = upsert_graph(session, linked_graph("another-set"), source="test")
-    assert "/features/" not in client.get(f"/graphs/{other}", params={"node": "1_4_2"}).text
+    assert "/features/" not in client.get(f"/graphs/{other}", params={"node": "5_4_2"}).text
 
 
 def test_the_command_stores_nothing_from_a_folder_that_is_not_an_atlas(

@@ -62,7 +62,7 @@ def test_no_atlas_page_scrolls_sideways(served: dict[str, Any], browser, width: 
     page = browser.new_page(viewport={"width": width, "height": 900})
     a = served["atlas"]
     paths = ["/atlases", f"/atlases/{a}", f"/atlases/{a}?sort=density&page=3",
-             f"/atlases/{a}/features/7", f"/graphs/{served['graph']}?node=1_4_2", "/throughput"]  # fmt: skip
+             f"/atlases/{a}/features/7", f"/graphs/{served['graph']}?node=5_4_2", "/throughput"]  # fmt: skip
     try:
         wide = {}
         for path in paths:
@@ -106,15 +106,15 @@ def test_feature_page_draws_and_a_graph_node_links_to_it(served: dict[str, Any],
     page = browser.new_page(viewport={"width": 1560, "height": 900})
     try:
         page.goto(f"{served['url']}/graphs/{served['graph']}", wait_until="networkidle")
-        page.click('svg.graph circle[data-node="1_4_2"]')
+        page.click('svg.graph circle[data-node="5_4_2"]')
         page.locator("#node-detail a.featurelink").click()
-        page.wait_for_url(f"**/atlases/{served['atlas']}/features/19")
+        page.wait_for_url(f"**/atlases/{served['atlas']}/features/4")
         box = page.locator("svg.hist").bounding_box()
         assert box is not None and box["width"] > 200 and box["height"] > 40
         assert page.locator("svg.hist rect.hbar").count() > 0
         peak = page.locator(".ctx .t.peak").first
         assert peak.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(255, 140, 0)"
-        assert "Feature 19" in page.locator("h1").inner_text()
+        assert "Feature 4" in page.locator("h1").inner_text()
     finally:
         page.close()
 

@@ -216,6 +216,15 @@ def shade(act: float, peak: float) -> str:
     return f"rgba(255,140,0,{alpha:.2f})"
 
 
+def dictionary_index(node_id: str, layer: str) -> int | None:
+    """A graph feature's index in its layer's dictionary, from its id `{layer}_{index}_{pos}`
+    (the JSON's `feature` is a Cantor pairing of layer and index, not the index)."""
+    parts = node_id.split("_")
+    if len(parts) != 3 or parts[0] != layer or not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    return int(parts[1])
+
+
 def atlases_for_scan(session: Session, scan: str) -> dict[int, int]:
     """Layer -> the newest atlas of that layer of this transcoder set (a graph's `scan`)."""
     if not scan:

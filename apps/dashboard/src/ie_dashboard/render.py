@@ -233,12 +233,14 @@ def _feature_links(session: Session, links: Links, doc: graphs.GraphDoc) -> dict
     """Node id -> its feature page, for the features of layers the dashboard holds an atlas of
     (same transcoder set: the atlas's scan is the graph's). None in the static site."""
     atlases = {} if links.static else atlas_pages.atlases_for_scan(session, doc.scan)
-    return {
-        n.node_id: links.feature(atlases[int(n.layer)], n.feature)
-        for n in doc.nodes
-        if n.feature is not None and n.kind not in ("logit", "embedding") and "error" not in n.kind
-        and n.layer.isdigit() and int(n.layer) in atlases
-    }  # fmt: skip
+    found = {}
+    for n in doc.nodes:
+        index = atlas_pages.dictionary_index(n.node_id, n.layer)
+        if index is not None and n.kind not in ("logit", "embedding") and "error" not in n.kind:
+            atlas_id = atlases.get(int(n.layer))
+            if atlas_id is not None:
+                found[n.node_id] = links.feature(atlas_id, index)
+    return found
 
 
 def graph_page(session: Session, links: Links, graph_id: int, node: str | None = None) -> str:

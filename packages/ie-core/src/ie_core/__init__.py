@@ -128,6 +128,10 @@ LAZY: dict[str, str] = {
     ),
     **dict.fromkeys(("JacobianLens", "jacobian_lens_topk"), "ie_core.experiments.jacobian_lens"),
     "stream_lens": "ie_core.experiments.lens_stream",
+    **dict.fromkeys(("EmbeddedPrompt", "from_embeddings"), "ie_core.embedded"),
+    **dict.fromkeys(
+        ("patchscope", "read_patchscopes", "selfie"), "ie_core.experiments.patchscopes"
+    ),
     "probe_scores": "ie_core.experiments.probes",
     "capture_ragged": "ie_core.experiments.ragged",
     "splice": "ie_core.experiments.splice",

@@ -1,8 +1,8 @@
 """`ModelFront`: the protocol's request methods written once, over a backend's executor.
 
-Each call (capture, capture_attention, capture_generation, generate, generate_stream, and the
-read-outs reduced where the rows live: final_token_logits, probe_scores, dictionary_features)
-becomes a `Plan`; a backend subclasses the front and supplies `execute` (run a plan whole, its
+Each call (capture, capture_attention, capture_generation, generate, generate_stream, the lens on
+given rows: decode_residuals, decode_residuals_topk, and the read-outs reduced where the rows
+live: final_token_logits, probe_scores, dictionary_features) becomes a `Plan`; a backend subclasses the front and supplies `execute` (run a plan whole, its
 reductions included), `execute_stream` (a GENERATE plan token by token) and `attention_layers` (a
 fact). The streamed read-outs (`lens_generation_stream`, `dictionary_generation_stream`) are
 declared here, refused unless the backend serves them. The rest of `InterpModel` (tokens, points,
@@ -18,7 +18,7 @@ from ie_core.cache import ActivationCache
 from ie_core.errors import UnsupportedOperationError
 from ie_core.experiments.probes import Probe
 from ie_core.grammar import AddressLike, to_address
-from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Outcome, Plan
+from ie_core.plan import CAPTURE, CAPTURE_GENERATION, DECODE, GENERATE, Outcome, Plan
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -26,10 +26,11 @@ from ie_core.protocol import (
     SamplingParams,
     SteeringArg,
     StreamChunk,
+    TopK,
     renamed_sampling,
     sampling_params,
 )
-from ie_core.reduce import DictionaryFeatures, ProbeScores, Reduction, TokenLogits
+from ie_core.reduce import DictionaryFeatures, LensTopK, ProbeScores, Reduction, TokenLogits
 from ie_core.tl_weights import TLFacts
 
 if TYPE_CHECKING:
@@ -157,6 +158,20 @@ class ModelFront(TLFacts):
         outcome = await self.execute(plan)
         assert outcome.generation is not None and outcome.cache is not None
         return GenerationCapture(outcome.generation, outcome.cache)
+
+    # --- the lens on given rows (a decode plan) ------------------------------------------------
+
+    async def decode_residuals(self, rows: Any, *, grad: bool = False) -> Tensor:
+        """Logits `[..., vocab]` of residual rows `[..., d_model]` through the final norm and the
+        unembed (the family's scale and softcap); `grad=True` keeps autograd where the backend
+        has it (eager)."""
+        return (await self.execute(Plan(DECODE, rows, grad=grad))).reduced[DECODE]["logits"]
+
+    async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
+        """The lens's top-k token ids and their full-vocabulary probabilities, `[..., k]`."""
+        lens = Reduction("", LensTopK(k), "lens")
+        got = (await self.execute(Plan(DECODE, rows, reductions=(lens,)))).reduced["lens"]
+        return TopK(got["ids"], got["probs"])
 
     # --- read-outs reduced where the rows live (`ie_core.reduce`) ---------------------------------
 

@@ -15,10 +15,10 @@ from ie_core.errors import ModelClosedError, PointUnavailableError, UnsupportedO
 from ie_core.front import ModelFront
 from ie_core.grammar import AddressLike, Family, family_for_architecture
 from ie_core.models import resolve_model_path
-from ie_core.plan import CAPTURE, GENERATE, Outcome, Plan
+from ie_core.plan import CAPTURE, DECODE, GENERATE, Outcome, Plan
 from ie_core.prompts import position_limit, tokenizer_ids
-from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk, TopK
-from ie_core.reduce import Context, TokenLogits, reduce_cache
+from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk
+from ie_core.reduce import Context, LensTopK, TokenLogits, reduce_cache
 from ie_core.reduce.host import check_reductions
 from ie_core.steer_scope import pin_prompt
 from ie_core.text_stream import TextStream
@@ -234,6 +234,8 @@ class EagerModel(ModelFront):
     async def execute(self, plan: Plan) -> Outcome:
         if plan.kind == CAPTURE:
             return self._capture(plan)
+        if plan.kind == DECODE:
+            return self._lens(plan)
         assert plan.sampling is not None
         generation = self._generate(plan.prompt, plan.sampling, plan.steering)
         if plan.kind == GENERATE:
@@ -318,14 +320,17 @@ class EagerModel(ModelFront):
         self._check_open()
         return lens_stream.lens_generation_stream(self, tokens, addresses, params, **kw)
 
-    async def decode_residuals(self, rows: Any, *, grad: bool = False) -> torch.Tensor:
-        """Logit lens; `grad=True` keeps autograd on (gradients flow to `rows` and weights)."""
+    def _lens(self, plan: Plan) -> Outcome:
+        """The logit lens on the plan's rows (`grad=True` keeps autograd on: gradients flow to
+        the rows and the weights), or its `LensTopK` reduction's read-out."""
         self._check_open()
-        return lens.decode(self, rows, grad=grad)
-
-    async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
-        self._check_open()
-        return lens.topk(self, rows, k)
+        if not plan.reductions:
+            return Outcome(
+                reduced={DECODE: {"logits": lens.decode(self, plan.prompt, grad=plan.grad)}}
+            )
+        (r,) = plan.reductions
+        top = lens.topk(self, plan.prompt, cast(LensTopK, r.reducer).k)
+        return Outcome(reduced={r.label: {"ids": top.ids, "probs": top.probs}})
 
     # -- lifecycle --
 

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from ie_core.admission import check_row_steering
@@ -22,10 +22,10 @@ from ie_core.front import ModelFront
 from ie_core.grammar import POINTS, AddressLike, to_address
 from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.models import resolve_model_path
-from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Outcome, Plan
+from ie_core.plan import CAPTURE, CAPTURE_GENERATION, DECODE, GENERATE, Outcome, Plan
 from ie_core.prompts import tokenizer_ids
-from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk, TopK
-from ie_core.reduce import per_prompt
+from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk
+from ie_core.reduce import LensTopK, per_prompt
 from ie_core.runner import run
 
 from ie_vllm.host import capability, features, lens_decode, lens_stream, quiet_logs, weights
@@ -176,6 +176,8 @@ class VLLMModel(ModelFront, DescribedModel):
         request, read over prompt + generated[:-1] as vLLM runs it (prefill, then decode)."""
         if plan.kind == CAPTURE:
             return await self._capture(plan)
+        if plan.kind == DECODE:
+            return await self._lens(plan)
         assert plan.sampling is not None
         if plan.kind == CAPTURE_GENERATION:
             self.admission.require_points("capture_generation")
@@ -308,14 +310,16 @@ class VLLMModel(ModelFront, DescribedModel):
         """Streaming lens read-out, top-k in the worker (ie_vllm.host.lens_stream)."""
         return lens_stream.lens_generation_stream(self, tokens, addresses, params, **kw)
 
-    async def decode_residuals(self, rows: Any, *, grad: bool = False) -> Any:
-        """Full logits `[..., vocab]` (final norm, unembed, scale, softcap) for small inputs."""
-        self._refuse_grad(grad or getattr(rows, "requires_grad", False), "decode_residuals")
-        return await lens_decode.logits(self, rows)
-
-    async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
-        """Top-k ids and full-vocab probabilities, computed in the worker: `[..., k]` back."""
-        return await lens_decode.topk(self, rows, k)
+    async def _lens(self, plan: Plan) -> Outcome:
+        """The lens on the plan's rows in the worker: full logits `[..., vocab]` (final norm,
+        unembed, scale, softcap) for small inputs, or its `LensTopK`'s `[..., k]`."""
+        rows = plan.prompt
+        self._refuse_grad(plan.grad or getattr(rows, "requires_grad", False), "decode_residuals")
+        if not plan.reductions:
+            return Outcome(reduced={DECODE: {"logits": await lens_decode.logits(self, rows)}})
+        (r,) = plan.reductions
+        top = await lens_decode.topk(self, rows, cast(LensTopK, r.reducer).k)
+        return Outcome(reduced={r.label: {"ids": top.ids, "probs": top.probs}})
 
     def dictionary_generation_stream(self, prompt: Any, saes: Any, params: Any, **kw: Any) -> Any:
         """Top-k dictionary features per generated token (see `ie_vllm.host.features`)."""

@@ -64,10 +64,12 @@ class IEEndpointPlugin:
         if not _enabled(getattr(app.state, "args", None)):
             return
         from ie_vllm.server.http_features import features_router
+        from ie_vllm.server.http_patchscopes import patchscope_router
         from ie_vllm.server.http_routes import router
 
         app.include_router(router)
         app.include_router(features_router)
+        app.include_router(patchscope_router)
         app.add_middleware(SteeringMiddleware)
         keys = server_keys(app.state.args)
         if keys:  # added last, so it runs first: no body is read for a request without the key

@@ -89,7 +89,7 @@ def test_upgrading_keeps_existing_rows(db_url: str) -> None:
         )
     old.dispose()
     new = Database(url)
-    assert new.migrate() == [4, 5, 6, 7, 8]
+    assert new.migrate() == [4, 5, 6, 7, 8, 9]
     with new.write() as s:
         upsert_cell(s, BenchmarkCell.model_validate(make_cell()), source="test")
     with new.read() as s:

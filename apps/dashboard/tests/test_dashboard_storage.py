@@ -75,7 +75,7 @@ def test_migration_6_rekeys_rows_stored_with_the_old_join(tmp_path: Path) -> Non
         )
     old.dispose()
     with TestClient(create_app(url, token=TOKEN)) as c:  # start-up migrates
-        assert c.get("/healthz").json()["schema_versions"] == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert c.get("/healthz").json()["schema_versions"] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
         # The same cell and result again update the migrated rows instead of adding new ones.
         assert c.post("/api/benchmarks", json=cell, headers=AUTH).status_code == 200
         again = make_result(hf_id="x", engine="nnsight", captured_at="2026-11-29T08:00:00+00:00")
@@ -103,7 +103,7 @@ def test_migration_6_keeps_old_rows_that_meet_on_one_key_apart(tmp_path: Path) -
                 ),
                 {"k": key},
             )
-    assert migrate(old.engine) == [4, 5, 6, 7, 8]
+    assert migrate(old.engine) == [4, 5, 6, 7, 8, 9]
     with old.read() as s:
         keys = sorted(r.cell_key for r in s.exec(select(BenchmarkCellRow)))
     assert keys == ['["m","v","","t (row 2)"]', '["m","v","","t"]']
@@ -211,7 +211,7 @@ def test_an_unmigrated_read_only_database_says_so(tmp_path: Path) -> None:
     old = Database(url)
     migrate(old.engine, target=3)
     old.dispose()
-    with pytest.raises(DatabaseError, match="schema version 3 and this dashboard needs 8"):
+    with pytest.raises(DatabaseError, match="schema version 3 and this dashboard needs 9"):
         create_app(Database(url, read_only=True))
     assert applied_versions(Database(url).engine) == [1, 2, 3]
 

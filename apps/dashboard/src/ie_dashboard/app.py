@@ -158,6 +158,22 @@ def _pages(app: FastAPI, database: Database) -> None:
     def graph_node(graph: int, node: str) -> HTMLResponse:
         return _page(database, lambda s: render.graph_node_fragment(s, LIVE, graph, node))
 
+    @app.get("/atlases", response_class=HTMLResponse)
+    def atlas_list() -> HTMLResponse:
+        return _page(database, lambda s: render.atlas_list(s, LIVE))
+
+    # Ids and page numbers arrive as text and are parsed by the read model, so a malformed one
+    # is a 404 page saying what is accepted rather than a JSON 422.
+    @app.get("/atlases/{atlas_id}", response_class=HTMLResponse)
+    def atlas_index(
+        atlas_id: str, page: str = "1", sort: str = "feature", q: str = ""
+    ) -> HTMLResponse:
+        return _page(database, lambda s: render.atlas_index(s, LIVE, atlas_id, page, sort, q))
+
+    @app.get("/atlases/{atlas_id}/features/{feature}", response_class=HTMLResponse)
+    def feature_page(atlas_id: str, feature: str) -> HTMLResponse:
+        return _page(database, lambda s: render.feature(s, LIVE, atlas_id, feature))
+
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
         return {

@@ -7,6 +7,7 @@ ie dashboard seed [--db PATH] [--root DIR]                refresh from ie-core a
 ie dashboard export [--out visualizer-web] [--db PATH]    write the static site
 ie dashboard screenshots [--out docs/img] [--db PATH]     PNGs of the three pages
 ie dashboard graph GRAPH.json... [--db PATH]              store `ie trace` graphs (exit 1 on a bad file)
+ie dashboard atlas DIR... [--db PATH] [--scan NAME]       store finished `ie atlas` folders (feature pages)
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ie_core.tooling.cli import DefaultsHelpFormatter, SuggestingParser
 
 from ie_dashboard.config import DATABASE_ENV, READ_ONLY_ENV, database_url, default_db_path
 
-COMMANDS = ("serve", "seed", "export", "screenshots", "graph")
+COMMANDS = ("serve", "seed", "export", "screenshots", "graph", "atlas")
 
 
 def _positive(text: str) -> int:
@@ -108,6 +109,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     graph.add_argument("files", nargs="+", type=Path, help="graph JSON files")
     graph.add_argument("--db", help=db_help)
+    atlas = sub.add_parser(
+        "atlas",
+        formatter_class=DefaultsHelpFormatter,
+        help="store finished `ie atlas` folders (shown under /atlases)",
+        description="Store finished `ie atlas` folders: one row per feature with its contexts "
+        "(tokens decoded with the atlas's model's tokenizer), histogram, quantile samples and "
+        "logits. A folder that is not a finished atlas is reported and nothing of it is "
+        "stored. The same folder twice is one atlas. Needs torch and safetensors "
+        "(ie-core[harvest]) and the model's tokenizer on this machine.",
+    )
+    atlas.add_argument("folders", nargs="+", type=Path, help="atlas folders (`ie atlas --out`)")
+    atlas.add_argument("--db", help=db_help)
+    atlas.add_argument(
+        "--scan",
+        help="the transcoder set's name, as graphs of it carry in metadata.scan (default: the "
+        "set's config.yaml scan, else its folder's name), so a graph node links to its feature",
+    )
+    atlas.add_argument(
+        "--tokenizer",
+        help="model id or folder whose tokenizer decodes (default: the atlas's model)",
+    )
     return parser
 
 
@@ -134,6 +156,35 @@ def _ingest_graphs(args: argparse.Namespace) -> int:
             failed += 1
             continue
         print(f"{path}: graph {row_id} ({'stored' if created else 'already stored'})")
+    db.dispose()
+    return 1 if failed else 0
+
+
+def _ingest_atlases(args: argparse.Namespace) -> int:
+    """One transaction per folder, as `graph` does per file."""
+    from ie_core.errors import InterpError
+
+    from ie_dashboard.atlas_import import import_atlas, token_decoder
+    from ie_dashboard.db import Database
+
+    db = Database(database_url(args.db))
+    db.migrate()
+    failed = 0
+    for folder in args.folders:
+        try:
+            from ie_core.atlas.storage import read_manifest
+
+            manifest = read_manifest(folder) if folder.is_dir() else None
+            model = args.tokenizer or (str(manifest.spec.get("model")) if manifest else "")
+            # An unfinished folder is refused by the import, before any token is decoded.
+            decode = token_decoder(model) if manifest and manifest.complete else str
+            with db.write() as session:
+                row_id, created = import_atlas(session, folder, decode, scan=args.scan)
+        except (OSError, ValueError, ImportError, InterpError) as exc:
+            print(f"ie dashboard atlas: {folder}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{folder}: atlas {row_id} ({'stored' if created else 'already stored'})")
     db.dispose()
     return 1 if failed else 0
 
@@ -206,6 +257,8 @@ def _run(args: argparse.Namespace) -> int:
         return _serve(args)
     if args.command == "graph":
         return _ingest_graphs(args)
+    if args.command == "atlas":
+        return _ingest_atlases(args)
     if args.command == "seed":
         db = Database(database_url(args.db))
         report = seed(db, args.root or find_repo_root())

@@ -35,3 +35,9 @@ def graph_key(slug: str, digest: str) -> str:
 def record_key(source: str, section: str) -> str:
     """A workload record's section: (record file, section key); re-reading the file replaces it."""
     return _encode(source, section)
+
+
+def atlas_key(model: str, dictionary_key: str, digest: str) -> str:
+    """An atlas: (model, the dictionary's content key, SHA-256 of the folder's state file), so
+    the same folder imported twice is one row and a rerun over more text is another."""
+    return _encode(model, dictionary_key, digest)

@@ -111,3 +111,19 @@ class Links:
         if self.static:
             return None
         return self._q("fragments/graph-node", graph=graph_id, node=node)
+
+    # Atlas pages are live only (the static export writes no feature pages: a 16k-wide
+    # dictionary would be 16k files), so these have no static form.
+    def atlases(self) -> str:
+        return f"{self.root}atlases"
+
+    def atlas(
+        self, atlas_id: int | None, page: int = 1, sort: str = "feature", query: str = ""
+    ) -> str:
+        return self._q(
+            f"atlases/{atlas_id}", page=page if page != 1 else None,
+            sort=sort if sort != "feature" else None, q=query,
+        )  # fmt: skip
+
+    def feature(self, atlas_id: int | None, feature: int) -> str:
+        return f"{self.root}atlases/{atlas_id}/features/{feature}"

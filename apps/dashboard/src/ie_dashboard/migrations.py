@@ -269,6 +269,46 @@ def _workload_records(conn: Connection) -> None:
     md.create_all(conn)
 
 
+def _atlas_tables(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "atlases",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("atlas_key", sa.String, nullable=False, unique=True),
+        sa.Column("name", sa.String, nullable=False),
+        sa.Column("model", sa.String, nullable=False),
+        sa.Column("scan", sa.String, nullable=False, index=True),
+        sa.Column("layer", sa.Integer, nullable=True),
+        sa.Column("address", sa.String, nullable=False),
+        sa.Column("d_sae", sa.Integer, nullable=False),
+        sa.Column("tokens", sa.Integer, nullable=False),
+        sa.Column("top_k", sa.Integer, nullable=False),
+        sa.Column("spec_json", sa.String, nullable=False),
+        sa.Column("source", sa.String, nullable=False),
+        sa.Column("ingested_at", sa.String, nullable=False),
+    )
+    sa.Table(
+        "atlas_features",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("atlas_id", sa.Integer, sa.ForeignKey("atlases.id"), nullable=False),
+        sa.Column("feature", sa.Integer, nullable=False),
+        sa.Column("fired", sa.Integer, nullable=False),
+        sa.Column("density", sa.Float, nullable=False),
+        sa.Column("max_act", sa.Float, nullable=False),
+        sa.Column("mean_act", sa.Float, nullable=False),
+        sa.Column("top_token", sa.String, nullable=False),
+        sa.Column("token_key", sa.String, nullable=False),
+        sa.Column("page_json", sa.String, nullable=False),
+        sa.UniqueConstraint("atlas_id", "feature"),
+        sa.Index("ix_atlas_features_density", "atlas_id", "density", "feature"),
+        sa.Index("ix_atlas_features_max_act", "atlas_id", "max_act", "feature"),
+        sa.Index("ix_atlas_features_token", "atlas_id", "token_key", "feature"),
+    )
+    md.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "registry: points, traits, architectures", _registry_tables),
     Migration(2, "benchmark cells and workloads", _benchmark_tables),
@@ -278,6 +318,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "natural keys as JSON arrays instead of a '|' join", _unambiguous_keys),
     Migration(7, "attribution graphs (ie trace's JSON)", _graph_tables),
     Migration(8, "workload records (patch sweep, harvest, read-out, ...)", _workload_records),
+    Migration(9, "atlases and their features (ie atlas folders)", _atlas_tables),
 )  # fmt: skip
 
 

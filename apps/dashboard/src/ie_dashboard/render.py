@@ -10,6 +10,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from sqlmodel import Session, col, select
 
 from ie_dashboard import (
+    atlas_pages,
     charts,
     diagram,
     graphs,
@@ -58,6 +59,11 @@ def fmt_num(value: float | None) -> str:
     )
 
 
+def token_text(text: str) -> str:
+    """A token as shown: line breaks and tabs as visible marks (spaces show: `white-space: pre`)."""
+    return text.replace("\n", "↵").replace("\t", "⇥") if text else "∅"
+
+
 @cache
 def env() -> Environment:
     # Autoescape everything: model names, reasons and details come from POSTed JSON.
@@ -72,7 +78,9 @@ def env() -> Environment:
     e.filters["mult"] = fmt_mult
     e.filters["num"] = fmt_num
     e.filters["cos"] = fmt_cos
+    e.filters["tokentext"] = token_text
     e.globals["glyph"] = lambda status: GLYPHS.get(status, "?")
+    e.globals["shade"] = atlas_pages.shade
     # The footer's count, from the registry that seeds the points table (not a number in HTML).
     e.globals["point_count"] = len(POINTS)
     return e
@@ -228,6 +236,20 @@ def _node_detail(doc: graphs.GraphDoc, node: str) -> graphs.NodeDetail:
     return detail
 
 
+def _feature_links(session: Session, links: Links, doc: graphs.GraphDoc) -> dict[str, str]:
+    """Node id -> its feature page, for the features of layers the dashboard holds an atlas of
+    (same transcoder set: the atlas's scan is the graph's). None in the static site."""
+    atlases = {} if links.static else atlas_pages.atlases_for_scan(session, doc.scan)
+    found = {}
+    for n in doc.nodes:
+        index = atlas_pages.dictionary_index(n.node_id, n.layer)
+        if index is not None and n.kind not in ("logit", "embedding") and "error" not in n.kind:
+            atlas_id = atlases.get(int(n.layer))
+            if atlas_id is not None:
+                found[n.node_id] = links.feature(atlas_id, index)
+    return found
+
+
 def graph_page(session: Session, links: Links, graph_id: int, node: str | None = None) -> str:
     row, doc = _graph_doc(session, graph_id)
     return _render(
@@ -240,12 +262,35 @@ def graph_page(session: Session, links: Links, graph_id: int, node: str | None =
         logits=graphs.logit_rows(doc),
         features=graphs.top_features(doc),
         detail=_node_detail(doc, node) if node else None,
+        feature_links=_feature_links(session, links, doc),
     )
 
 
 def graph_node_fragment(session: Session, links: Links, graph_id: int, node: str) -> str:
     row, doc = _graph_doc(session, graph_id)
-    return _render("_graph_node.html", links, row=row, doc=doc, detail=_node_detail(doc, node))
+    return _render(
+        "_graph_node.html", links, row=row, doc=doc, detail=_node_detail(doc, node),
+        feature_links=_feature_links(session, links, doc),
+    )  # fmt: skip
+
+
+def atlas_list(session: Session, links: Links) -> str:
+    return _render("atlases.html", links, page="atlases", rows=atlas_pages.list_atlases(session))
+
+
+def atlas_index(session: Session, links: Links, atlas_id: str, page: str, sort: str, q: str) -> str:
+    view = atlas_pages.index_page(session, atlas_id, page, sort, q)
+    return _render("atlas.html", links, page="atlases", view=view, sorts=atlas_pages.SORTS)
+
+
+def feature(session: Session, links: Links, atlas_id: str, feature_id: str) -> str:
+    from ie_dashboard.atlas_import import AFTER, BEFORE
+
+    return _render(
+        "feature.html", links, page="atlases",
+        view=atlas_pages.feature_view(session, atlas_id, feature_id), before=BEFORE, after=AFTER,
+        hist_width=atlas_pages.HIST_WIDTH, hist_height=atlas_pages.HIST_HEIGHT,
+    )  # fmt: skip
 
 
 def error(links: Links, status: int, message: str) -> str:

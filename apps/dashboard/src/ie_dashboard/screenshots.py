@@ -1,4 +1,5 @@
-"""`ie dashboard screenshots`: PNGs of the three pages, taken in headless Chromium via Playwright."""
+"""`ie dashboard screenshots`: PNGs of the three pages (and, where the database holds an atlas,
+its index and a feature's page), taken in headless Chromium via Playwright."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import shutil
 from pathlib import Path
 
 from ie_core.errors import UnsupportedOperationError
+from sqlmodel import col, select
 
 from ie_dashboard.app import create_app
 from ie_dashboard.db import Database
 from ie_dashboard.serve import background_server
+from ie_dashboard.tables import AtlasFeatureRow, AtlasRow
 
 CHROMIUM = "/usr/bin/chromium"
 # No sandbox (root in containers), no GPU, and nothing that phones home: pages are localhost only.
@@ -55,6 +58,8 @@ def take_screenshots(
         ) from None
 
     out.mkdir(parents=True, exist_ok=True)
+    pages = [("cheatsheet", f"/?arch={arch}&point={point}"), ("throughput", "/throughput"),
+             ("validation", "/validation"), *atlas_pages(db)]  # fmt: skip
     app = create_app(db, token=None)
     written: list[Path] = []
     with background_server(app) as base, sync_playwright() as pw:
@@ -70,17 +75,34 @@ def take_screenshots(
             cell.click()
             page.wait_for_selector("#run .run")
         written.append(_shot(page, out / "validation.png"))
+        for name, path in pages[3:]:
+            page.goto(base + path, wait_until="networkidle")
+            written.append(_shot(page, out / f"{name}.png"))
         for width in widths:
             page.set_viewport_size({"width": width, "height": 1000})
-            for name, path in (
-                ("cheatsheet", f"/?arch={arch}&point={point}"),
-                ("throughput", "/throughput"),
-                ("validation", "/validation"),
-            ):
+            for name, path in pages:
                 page.goto(base + path, wait_until="networkidle")
                 written.append(_shot(page, out / f"{name}-{width}.png"))
         browser.close()
     return written
+
+
+def atlas_pages(db: Database) -> list[tuple[str, str]]:
+    """(name, path) of the newest atlas's index and of its feature with the largest activation;
+    none when no atlas is stored."""
+    with db.read() as session:
+        atlas = session.exec(select(AtlasRow).order_by(col(AtlasRow.id).desc())).first()
+        if atlas is None:
+            return []
+        feature = session.exec(
+            select(AtlasFeatureRow.feature)
+            .where(AtlasFeatureRow.atlas_id == atlas.id)
+            .order_by(col(AtlasFeatureRow.max_act).desc(), col(AtlasFeatureRow.feature).desc())
+        ).first()
+    return [
+        ("atlas", f"/atlases/{atlas.id}"),
+        ("feature", f"/atlases/{atlas.id}/features/{feature}"),
+    ]
 
 
 def _shot(page, path: Path, max_height: int = 1400) -> Path:  # type: ignore[no-untyped-def]

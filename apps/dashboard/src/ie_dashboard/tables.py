@@ -3,7 +3,7 @@ column by column (type, nullability, keys, unique constraints, indexes, foreign 
 
 from __future__ import annotations
 
-from sqlalchemy import UniqueConstraint
+from sqlalchemy import Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -162,3 +162,47 @@ class GraphRow(SQLModel, table=True):
     raw_json: str  # the checked graph as posted, re-read by the graph page
     source: str = ""
     ingested_at: str = ""
+
+
+class AtlasRow(SQLModel, table=True):
+    """One imported `ie atlas` folder: what it read (model, dictionary, layer) and its size."""
+
+    __tablename__ = "atlases"  # type: ignore[assignment]
+
+    id: int | None = Field(default=None, primary_key=True)
+    atlas_key: str = Field(unique=True)  # keys.atlas_key: the same folder twice is one row
+    name: str
+    model: str
+    scan: str = Field(index=True)  # the transcoder set's name, matched to a graph's `scan`
+    layer: int | None = None
+    address: str
+    d_sae: int
+    tokens: int
+    top_k: int
+    spec_json: str  # the folder's atlas.json spec and info, as read
+    source: str = ""
+    ingested_at: str = ""
+
+
+class AtlasFeatureRow(SQLModel, table=True):
+    """One feature of an atlas. The index page reads the small columns through the indexes below
+    (a page of rows, never the whole table); the feature page reads `page_json` of one row."""
+
+    __tablename__ = "atlas_features"  # type: ignore[assignment]
+    __table_args__ = (
+        UniqueConstraint("atlas_id", "feature"),
+        Index("ix_atlas_features_density", "atlas_id", "density", "feature"),
+        Index("ix_atlas_features_max_act", "atlas_id", "max_act", "feature"),
+        Index("ix_atlas_features_token", "atlas_id", "token_key", "feature"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    atlas_id: int = Field(foreign_key="atlases.id")
+    feature: int
+    fired: int  # tokens where it fired (activation > 0)
+    density: float
+    max_act: float
+    mean_act: float
+    top_token: str  # the token at the feature's largest activation, decoded
+    token_key: str  # top_token stripped and case-folded: what the token search matches
+    page_json: str  # contexts, band samples, histogram and logits (atlas_import.feature_page)

@@ -19,7 +19,8 @@ __all__ = ["atlas_command"]
 
 EPILOG = """Rerunning the same command resumes from the last checkpoint; a different command on the
 same folder is refused, naming the difference. `ie atlas merge A B --out C` joins the folders of
-disjoint --shard runs; `ie atlas neuronpedia DIR --out F.jsonl` exports Neuronpedia feature JSON.
+disjoint --shard runs; `ie atlas neuronpedia DIR --out F.jsonl` exports Neuronpedia feature JSON,
+`ie atlas delphi DIR --out LATENTS` delphi's latent cache.
 Layout and reader: docs/HARVEST.md (Atlas)."""
 
 
@@ -95,6 +96,29 @@ def _neuronpedia_command(argv: list[str]) -> int:
     return 0
 
 
+def _delphi_command(argv: list[str]) -> int:
+    from ie_core.atlas.delphi import export_delphi
+
+    p = argparse.ArgumentParser(
+        prog="ie atlas delphi",
+        description="Export an atlas as delphi's latent cache (eai-delphi 0.1.3's layout): "
+        "OUT/MODULE/config.json and <first>_<last>.safetensors feature ranges.",
+    )
+    p.add_argument("atlas", type=Path)
+    p.add_argument("--out", required=True, type=Path, help="delphi's latents folder")
+    p.add_argument("--module", help="the module folder's name (default: the dictionary's address)")
+    p.add_argument("--splits", type=int, default=5, help="files of feature ranges")
+    p.add_argument("--model", help="the tokenizer delphi loads (default: the atlas's model)")
+    p.add_argument("--pad-token", type=int, default=0, help="id past a short window's end")
+    args = p.parse_args(argv)
+    out = export_delphi(
+        args.atlas, args.out, module=args.module, splits=args.splits, model=args.model,
+        pad_token=args.pad_token,
+    )  # fmt: skip
+    print(f"{out}: delphi latent cache", file=sys.stdout)
+    return 0
+
+
 def _source_name(dictionary: dict[str, Any]) -> str:
     return Path(dictionary["source"]).name if dictionary.get("source") else str(dictionary["name"])
 
@@ -131,6 +155,8 @@ def atlas_command(argv: list[str]) -> int:
         return _merge_command(argv[1:])
     if argv[:1] == ["neuronpedia"]:
         return _neuronpedia_command(argv[1:])
+    if argv[:1] == ["delphi"]:
+        return _delphi_command(argv[1:])
     args = _parser().parse_args(argv)
     from ie_core.atlas.dictionary import check_against_config, read_dictionary
     from ie_core.atlas.running import atlas

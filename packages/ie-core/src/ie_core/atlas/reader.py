@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,20 @@ class AtlasData:
     def d_sae(self) -> int:
         return self.state.d_sae
 
+    @cached_property
+    def _rows(self) -> dict[int, int]:
+        """Each kept window's row in `contexts`, found once (a page reads dozens of windows, an
+        import or export every feature's)."""
+        rows: dict[int, int] = {}
+        for row, sequence in enumerate(self.contexts["window_sequence"].tolist()):
+            rows.setdefault(int(sequence), row)
+        return rows
+
     def _tokens(self, sequence: int) -> list[int]:
-        rows = (self.contexts["window_sequence"] == sequence).nonzero(as_tuple=True)[0]
-        if rows.numel() == 0:
+        row = self._rows.get(sequence)
+        if row is None:
             raise AtlasError(f"window {sequence} is not among {self.folder}'s kept contexts")
-        tokens = self.contexts["window_tokens"][int(rows[0])]
+        tokens = self.contexts["window_tokens"][row]
         return [int(t) for t in tokens[tokens >= 0].tolist()]
 
     def _context(self, seq: int, pos: int, value: float, acts: torch.Tensor) -> dict[str, Any]:

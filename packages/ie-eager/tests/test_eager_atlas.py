@@ -196,19 +196,19 @@ def _check_neuronpedia_export(
 def test_negative_control_dropping_the_last_step_fails(
     model: Any, hf: Any, data: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pass whose update drops the last batch's rows does not equal the brute force."""
+    """A pass that drops the last batch's reduced rows does not equal the brute force."""
     import ie_core.atlas.running as running
 
     source, where, encoder = _dictionary_case("saelens", tmp_path)
     sae = read_dictionary(source)
     windows = reference_windows(hf[1], data[1], CONTEXT)
     last = (len(windows) - 1) // OPTIONS["batch_windows"] * OPTIONS["batch_windows"]
-    real = running.update
+    real = running._batch_state
 
-    def dropping(state: Any, acts: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor) -> Any:
-        return state if int(seq.min()) >= last else real(state, acts, seq, pos)
+    def dropping(model: Any, sae: Any, batch: list, state: Any) -> Any:
+        return state if batch[0][0] >= last else real(model, sae, batch, state)
 
-    monkeypatch.setattr(running, "update", dropping)
+    monkeypatch.setattr(running, "_batch_state", dropping)
     out = tmp_path / "atlas"
     atlas(model, sae, out, files=[data[0]], progress=False, **OPTIONS)
     acts = encoder(reference_rows(hf[0], windows, where))

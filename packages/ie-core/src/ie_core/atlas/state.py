@@ -9,9 +9,12 @@ Exact: no sampling of the rows, no approximate top-k. Every selection is by a to
 the result does not depend on how the rows were batched, split or merged:
 - top-k: value descending, then sequence, then position ascending (ties broken the same way in
   every run);
-- band samples: the `samples` firings of smallest `(hash(sequence, position), sequence,
-  position)` per (feature, band); the hash spreads the samples over the corpus instead of
-  taking its start, and is a fixed integer function, not a random draw.
+- band samples: the `samples` firings of smallest `(hash(position), hash(sequence), sequence,
+  position)` per (feature, band); the hashes spread the samples over the corpus instead of
+  taking its start, and are fixed integer functions, not random draws. The position's hash
+  leads so that one window's rows order the same whatever its sequence: a worker that reduces
+  one request without knowing its sequence (`ie_core.reduce.atlas_topk`) keeps exactly the
+  candidates a corpus-wide selection could take from it.
 Counts, histograms and the selections merge bit for bit in any grouping; the sums are fp64 and
 agree to fp64 rounding (addition of floats is not associative).
 
@@ -163,9 +166,9 @@ def _check_shapes(s: AtlasState) -> None:
             raise ValueError(f"{name} has shape {tuple(getattr(s, name).shape)}, expected {shape}")
 
 
-def _hash(sequence: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-    """A fixed integer mix of (sequence, position) in [0, 2**31 - 1) (Lehmer steps)."""
-    h = ((sequence % _PRIME) * 1_000_003 + position) % _PRIME
+def _hash(value: torch.Tensor) -> torch.Tensor:
+    """A fixed integer mix of `value` in [0, 2**31 - 1) (Lehmer steps)."""
+    h = value % _PRIME
     for _ in range(3):
         h = (h * 48271 + 11) % _PRIME
     return h
@@ -211,7 +214,7 @@ def _bands(
     b, m, d = state.binning, state.samples, state.d_sae
     band = b.band_of(b.bin_of(value))
     got = _select(
-        feature * b.bands + band, (_hash(seq, pos), seq, pos), (value, seq, pos), d * b.bands,
+        feature * b.bands + band, (_hash(pos), _hash(seq), seq, pos), (value, seq, pos), d * b.bands,
         m, (float("-inf"), -1, -1),
     )  # fmt: skip
     return got[0].view(d, b.bands, m), got[1].view(d, b.bands, m), got[2].view(d, b.bands, m)

@@ -2,6 +2,7 @@
 kind (laid out like `ie_core.ops`): `base` (the interface, `Reduction`, `Context`), `kinds` (the
 registry), `host` (the host fallback and the results' flat form)."""
 
+from ie_core.reduce.atlas_topk import AtlasTopK
 from ie_core.reduce.base import Context, Reducer, Reduction
 from ie_core.reduce.cast import Cast
 from ie_core.reduce.dictionary import DictionaryFeatures
@@ -13,6 +14,7 @@ from ie_core.reduce.token_logits import TokenLogits
 
 __all__ = [
     "REDUCER_KINDS",
+    "AtlasTopK",
     "Cast",
     "Context",
     "DictionaryFeatures",

@@ -224,7 +224,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_state(
     sae = read_dictionary(write_saelens(tmp_path / "sae", layer=3, d_sae=48, seed=1))
     whole = tmp_path / "whole"
     atlas(model, sae, whole, files=[data[0]], progress=False, **OPTIONS)
-    real, calls = running.update, []
+    real, calls = running._batch_state, []
 
     def dies(*args: Any) -> Any:
         calls.append(1)
@@ -232,12 +232,12 @@ def test_interrupted_run_resumes_to_the_uninterrupted_state(
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(running, "update", dies)
+    monkeypatch.setattr(running, "_batch_state", dies)
     out = tmp_path / "resumed"
     with pytest.raises(KeyboardInterrupt):
         atlas(model, sae, out, files=[data[0]], progress=False, **OPTIONS)
     assert (out / STATE).exists() and not open_atlas_complete(out)
-    monkeypatch.setattr(running, "update", real)
+    monkeypatch.setattr(running, "_batch_state", real)
     result = atlas(model, sae, out, files=[data[0]], progress=False, **OPTIONS)
     assert result.resumed_windows == 8
     a, b = open_atlas(whole), open_atlas(out)

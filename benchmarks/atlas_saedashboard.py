@@ -1,0 +1,78 @@
+"""The SAEDashboard 0.8.0 cell of `atlas_throughput.py`, run by that script with the python of a
+separate environment (sae-dashboard pins its own sae-lens and transformer-lens). Same work: the
+same SmolLM2 folder (through TransformerLens, unprocessed weights), the same dictionary (the
+SAELens-layout folder's weights loaded into a SAELens `StandardSAE`), the same windows, every
+feature of the dictionary (`SaeVisRunner`: top activations, quantile intervals, histograms,
+logits). Windows shorter than the first are left out (SAEDashboard takes one `[batch, seq]`
+tensor); the tokens counted are those it read. Prints one JSON object.
+
+    /path/to/saedash-env/bin/python atlas_saedashboard.py --config JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+
+def load_sae(folder: Path, hook: str) -> Any:
+    from safetensors.torch import load_file
+    from sae_lens import StandardSAE, StandardSAEConfig
+    from sae_lens.saes.sae import SAEMetadata
+
+    cfg = json.loads((folder / "cfg.json").read_text())
+    sae = StandardSAE(StandardSAEConfig(
+        d_in=cfg["d_in"], d_sae=cfg["d_sae"], apply_b_dec_to_input=False, dtype="float32",
+        device="cpu", metadata=SAEMetadata(hook_name=hook),
+    ))  # fmt: skip
+    sae.load_state_dict(load_file(str(folder / "sae_weights.safetensors")))
+    return sae
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    cfg = json.loads(ap.parse_args().config)
+    import torch
+    from sae_dashboard.sae_vis_data import SaeVisConfig
+    from sae_dashboard.sae_vis_runner import SaeVisRunner
+    from sae_lens import HookedSAETransformer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_grad_enabled(False)
+    hf = AutoModelForCausalLM.from_pretrained(cfg["model"], torch_dtype=torch.float32)
+    model = HookedSAETransformer.from_pretrained_no_processing(
+        cfg["model"], hf_model=hf, tokenizer=AutoTokenizer.from_pretrained(cfg["model"]),
+        device="cpu", dtype=torch.float32,
+    )  # fmt: skip
+    del hf
+    hook = f"blocks.{cfg['layer']}.hook_resid_post"
+    sae = load_sae(Path(cfg["dictionary"]), hook)
+    windows = json.loads(Path(cfg["windows"]).read_text())
+    tokens = torch.tensor([w for w in windows if len(w) == len(windows[0])])
+    batch = cfg.get("saedashboard_feature_batch", 1024)
+
+    def dashboard(features: range, rows: torch.Tensor) -> None:
+        vis = SaeVisConfig(hook_point=hook, features=features, minibatch_size_features=batch,
+                           minibatch_size_tokens=64, device="cpu", dtype="float32")  # fmt: skip
+        SaeVisRunner(vis).run(encoder=sae, model=model, tokens=rows)
+
+    dashboard(range(8), tokens[:2])  # warm
+    began = time.perf_counter()
+    dashboard(range(cfg["width"]), tokens)
+    seconds = time.perf_counter() - began
+    n = int(tokens.numel())
+    print(json.dumps({
+        "tokens": n, "windows": int(tokens.shape[0]), "seconds": seconds,
+        "tokens_per_s": n / seconds, "feature_batch": batch,
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_child_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

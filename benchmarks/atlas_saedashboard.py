@@ -20,9 +20,9 @@ from typing import Any
 
 
 def load_sae(folder: Path, hook: str) -> Any:
-    from safetensors.torch import load_file
     from sae_lens import StandardSAE, StandardSAEConfig
     from sae_lens.saes.sae import SAEMetadata
+    from safetensors.torch import load_file
 
     cfg = json.loads((folder / "cfg.json").read_text())
     sae = StandardSAE(StandardSAEConfig(

@@ -137,10 +137,9 @@ def prefill(cfg: dict[str, Any]) -> dict[str, Any]:
 def bytes_per_token(cfg: dict[str, Any], width: int) -> dict[str, Any]:
     """What crosses from where the rows live, per corpus token: dense fp32 activations against
     the atlas reducer's one entry per window (a window read in one forward)."""
+    import torch
     from ie_core.experiments.saes import from_tensors
     from ie_core.reduce import AtlasTopK
-
-    import torch
 
     tiny = from_tensors({"W_enc": torch.zeros(1, width), "b_enc": torch.zeros(width),
                          "W_dec": torch.zeros(width, 1), "b_dec": torch.zeros(1)})  # fmt: skip

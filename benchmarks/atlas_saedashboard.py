@@ -4,7 +4,9 @@ same SmolLM2 folder (through TransformerLens, unprocessed weights), the same dic
 SAELens-layout folder's weights loaded into a SAELens `StandardSAE`), the same windows, every
 feature of the dictionary (`SaeVisRunner`: top activations, quantile intervals, histograms,
 logits). Windows shorter than the first are left out (SAEDashboard takes one `[batch, seq]`
-tensor); the tokens counted are those it read. Prints one JSON object.
+tensor); the tokens counted are those it read. `saedashboard_features` (a subset, features 0..n-1)
+keeps the run to minutes: its time is scaled linearly to the whole dictionary (recorded as an
+estimate beside the measured subset). Prints one JSON object.
 
     /path/to/saedash-env/bin/python atlas_saedashboard.py --config JSON
 """
@@ -38,13 +40,17 @@ def main() -> None:
     ap.add_argument("--config", required=True)
     cfg = json.loads(ap.parse_args().config)
     import torch
+    import transformer_lens.loading_from_pretrained as loading
     from sae_dashboard.sae_vis_data import SaeVisConfig
     from sae_dashboard.sae_vis_runner import SaeVisRunner
     from sae_lens import HookedSAETransformer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_grad_enabled(False)
-    hf = AutoModelForCausalLM.from_pretrained(cfg["model"], torch_dtype=torch.float32)
+    # TransformerLens loads only the models it lists by name; SmolLM2 is a Llama it converts from
+    # the local folder's config (logits checked against HF's: 6.5e-5 of 31 on SmolLM2-135M).
+    loading.OFFICIAL_MODEL_NAMES.append(cfg["model"])
+    hf = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=torch.float32)
     model = HookedSAETransformer.from_pretrained_no_processing(
         cfg["model"], hf_model=hf, tokenizer=AutoTokenizer.from_pretrained(cfg["model"]),
         device="cpu", dtype=torch.float32,
@@ -61,14 +67,20 @@ def main() -> None:
                            minibatch_size_tokens=64, device="cpu", dtype="float32")  # fmt: skip
         SaeVisRunner(vis).run(encoder=sae, model=model, tokens=rows)
 
+    features = min(cfg["width"], cfg.get("saedashboard_features") or cfg["width"])
     dashboard(range(8), tokens[:2])  # warm
     began = time.perf_counter()
-    dashboard(range(cfg["width"]), tokens)
+    dashboard(range(features), tokens)
     seconds = time.perf_counter() - began
     n = int(tokens.numel())
+    # Its work grows with the features asked for (a forward per feature batch, then each
+    # feature's sequences): a subset's time scaled to the whole dictionary, marked as such.
+    scaled = seconds * cfg["width"] / features
     print(json.dumps({
-        "tokens": n, "windows": int(tokens.shape[0]), "seconds": seconds,
-        "tokens_per_s": n / seconds, "feature_batch": batch,
+        "tokens": n, "windows": int(tokens.shape[0]), "features": features,
+        "seconds": seconds, "seconds_every_feature_estimated": scaled,
+        "tokens_per_s": n / scaled, "tokens_per_s_measured_subset": n / seconds,
+        "feature_batch": batch,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_rss_child_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
     }))  # fmt: skip

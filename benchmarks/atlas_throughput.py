@@ -142,7 +142,8 @@ def bytes_per_token(cfg: dict[str, Any], width: int) -> dict[str, Any]:
     from ie_core.reduce import AtlasTopK
 
     tiny = from_tensors({"W_enc": torch.zeros(1, width), "b_enc": torch.zeros(width),
-                         "W_dec": torch.zeros(width, 1), "b_dec": torch.zeros(1)})  # fmt: skip
+                         "W_dec": torch.zeros(width, 1), "b_dec": torch.zeros(1)},
+                        address="resid_post.0")  # fmt: skip
     entry = AtlasTopK(tiny.key, cfg["top_k"], 4, (4, -10, 10), 0, tiny).row_bytes(1)
     return {"dense_fp32": 4 * width, "atlas_topk_entry": entry,
             "atlas_topk_per_token": round(entry / cfg["context"], 1),
@@ -178,7 +179,8 @@ def prepare(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     return {"model": str(folder), "dictionary": str(dictionary), "corpus": source,
             "documents": str(tmp / "documents.json"), "windows": str(tmp / "windows.json"),
             "tokens": args.tokens, "context": args.context, "top_k": args.top_k,
-            "batch_windows": args.batch_windows, "width": args.width, "layer": args.layer}  # fmt: skip
+            "batch_windows": args.batch_windows, "width": args.width, "layer": args.layer,
+            "saedashboard_features": args.saedashboard_features}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-windows", type=int, default=16)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--saedashboard-python", help="python of an environment with sae-dashboard")
+    ap.add_argument(
+        "--saedashboard-features",
+        type=int,
+        default=1024,
+        help="features SAEDashboard computes (its time scaled to --width)",
+    )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)

@@ -10,7 +10,8 @@ Each variant runs in its own process (`--child`), one after another; the model's
 timed, a two-window warm-up runs first (compilation, the dictionary's upload). Peak memory is
 that process's `ru_maxrss` and its largest reaped child's (vLLM's engine core). The JSON also
 holds the bytes per token that cross from where the rows live: dense fp32 activations
-(`4 * d_sae`) against the atlas reducer's one entry per window. Run it alone; publish figures
+(`4 * d_sae`) against the atlas reducer's one sparse entry per window, measured on the first
+windows. Run it alone; publish figures
 only from a run on an otherwise idle machine.
 
     uv venv /tmp/saedash-env --python 3.11
@@ -134,21 +135,23 @@ def prefill(cfg: dict[str, Any]) -> dict[str, Any]:
             "tokens_per_s": tokens / seconds, **peak_rss()}  # fmt: skip
 
 
-def bytes_per_token(cfg: dict[str, Any], width: int) -> dict[str, Any]:
-    """What crosses from where the rows live, per corpus token: dense fp32 activations against
-    the atlas reducer's one entry per window (a window read in one forward)."""
-    import torch
-    from ie_core.experiments.saes import from_tensors
-    from ie_core.reduce import AtlasTopK
+def bytes_per_token(model: Any, dictionary: Path, windows: list[list[int]], top_k: int) -> dict:
+    """What crosses from where the rows live, per corpus token, measured on the first windows
+    (eager's rows, the atlas reducer applied to each window as a worker would): the dense fp32
+    activations against the reducer's one sparse entry per window."""
+    from ie_core.atlas.dictionary import read_dictionary
+    from ie_core.reduce import AtlasTopK, Context
+    from ie_core.runner import run
 
-    tiny = from_tensors({"W_enc": torch.zeros(1, width), "b_enc": torch.zeros(width),
-                         "W_dec": torch.zeros(width, 1), "b_dec": torch.zeros(1)},
-                        address="resid_post.0")  # fmt: skip
-    entry = AtlasTopK(tiny.key, cfg["top_k"], 4, (4, -10, 10), 0, tiny).row_bytes(1)
-    return {"dense_fp32": 4 * width, "atlas_topk_entry": entry,
-            "atlas_topk_per_token": round(entry / cfg["context"], 1),
-            "note": "per window of --context tokens read in one forward; a window split over "
-                    "n forwards sends n entries"}  # fmt: skip
+    sae = read_dictionary(dictionary)
+    reducer = AtlasTopK(sae.key, top_k, 4, (4, -10, 10), 0, sae)
+    some = [w for w in windows[:8] if len(w) == len(windows[0])]
+    rows = run(model.capture(some, [sae.address]))[sae.address]
+    sent = sum(t.nbytes for window in rows for t in reducer.apply_at(window, 0, Context()).values())
+    tokens = sum(len(w) for w in some)
+    return {"dense_fp32": 4 * sae.d_sae, "atlas_topk": round(sent / tokens, 1),
+            "atlas_topk_bound": round(reducer.row_bytes(0) / len(some[0]), 1),
+            "measured_on_windows": len(some)}  # fmt: skip
 
 
 def run_child(cmd: list[str]) -> dict[str, Any]:
@@ -176,11 +179,13 @@ def prepare(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     (tmp / "documents.json").write_text(json.dumps(docs))
     (tmp / "windows.json").write_text(json.dumps(windows))
     dictionary = write_dictionary(tmp / "sae", model.d_model, args.width, args.layer)
+    crossing = bytes_per_token(model, dictionary, windows, args.top_k)
     return {"model": str(folder), "dictionary": str(dictionary), "corpus": source,
             "documents": str(tmp / "documents.json"), "windows": str(tmp / "windows.json"),
             "tokens": args.tokens, "context": args.context, "top_k": args.top_k,
             "batch_windows": args.batch_windows, "width": args.width, "layer": args.layer,
-            "saedashboard_features": args.saedashboard_features}  # fmt: skip
+            "saedashboard_features": args.saedashboard_features,
+            "bytes_per_token": crossing}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,8 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "processor": platform.processor()},
-        "config": {k: v for k, v in cfg.items() if k not in ("documents", "windows", "dictionary")},
-        "bytes_per_token": bytes_per_token(cfg, args.width),
+        "config": {
+            k: v
+            for k, v in cfg.items()
+            if k not in ("documents", "windows", "dictionary", "bytes_per_token")
+        },
+        "bytes_per_token": cfg["bytes_per_token"],
         "results": results,
         "ratios": ratios(results),
     }

@@ -13,7 +13,7 @@ from ie_core.atlas.partial import partial_state
 from ie_core.atlas.state import AtlasState, Binning, merge, update
 from ie_core.experiments.sae_math import encode
 from ie_core.experiments.saes import from_tensors
-from ie_core.reduce import AtlasTopK, Context, Reduction, per_prompt, reduce_cache
+from ie_core.reduce import AtlasTopK, Context, Reduction, pad_cat, per_prompt, reduce_cache
 from ie_core.reduce.kinds import reducer_from_dict
 
 WIDTH, D, K, SAMPLES, SEQ = 16, 40, 4, 3, 30
@@ -64,7 +64,7 @@ def _reduced(reducer: AtlasTopK, rows: torch.Tensor, cuts: list[int], drop_last=
         ]
         if drop_last:
             chunks = chunks[:-1]
-        stacked = {n: torch.cat([c[n] for c in chunks]) for n in chunks[0]}
+        stacked = {n: pad_cat([c[n] for c in chunks]) for n in chunks[0]}
         joined = reducer.join(stacked)
         state = merge(state, partial_state(joined, 0, K, SAMPLES, BINS, sequence=i))
     return state
@@ -110,7 +110,7 @@ def test_host_fallback_and_per_prompt_join_equal_the_reference() -> None:
         a, b = red.reducer.apply_at(window[:9], 0, Context()), red.reducer.apply_at(
             window[9:], 9, Context()
         )  # fmt: skip
-        results.append({f"atlas|{n}": torch.cat([a[n], b[n]]) for n in a})
+        results.append({f"atlas|{n}": pad_cat([a[n], b[n]]) for n in a})
     worker = per_prompt([red], results)["atlas"]
     for i in range(3):
         one = partial_state(host, i, K, SAMPLES, BINS, sequence=i)
@@ -132,11 +132,23 @@ def test_wire_form_round_trips_and_is_checked() -> None:
         reducer_from_dict({"kind": "atlas_topk", "dictionary": "k", "k": 2, "binning": [1, 2]})
 
 
-def test_entry_bytes_against_the_dense_rows() -> None:
-    """What crosses per window: one entry, whatever the window's length (`row_bytes` bounds it)."""
+def test_entries_are_sparse_and_padded_entries_read_back() -> None:
+    """What crosses per window: one entry of records, fewer where fewer features fire, never
+    more than `row_bytes`; entries of different sizes padded together (`pad_cat`, as a worker
+    joins a request's chunks) read back to the same states."""
     sae = _sae()
     reducer = _reducer(sae, skip=0)
-    out = reducer.apply_at(_windows(1)[0], 0, Context())  # one window, read whole
-    sent = sum(t.nbytes for t in out.values())
-    assert sent == reducer.row_bytes(WIDTH)
-    assert all(t.shape[0] == 1 for t in out.values())
+    rows = _windows(2)
+    rows[1] *= 0.05  # small rows: fewer features fire, fewer records
+    one, two = (reducer.apply_at(w, 0, Context()) for w in rows)
+    sent = [sum(t.nbytes for t in e.values()) for e in (one, two)]
+    assert sent[1] < sent[0] <= reducer.row_bytes(WIDTH)
+    assert all(t.shape[0] == 1 for t in one.values())
+    both = {n: pad_cat([one[n], two[n]]) for n in one}
+    assert both["top_index"].shape[1] == one["top_index"].shape[1] > two["top_index"].shape[1]
+    for i, entry in enumerate((one, two)):
+        alone = partial_state(entry, 0, K, SAMPLES, BINS, sequence=i)
+        padded = partial_state(both, i, K, SAMPLES, BINS, sequence=i)
+        assert alone.equal(padded) and torch.equal(alone.total, padded.total)
+        at_zero = partial_state(entry, 0, K, SAMPLES, BINS)  # the reference's window is 0
+        assert at_zero.equal(_dense(sae, rows[i : i + 1], 0, []))

@@ -6,7 +6,7 @@ from ie_core.reduce.atlas_topk import AtlasTopK
 from ie_core.reduce.base import Context, Reducer, Reduction
 from ie_core.reduce.cast import Cast
 from ie_core.reduce.dictionary import DictionaryFeatures
-from ie_core.reduce.host import flat, nested, per_prompt, reduce_cache
+from ie_core.reduce.host import flat, nested, pad_cat, per_prompt, reduce_cache
 from ie_core.reduce.kinds import REDUCER_KINDS, reducer_from_dict, reduction_from_dict
 from ie_core.reduce.lens_topk import LensTopK
 from ie_core.reduce.probe import ProbeScores
@@ -25,6 +25,7 @@ __all__ = [
     "TokenLogits",
     "flat",
     "nested",
+    "pad_cat",
     "per_prompt",
     "reduce_cache",
     "reducer_from_dict",

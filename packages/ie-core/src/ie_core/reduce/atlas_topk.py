@@ -1,6 +1,7 @@
 """`AtlasTopK`: a dictionary's per-feature atlas statistics of one request's rows, reduced where
 the rows live: each feature's top-k (value, position), firing count, fp64 sum, histogram and
-band samples (`ie_core.atlas.state`), so only those leave the worker, not `[tokens, d_sae]`.
+band samples (`ie_core.atlas.state`), so only those leave the worker, not `[tokens, d_sae]`:
+sparse records of what fired (`ie_core.atlas.partial`).
 
 Unlike the per-row reducers it summarises: `apply_at` gives one entry per call (a forward's
 chunk of one request, from position `first`), and `join` merges a request's entries into one.
@@ -77,11 +78,13 @@ class AtlasTopK(Reducer):
             )
 
     def row_bytes(self, width: int) -> int:
-        """Bytes of one entry (a chunk of at least one row: a bound per row)."""
+        """The most bytes one entry takes (a chunk of at least one row: a bound per row), every
+        slot filled; a sparse entry takes 12 bytes per top-k or band-sample record, 8 per
+        non-empty bin and 12 per fired feature."""
         d = self.sae.d_sae if self.sae is not None else 0
         per_octave, low, high = self.binning
         bins, bands = (high - low) * per_octave + 2, high - low + 2
-        return d * (8 * self.k + 8 * bands * self.samples + 12 + 4 * bins) + 8
+        return d * (12 * self.k + 12 * bands * self.samples + 8 * bins + 12) + 48
 
     def portable(self) -> bool:
         return self.sae is None

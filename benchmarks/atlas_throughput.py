@@ -3,7 +3,7 @@ over the corpus, then the kept contexts and the decoder's logits) on eager, hook
 vllm-static, against vLLM's own prefill of the same windows (`max_new_tokens=1`, no taps: the
 forward alone) and SAEDashboard 0.8.0 on the same model, dictionary and windows (its own
 environment, `atlas_saedashboard.py`). SmolLM2-135M, a random ReLU dictionary (16384 wide by
-default) written in SAELens's folder layout at one layer, windows of Newton's Opticks as shipped
+default, each feature firing on 0.5% of tokens) written in SAELens's folder layout at one layer, windows of Newton's Opticks as shipped
 in the apache-tvm-ffi wheel (else a generated text).
 
 Each variant runs in its own process (`--child`), one after another; the model's load is not
@@ -43,17 +43,22 @@ VARIANTS = ("vllm-prefill", "ie-eager", "vllm", "vllm-static", "saedashboard")
 BACKENDS = {"ie-eager": "eager", "vllm": "vllm", "vllm-static": "vllm-static"}
 
 
-def write_dictionary(folder: Path, d_in: int, width: int, layer: int) -> Path:
-    """A random ReLU SAE at resid_post.`layer` in SAELens's layout (cfg.json + weights); the
-    encoder bias puts each feature's firing rate near a few percent, as a trained one's."""
+def write_dictionary(folder: Path, rows: Any, width: int, layer: int, firing: float) -> Path:
+    """A random ReLU SAE at resid_post.`layer` in SAELens's layout (cfg.json + weights). Each
+    feature's encoder bias sets its firing rate on `rows` (a few windows' rows at that point) to
+    `firing`, as sparse as a trained dictionary (random directions with a zero bias would fire
+    on about half the tokens, which no trained one does)."""
     import torch
     from safetensors.torch import save_file
 
+    d_in = int(rows.shape[-1])
     g = torch.Generator().manual_seed(0)
     folder.mkdir(parents=True, exist_ok=True)
+    w_enc = torch.randn(d_in, width, generator=g) / d_in**0.5
+    pre = rows.reshape(-1, d_in).float() @ w_enc
     weights = {
-        "W_enc": torch.randn(d_in, width, generator=g) / d_in**0.5,
-        "b_enc": torch.full((width,), -2.0),
+        "W_enc": w_enc,
+        "b_enc": -torch.quantile(pre, 1.0 - firing, dim=0),
         "W_dec": torch.randn(width, d_in, generator=g) / width**0.5,
         "b_dec": torch.zeros(d_in),
     }
@@ -135,23 +140,20 @@ def prefill(cfg: dict[str, Any]) -> dict[str, Any]:
             "tokens_per_s": tokens / seconds, **peak_rss()}  # fmt: skip
 
 
-def bytes_per_token(model: Any, dictionary: Path, windows: list[list[int]], top_k: int) -> dict:
-    """What crosses from where the rows live, per corpus token, measured on the first windows
-    (eager's rows, the atlas reducer applied to each window as a worker would): the dense fp32
+def bytes_per_token(dictionary: Path, rows: Any, top_k: int) -> dict[str, Any]:
+    """What crosses from where the rows live, per corpus token, measured on the first windows'
+    rows (the atlas reducer applied to each window as a worker would): the dense fp32
     activations against the reducer's one sparse entry per window."""
     from ie_core.atlas.dictionary import read_dictionary
     from ie_core.reduce import AtlasTopK, Context
-    from ie_core.runner import run
 
     sae = read_dictionary(dictionary)
     reducer = AtlasTopK(sae.key, top_k, 4, (4, -10, 10), 0, sae)
-    some = [w for w in windows[:8] if len(w) == len(windows[0])]
-    rows = run(model.capture(some, [sae.address]))[sae.address]
     sent = sum(t.nbytes for window in rows for t in reducer.apply_at(window, 0, Context()).values())
-    tokens = sum(len(w) for w in some)
+    tokens = int(rows.shape[0] * rows.shape[1])
     return {"dense_fp32": 4 * sae.d_sae, "atlas_topk": round(sent / tokens, 1),
-            "atlas_topk_bound": round(reducer.row_bytes(0) / len(some[0]), 1),
-            "measured_on_windows": len(some)}  # fmt: skip
+            "atlas_topk_bound": round(reducer.row_bytes(0) / int(rows.shape[1]), 1),
+            "measured_on_windows": int(rows.shape[0])}  # fmt: skip
 
 
 def run_child(cmd: list[str]) -> dict[str, Any]:
@@ -178,12 +180,18 @@ def prepare(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     windows = [list(w.tokens) for w in made]
     (tmp / "documents.json").write_text(json.dumps(docs))
     (tmp / "windows.json").write_text(json.dumps(windows))
-    dictionary = write_dictionary(tmp / "sae", model.d_model, args.width, args.layer)
-    crossing = bytes_per_token(model, dictionary, windows, args.top_k)
+    from ie_core.runner import run
+
+    some = [w for w in windows[:8] if len(w) == len(windows[0])]
+    point = f"resid_post.{args.layer}"
+    rows = run(model.capture(some, [point]))[point]
+    dictionary = write_dictionary(tmp / "sae", rows, args.width, args.layer, args.firing)
+    crossing = bytes_per_token(dictionary, rows, args.top_k)
     return {"model": str(folder), "dictionary": str(dictionary), "corpus": source,
             "documents": str(tmp / "documents.json"), "windows": str(tmp / "windows.json"),
             "tokens": args.tokens, "context": args.context, "top_k": args.top_k,
             "batch_windows": args.batch_windows, "width": args.width, "layer": args.layer,
+            "firing": args.firing,
             "saedashboard_features": args.saedashboard_features,
             "bytes_per_token": crossing}  # fmt: skip
 
@@ -195,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, default=16384)
     ap.add_argument("--layer", type=int, default=15)
     ap.add_argument("--top-k", type=int, default=20)
+    ap.add_argument("--firing", type=float, default=0.005, help="each feature's firing rate")
     ap.add_argument("--batch-windows", type=int, default=16)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--saedashboard-python", help="python of an environment with sae-dashboard")

@@ -10,7 +10,7 @@ import itertools
 import pytest
 import torch
 from ie_core.atlas.partial import partial_state
-from ie_core.atlas.state import AtlasState, Binning, merge, update
+from ie_core.atlas.state import AtlasState, Binning, merge, merge_all, update
 from ie_core.experiments.sae_math import encode
 from ie_core.experiments.saes import from_tensors
 from ie_core.reduce import AtlasTopK, Context, Reduction, pad_cat, per_prompt, reduce_cache
@@ -152,3 +152,21 @@ def test_entries_are_sparse_and_padded_entries_read_back() -> None:
         assert alone.equal(padded) and torch.equal(alone.total, padded.total)
         at_zero = partial_state(entry, 0, K, SAMPLES, BINS)  # the reference's window is 0
         assert at_zero.equal(_dense(sae, rows[i : i + 1], 0, []))
+
+
+def test_merging_a_batch_at_once_equals_a_chain_of_merges() -> None:
+    """`merge_all` (how the atlas merges a batch's partials) equals merging one at a time,
+    the fp64 sums included (they add in the same order)."""
+    sae = _sae()
+    rows = _windows()
+    reducer = _reducer(sae)
+    parts = [
+        partial_state(reducer.apply_at(w, 0, Context()), 0, K, SAMPLES, BINS, sequence=i)
+        for i, w in enumerate(rows)
+    ]
+    chained = parts[0]
+    for p in parts[1:]:
+        chained = merge(chained, p)
+    at_once = merge_all(parts)
+    assert at_once.equal(chained) and torch.equal(at_once.total, chained.total)
+    assert not merge_all(parts[:-1]).equal(chained)

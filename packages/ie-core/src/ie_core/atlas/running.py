@@ -26,7 +26,7 @@ from ie_core.atlas.contexts import context_tensors, logit_tensors
 from ie_core.atlas.dictionary import check_finite, describe
 from ie_core.atlas.errors import AtlasError
 from ie_core.atlas.partial import partial_state
-from ie_core.atlas.state import AtlasState, Binning, merge
+from ie_core.atlas.state import AtlasState, Binning, merge_all
 from ie_core.atlas.storage import (
     CONTEXTS,
     LOGITS,
@@ -117,6 +117,7 @@ def _batch_state(
     for i, w in batch:
         groups.setdefault((len(w.tokens), _head(w)), []).append((i, w))
     b = state.binning
+    parts = [state]
     for (_, skip), group in groups.items():
         reducer = AtlasTopK(sae.key, state.k, state.samples, (b.per_octave, b.low, b.high), skip,
                             sae)  # fmt: skip
@@ -131,8 +132,8 @@ def _batch_state(
                     "cannot be summed exactly: rerun (the checkpoint resumes) with prefix "
                     "caching off"
                 )
-            state = merge(state, part)
-    return state
+            parts.append(part)
+    return merge_all(parts)
 
 
 def _head(window: Window) -> int:

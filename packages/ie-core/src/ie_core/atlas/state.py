@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-__all__ = ["AtlasState", "Binning", "from_rows", "merge", "update"]
+__all__ = ["AtlasState", "Binning", "from_rows", "merge", "merge_all", "update"]
 
 _PRIME = 2**31 - 1  # the hash's modulus: products below stay inside int64
 _NO_KEY = torch.iinfo(torch.int64).max
@@ -271,27 +271,37 @@ def from_rows(
 
 def merge(a: AtlasState, b: AtlasState) -> AtlasState:
     """The statistics of the rows of `a` and of `b` (disjoint: no (sequence, position) in both)."""
-    if (a.d_sae, a.k, a.samples, a.binning) != (b.d_sae, b.k, b.samples, b.binning):
-        raise ValueError(
-            f"cannot merge states of different shapes: d_sae/k/samples/bins {a.d_sae}/{a.k}/"
-            f"{a.samples}/{a.binning} and {b.d_sae}/{b.k}/{b.samples}/{b.binning}"
-        )
+    return merge_all([a, b])
+
+
+def merge_all(states: Sequence[AtlasState]) -> AtlasState:
+    """The statistics of the rows of every state (disjoint), in one selection (a batch of
+    windows' partials merges as cheaply as two states)."""
+    a = states[0]
+    for b in states[1:]:
+        if (a.d_sae, a.k, a.samples, a.binning) != (b.d_sae, b.k, b.samples, b.binning):
+            raise ValueError(
+                f"cannot merge states of different shapes: d_sae/k/samples/bins {a.d_sae}/{a.k}/"
+                f"{a.samples}/{a.binning} and {b.d_sae}/{b.k}/{b.samples}/{b.binning}"
+            )
     top = [torch.cat(p) for p in zip(
-        _entries(a.top_values, a.top_sequence, a.top_position),
-        _entries(b.top_values, b.top_sequence, b.top_position), strict=True,
+        *(_entries(s.top_values, s.top_sequence, s.top_position) for s in states), strict=True
     )]  # fmt: skip
     band = [torch.cat(p) for p in zip(
-        _entries(a.sample_values, a.sample_sequence, a.sample_position),
-        _entries(b.sample_values, b.sample_sequence, b.sample_position), strict=True,
+        *(_entries(s.sample_values, s.sample_sequence, s.sample_position) for s in states),
+        strict=True,
     )]  # fmt: skip
     tops = _top(top[0], top[1], top[2], top[3], a.d_sae, a.k)
     # A band sample's band is recomputed from its value: a candidate carries only its feature.
     bands = _bands(a, band[0], band[1], band[2], band[3])
+    count, total, histogram, tokens = a.count, a.total, a.histogram, a.tokens
+    for b in states[1:]:  # in order: the fp64 sums add as a chain of merges would
+        count, total = count + b.count, total + b.total
+        histogram, tokens = histogram + b.histogram, tokens + b.tokens
     return replace(
         a, top_values=tops[0], top_sequence=tops[1], top_position=tops[2],
         sample_values=bands[0], sample_sequence=bands[1], sample_position=bands[2],
-        count=a.count + b.count, total=a.total + b.total, histogram=a.histogram + b.histogram,
-        tokens=a.tokens + b.tokens,
+        count=count, total=total, histogram=histogram, tokens=tokens,
     )  # fmt: skip
 
 

@@ -7,7 +7,9 @@ default, each feature firing on 0.5% of tokens) written in SAELens's folder layo
 in the apache-tvm-ffi wheel (else a generated text).
 
 Each variant runs in its own process (`--child`), one after another; the model's load is not
-timed, a two-window warm-up runs first (compilation, the dictionary's upload). Peak memory is
+timed, a two-window warm-up runs first (compilation, the dictionary's upload). For `ie atlas`
+the JSON holds the whole run's rate and the pass's alone (`pass_tokens_per_s`: without the step
+after it, whose logits through the unembed cost the same whatever the corpus). Peak memory is
 that process's `ru_maxrss` and its largest reaped child's (vLLM's engine core). The JSON also
 holds the bytes per token that cross from where the rows live: dense fp32 activations
 (`4 * d_sae`) against the atlas reducer's one sparse entry per window, measured on the first
@@ -105,16 +107,37 @@ def ie_atlas(backend: str, cfg: dict[str, Any]) -> dict[str, Any]:
     docs = json.loads(Path(cfg["documents"]).read_text())
     common = {"documents": docs, "context": cfg["context"], "top_k": cfg["top_k"],
               "batch_windows": cfg["batch_windows"], "progress": False}  # fmt: skip
+    finish = _timed_finish()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             atlas(model, sae, Path(tmp) / "warm", max_tokens=2 * cfg["context"], **common)
+            finish.clear()
             began = time.perf_counter()
             result = atlas(model, sae, Path(tmp) / "atlas", max_tokens=cfg["tokens"], **common)
             seconds = time.perf_counter() - began
     finally:
         run(model.shutdown())
+    passed = seconds - sum(finish)
     return {"tokens": result.tokens, "windows": result.windows, "seconds": seconds,
-            "tokens_per_s": result.tokens / seconds, **peak_rss()}  # fmt: skip
+            "tokens_per_s": result.tokens / seconds, "finish_seconds": sum(finish),
+            "pass_tokens_per_s": result.tokens / passed, **peak_rss()}  # fmt: skip
+
+
+def _timed_finish() -> list[float]:
+    """The seconds of the step after the pass (kept contexts re-run, the decoder's logits
+    through the unembed: a cost of the dictionary, not of the corpus), timed apart."""
+    import ie_core.atlas.running as running
+
+    spent: list[float] = []
+    real = running._finish
+
+    def timed(*args: Any) -> None:
+        began = time.perf_counter()
+        real(*args)
+        spent.append(time.perf_counter() - began)
+
+    running._finish = timed  # type: ignore[assignment]
+    return spent
 
 
 def prefill(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -4,9 +4,10 @@ root of a checkout (standard library `ast` only, so any old checkout reads):
 - getattr probes: `getattr(x, NAME, None)` calls in ie-core (a lookup that allows absence) whose
   NAME is a method (not a property) of a backend's model class, or a parameter of the enclosing
   function (a method the caller names);
-- plan routes: `ie serve`'s `/v1/ie` routes whose handler reads a `Plan` (`_plan(...)` or
-  `Plan.from_wire`), of the routes that run the model (POST, handler takes `_model(request)`),
-  of all routes in `ie_core/wire.py`'s `ROUTES`;
+- plan routes: `ie serve`'s `/v1/ie` routes whose handler reads a `Plan` (`PLAN_BUILDERS`:
+  `_plan(...)`, `_decode_plan(...)`, `Plan(...)` or `Plan.from_wire`), of the routes that run
+  the model (POST, handler takes `_model(request)`), of all routes in `ie_core/wire.py`'s
+  `ROUTES`;
 - reducer files: the files holding code of one reducer, the linear probe: its maths as a reducer
   (a class whose `kind` is "probe", or the worker's `_probe`), its registry entry (a module-level
   table naming either), each backend's own read-out method for it (`probe_scores` /
@@ -29,6 +30,9 @@ from pathlib import Path
 BACKEND_SRC = ("ie-eager", "ie-vllm", "ie-static", "ie-remote")
 PROBE_METHODS = frozenset({"probe_scores", "probe_reducer"})
 DUP_LINES, DUP_CHARS = 4, 80
+# What a route handler calls to read its request as a plan: the JSON body's (`_plan`), the
+# residual rows' (`_decode_plan`), or a `Plan` built or read in place.
+PLAN_BUILDERS = ("_plan", "_decode_plan", "Plan", "Plan.from_wire")
 
 
 def _py(root: Path, pattern: str) -> list[Path]:
@@ -148,7 +152,7 @@ def plan_routes(root: Path) -> dict[str, list[str]]:
         return any(isinstance(n, ast.Call) and ast.unparse(n.func) in wanted for n in ast.walk(f))
 
     model = [r for r, f in handlers.items() if methods.get(r) == "POST" and calls(f, "_model")]
-    plans = [r for r, f in handlers.items() if calls(f, "_plan", "Plan.from_wire")]
+    plans = [r for r, f in handlers.items() if calls(f, *PLAN_BUILDERS)]
     return {"all": sorted(methods), "model": sorted(model), "plan": sorted(plans)}
 
 

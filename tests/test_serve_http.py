@@ -23,8 +23,10 @@ pytest.importorskip("vllm")
 openai = pytest.importorskip("openai")
 
 from ie_core import Additive, SamplingParams, load_model, steer_at  # noqa: E402
+from ie_core.embedded import EmbeddedPrompt  # noqa: E402
+from ie_core.experiments.patchscopes import read_patchscopes  # noqa: E402
 from ie_core.runner import run  # noqa: E402
-from ie_core.wire import STEERING_XARG, steering_to_wire  # noqa: E402
+from ie_core.wire import STEERING_XARG, sampling_to_wire, steering_to_wire  # noqa: E402
 from serve_process import LLAMA, LLAMA_KEY, SAE_NAME, SAE_POINT, SAE_WIDTH, sae_weights  # noqa: E402
 
 pytestmark = [pytest.mark.slow]
@@ -328,6 +330,11 @@ HOSTILE = [  # (path, raw body, needle): each must be a 4xx with a sentence, nev
     ("/v1/ie/lens_topk?k=1000000000", b"", "vocabulary"),
     ("/v1/ie/lens_topk?k=-3", b"", "positive integer"),
     ("/v1/ie/decode_residuals", b"not safetensors", "safetensors"),
+    ("/v1/ie/generate", b'{"prompt": {"ids": [1, 2], "vectors": [[5, [1.0]]]}}', "outside"),
+    ("/v1/ie/generate", b'{"prompt": {"ids": [1, 2], "vectors": [[0, [NaN]]]}}', "finite"),
+    ("/v1/ie/patchscope", b'{"source": [1, 2]}', "position"),
+    ("/v1/ie/patchscope", b'{"source": [1, 2], "position": 0, "target": "nope"}', "presets"),
+    ("/v1/ie/patchscope", b'{"source": [1, 2], "position": 0, "layers": [99]}', ""),
 ]
 
 
@@ -672,4 +679,25 @@ def test_graph_interventions_over_http_equal_eager(server: str, remote: Any, ref
                    content=json.dumps({"prompts": [ids], "addresses": ["resid_post.1"],
                                        "steering": wire}))  # fmt: skip
     assert r.status_code == 400 and "encoder" in r.json()["error"]["message"], r.text
+    assert run(remote.stats())["registered"] == 0
+
+
+def test_embedded_prompts_and_patchscope_reads_over_http_equal_eager(
+    server: str, remote: Any, ref: Any
+) -> None:
+    ids = ref.to_tokens(PROMPT)
+    params = SamplingParams(max_new_tokens=4, stop_at_eos=False)
+    prompt = EmbeddedPrompt(ids, {2: _vector(ref.d_model, 3)})
+    want = run(ref.generate(prompt, params)).token_ids
+    assert run(remote.generate(prompt, params)).token_ids == want  # the plan carries the vectors
+    assert run(remote.generate(ids, params)).token_ids != want  # control: the vectors matter
+    body = {"source": ids, "position": -1, "layers": [0, 1], "sampling": sampling_to_wire(params)}
+    r = httpx.post(
+        f"{server}/v1/ie/patchscope", json=body, headers={"Authorization": f"Bearer {KEY}"},
+        timeout=300,
+    )  # fmt: skip
+    assert r.status_code == 200, r.text
+    reads = run(read_patchscopes(ref, ids, -1, [0, 1], sampling=params))
+    assert [tuple(x["token_ids"]) for x in r.json()["reads"]] == [x.token_ids for x in reads]
+    assert [x["layer"] for x in r.json()["reads"]] == [0, 1]
     assert run(remote.stats())["registered"] == 0

@@ -9,7 +9,8 @@ import pytest
 from ie_core import Additive, SamplingParams, steer_at
 from ie_core.errors import SamplingParamsError, SteeringSpecError
 from ie_core.front import ModelFront
-from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Plan, PlanWireError
+from ie_core.plan import CAPTURE, CAPTURE_GENERATION, DECODE, GENERATE, Plan, PlanWireError
+from ie_core.reduce import Cast, LensTopK, Reduction
 
 SPEC = steer_at("resid_post.1", Additive([1.0, -2.0, 0.5], 3.0))
 SAMPLING = SamplingParams(max_new_tokens=3, temperature=0.5, seed=7)
@@ -74,6 +75,21 @@ def test_a_plan_states_its_sampling_by_kind() -> None:
         Plan(GENERATE, [1])
     with pytest.raises(ValueError, match="unknown plan kind"):
         Plan("train", [1])
+    with pytest.raises(ValueError, match="decode_residuals plan takes no sampling"):
+        Plan(DECODE, [[0.0]], (), (), SamplingParams())
+
+
+def test_a_decode_plan_reads_its_rows_only_reduced_by_one_lens_top_k() -> None:
+    lens = Reduction("", LensTopK(3), "lens")
+    assert Plan(DECODE, [[0.5]], reductions=(lens,)).reductions == (lens,)
+    with pytest.raises(ValueError, match="no addresses or steering"):
+        Plan(DECODE, [[0.5]], ("resid_post.0",))
+    with pytest.raises(ValueError, match="no addresses or steering"):
+        Plan.of(DECODE, [[0.5]], steering=steer_at("resid_post.0", Additive((1.0,))))
+    with pytest.raises(ValueError, match="one LensTopK at most"):
+        Plan(DECODE, [[0.5]], reductions=(lens, Reduction("", LensTopK(2), "other")))
+    with pytest.raises(ValueError, match="one LensTopK at most"):
+        Plan(DECODE, [[0.5]], reductions=(Reduction("", Cast("float16"), "half"),))
 
 
 def test_the_resolver_sees_the_raw_steering_first() -> None:
@@ -97,6 +113,8 @@ REQUESTS = (
     "final_token_logits",
     "probe_scores",
     "dictionary_features",
+    "decode_residuals",
+    "decode_residuals_topk",
 )
 BACKENDS = [
     ("ie_eager.backend", "EagerModel"),

@@ -16,6 +16,7 @@ from eager_support import synthetic_model
 from ie_core import capture
 from ie_core.harvest import (
     CorpusError,
+    HarvestError,
     HarvestMismatchError,
     OutputFolderError,
     harvest,
@@ -129,6 +130,9 @@ def test_bad_input_is_refused_before_work(model: Any, tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(OutputFolderError, match="cannot write the output folder"):
         harvest(model, blocker / "sub", POINTS, documents=["x"], progress=False)
+    with pytest.raises(HarvestError, match=r"attn_probs.0 gives heads x q x k per token"):
+        harvest(model, tmp_path / "c", ["attn_probs.0"], documents=["x"], progress=False)
+    assert not (tmp_path / "c").exists()
     assert not (tmp_path / "a").exists() or not any((tmp_path / "a").glob("shard-*"))
 
 

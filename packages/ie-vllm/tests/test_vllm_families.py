@@ -18,6 +18,7 @@ import torch
 from ie_core import Additive, PositionMask, SamplingParams, steer_at
 from ie_core.errors import PointUnavailableError
 from ie_core.runner import run
+from vllm_embedded_checks import embedded_generation_and_rows_match
 from vllm_parity import PROMPT_TEXT, max_abs_diffs, servable_addresses
 from vllm_support import eager, requires_vllm, start, stop
 
@@ -105,3 +106,8 @@ def test_two_specs_at_one_site_keep_their_own_masks(pair: tuple[str, Any, Any]) 
     merged = [replace(s, mask=PositionMask((0, 1, 2, 3))) for s in specs]
     wrong = run(ref.capture([ids], [read], steering=merged))[read]
     assert (wrong - want).abs().max() > 0.5, family
+
+
+def test_generation_and_capture_from_embeddings_match_eager(pair: tuple[str, Any, Any]) -> None:
+    _, model, ref = pair
+    embedded_generation_and_rows_match(model, ref, TOL)

@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 import torch
 from ie_core import Additive, Orthogonal, PositionMask, ProjectionCap, SamplingParams, steer_at
+from ie_core.embedded import EmbeddedPrompt
 from ie_core.errors import (
     BadPromptError,
     LayerOutOfRangeError,
     PointUnavailableError,
+    SteeringSpecError,
     UnsupportedOperationError,
 )
 from ie_core.experiments.patching import logit_diff, patch_sweep, patch_sweep_async
@@ -26,6 +28,10 @@ from ie_core.experiments.user_hooks import run_with_hooks
 from ie_core.ops import Patch, Scale
 from ie_core.runner import run
 from ie_core.sync import SyncModel
+from vllm_embedded_checks import (
+    all_layer_reads_in_one_batch_match_eager,
+    embedded_generation_and_rows_match,
+)
 from vllm_parity import PROMPT_TEXT, by_point, max_abs_diffs, scaled_diffs, servable_addresses
 from vllm_support import check_released, registered_keys, requires_vllm
 
@@ -870,3 +876,83 @@ def test_atlas_matches_eager(smollm2: Any, smollm2_eager: Any, tmp_path: Path) -
     both = filled & filled.roll(1, 0)
     shifted = (a.top_values - b.top_values.roll(1, 0)).abs()[both]
     assert not (shifted <= CROSS * scale.expand_as(both)[both]).all()
+
+
+def test_generation_and_capture_from_embeddings_match_eager(
+    smollm2: Any, smollm2_eager: Any
+) -> None:
+    embedded_generation_and_rows_match(smollm2, smollm2_eager, CROSS)
+
+
+def test_patchscope_reads_of_every_layer_in_one_batch_match_eager(
+    smollm2: Any, smollm2_eager: Any
+) -> None:
+    all_layer_reads_in_one_batch_match_eager(smollm2, smollm2_eager)
+
+
+def test_embedded_prompt_of_the_wrong_width_is_refused_before_any_request(smollm2: Any) -> None:
+    ids = smollm2.to_tokens("The capital of France is")
+    before = registered_keys(smollm2)
+    with pytest.raises(SteeringSpecError, match="width"):
+        run(smollm2.generate(EmbeddedPrompt(ids, {1: torch.ones(smollm2.d_model - 1)})))
+    assert registered_keys(smollm2) == before
+    # the engine serves the next request as before
+    assert run(smollm2.generate(ids, SamplingParams(max_new_tokens=2))).token_ids
+
+
+def test_ie_fit_prices_the_weights_and_kv_cache_vllm_allocated(smollm2: Any) -> None:
+    """`ie fit`'s weights and KV cache against what the engine's worker holds (`ie_memory`:
+    parameters and buffers, the KV tensors, blocks x block size), within 10%; KV bytes per token
+    exactly. Negative control: the KV priced at every query head (no GQA) is 3x off."""
+    from dataclasses import replace
+
+    from ie_core.fit import fit, model_shape, read_checkpoint
+    from ie_core.sync import unwrap
+    from ie_vllm.memory_prices import kv_bytes_per_token
+    from vllm_support import MAX_MODEL_LEN, SMOLLM2
+
+    (held,) = run(unwrap(smollm2).flow.engine.rpc("ie_memory"))
+    report = fit(SMOLLM2, "vllm", max_model_len=MAX_MODEL_LEN)
+    priced = {i.name: i.nbytes for i in report.items}
+    assert abs(priced["weights"] - held["weights"]) <= 0.10 * held["weights"], (priced, held)
+    # vllm_support sets VLLM_CPU_KVCACHE_SPACE, so the priced cache is that space.
+    assert abs(priced["KV cache"] - held["kv_cache"]) <= 0.10 * held["kv_cache"], (priced, held)
+    shape = model_shape(read_checkpoint(SMOLLM2).config)
+    per_token = kv_bytes_per_token(shape, 4, MAX_MODEL_LEN)
+    assert per_token == held["kv_cache"] / held["kv_tokens"]
+    no_gqa = kv_bytes_per_token(replace(shape, n_kv_heads=shape.n_heads), 4, MAX_MODEL_LEN)
+    assert abs(no_gqa - per_token) > 0.10 * per_token
+
+
+# --- LoRA adapters per request (the shared engine starts with enable_lora=True) ------------------
+
+
+@pytest.fixture(scope="module")
+def lora_specs(smollm2_eager: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from vllm_lora_checks import adapters
+
+    return adapters(smollm2_eager, tmp_path_factory.mktemp("lora"))
+
+
+def test_lora_matches_eager_and_zero_b_is_base(
+    smollm2: Any, smollm2_eager: Any, lora_specs: Any
+) -> None:
+    from vllm_lora_checks import check_matches_eager
+
+    check_matches_eager(smollm2, smollm2_eager, lora_specs)
+
+
+def test_lora_adapters_and_base_in_one_batch_equal_serial(
+    smollm2: Any, smollm2_eager: Any, lora_specs: Any
+) -> None:
+    from vllm_lora_checks import check_batch
+
+    check_batch(smollm2, smollm2_eager, lora_specs)
+
+
+def test_lora_hostile_adapters_are_refused(smollm2: Any, tmp_path: Path) -> None:
+    from ie_core import load_model
+    from vllm_lora_checks import check_refusals
+
+    other = load_model("ie-synthetic/llama", backend="eager", device="cpu", dtype="float32")
+    check_refusals(smollm2, other.hf_model, tmp_path)

@@ -16,7 +16,8 @@ from ie_vllm import payload
 from ie_vllm.host.lens_decode import residual_rows
 from ie_vllm.specs import RequestSpec, SteerSpec
 from ie_vllm.worker.access import BranchSum
-from ie_vllm.worker.extension import WorkerState, _acquire, _release, attention_rows
+from ie_vllm.worker.captures import attention_rows
+from ie_vllm.worker.extension import WorkerState, _acquire, _release
 from ie_vllm.worker.layout import KEY_ARG
 from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
 from ie_vllm.worker.registry import Rows

@@ -25,6 +25,7 @@ from ie_dashboard import guards, render, views
 from ie_dashboard.body import MAX_BODY, BodyError, parse_json, read_limited
 from ie_dashboard.config import READ_ONLY_ENV, TOKEN_ENV, database_url, write_token
 from ie_dashboard.db import Database
+from ie_dashboard.fit_page import FitQuery
 from ie_dashboard.graphs import SMALLER, GraphError, check_graph
 from ie_dashboard.ingest import upsert_cell, upsert_graph, upsert_validator
 from ie_dashboard.links import Links
@@ -135,6 +136,15 @@ def _pages(app: FastAPI, database: Database) -> None:
     @app.get("/fragments/run", response_class=HTMLResponse)
     def run_fragment(model: str, engine: str) -> HTMLResponse:
         return _page(database, lambda s: render.run_fragment(s, LIVE, model, engine))
+
+    @app.get("/fit", response_class=HTMLResponse)
+    def fit_page(
+        model: str, backend: str = "vllm", gpu: str = "", tokens: int | None = None,
+        attribute: int | None = None,
+    ) -> HTMLResponse:  # fmt: skip
+        query = FitQuery(model, backend, gpu, tokens, attribute)
+        body, status = render.fit_page(LIVE, query)
+        return HTMLResponse(body, status_code=status)
 
     @app.get("/graphs", response_class=HTMLResponse)
     def graph_list() -> HTMLResponse:

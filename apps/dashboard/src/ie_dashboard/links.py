@@ -86,6 +86,13 @@ class Links:
             return self._file(f"validation/{run_file(model, engine)}.html")
         return self._q("validation/run", model=model, engine=engine)
 
+    def fit(self, model: str, engine: str) -> str | None:
+        """The model's memory page (`ie fit`); None in the static site (no server to price)."""
+        return None if self.static else self._q("fit", model=model, backend=engine)
+
+    def fit_page(self) -> str:
+        return self._q("fit")
+
     def run_fragment(self, model: str, engine: str) -> str | None:
         if self.static:
             return None

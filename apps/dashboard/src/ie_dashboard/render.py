@@ -20,6 +20,7 @@ from ie_dashboard import (
     views,
     workloads,
 )
+from ie_dashboard import fit_page as fit_page_mod
 from ie_dashboard.links import Links
 from ie_dashboard.notes import point_note
 from ie_dashboard.tables import GraphRow
@@ -189,6 +190,12 @@ def run_fragment(session: Session, links: Links, model: str, engine: str) -> str
 def validation_run(session: Session, links: Links, model: str, engine: str) -> str:
     detail = validator_runs.run_detail(session, model, engine)
     return _render("validation_run.html", links, page="validation", detail=detail)
+
+
+def fit_page(links: Links, query: fit_page_mod.FitQuery) -> tuple[str, int]:
+    """The memory page and its status: 400 when `ie fit` refuses the query."""
+    result = fit_page_mod.fit_result(query)
+    return _render("fit.html", links, page="fit", result=result), 200 if result.report else 400
 
 
 def graph_list(session: Session, links: Links) -> str:

@@ -128,6 +128,10 @@ LAZY: dict[str, str] = {
     ),
     **dict.fromkeys(("JacobianLens", "jacobian_lens_topk"), "ie_core.experiments.jacobian_lens"),
     "stream_lens": "ie_core.experiments.lens_stream",
+    **dict.fromkeys(("EmbeddedPrompt", "from_embeddings"), "ie_core.embedded"),
+    **dict.fromkeys(
+        ("patchscope", "read_patchscopes", "selfie"), "ie_core.experiments.patchscopes"
+    ),
     "probe_scores": "ie_core.experiments.probes",
     "capture_ragged": "ie_core.experiments.ragged",
     "splice": "ie_core.experiments.splice",
@@ -156,6 +160,7 @@ LAZY: dict[str, str] = {
     **dict.fromkeys(("open_atlas", "merge_atlases"), "ie_core.atlas"),
     "load_shard": "ie_core.harvest.shards",
     "Conditional": "ie_core.ops",
+    **dict.fromkeys(("LoraError", "LoraSpec"), "ie_core.lora"),
     **dict.fromkeys(("STEERING_XARG", "steering_to_wire"), "ie_core.wire"),
     "run": "ie_core.runner",
 }

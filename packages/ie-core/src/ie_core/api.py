@@ -9,6 +9,7 @@ from ie_core.active_steering import steer, with_active
 from ie_core.cache import ActivationCache
 from ie_core.errors import BadPromptError
 from ie_core.grammar import AddressLike
+from ie_core.lora import LoraSpec
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -88,14 +89,15 @@ def capture_generation(
     *,
     max_new_tokens: int = 32,
     steering: SteeringArg = None,
+    lora: LoraSpec | None = None,
     **sampling: Any,
 ) -> GenerationCapture:
-    """Generate, then capture over prompt + generated[:-1]."""
+    """Generate, then capture over prompt + generated[:-1] (under `lora`, given one)."""
     model = unwrap(model)
     params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
-    return run(
-        model.capture_generation(tokens, addresses, params, steering=with_active(model, steering))
-    )
+    extra: dict[str, Any] = {"lora": lora} if lora is not None else {}
+    steer = with_active(model, steering)
+    return run(model.capture_generation(tokens, addresses, params, steering=steer, **extra))
 
 
 def capture_attention(
@@ -111,11 +113,14 @@ def generate(
     *,
     max_new_tokens: int = 32,
     steering: SteeringArg = None,
+    lora: LoraSpec | None = None,
     **sampling: Any,
 ) -> Generation:
+    """Tokens after `prompt`, under `steering` and, given `lora`, a LoRA adapter (`ie_core.lora`)."""
     model = unwrap(model)
     params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
-    return run(model.generate(prompt, params, steering=with_active(model, steering)))
+    extra: dict[str, Any] = {"lora": lora} if lora is not None else {}
+    return run(model.generate(prompt, params, steering=with_active(model, steering), **extra))
 
 
 def decode_residuals(

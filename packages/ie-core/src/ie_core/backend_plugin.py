@@ -7,7 +7,7 @@ that yields a plain loader (a third-party package written before descriptors) st
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from types import MappingProxyType
@@ -41,6 +41,9 @@ class BackendPlugin:
     # How the backend is designed to reach each point (hook, recompute, tap, or why not); the
     # registry says what a point is, the backend says how it serves it. None: not declared.
     serving: Callable[[Point], Serving] | None = None
+    # What the backend holds beyond the weights for `ie fit`: (ModelShape, Workload) -> Items
+    # (`ie_core.fit`), priced from the config alone. None: the backend does not price itself.
+    memory: Callable[[Any, Any], Sequence[Any]] | None = None
 
 
 def _from_entry_point(ep: EntryPoint) -> BackendPlugin:

@@ -1,8 +1,8 @@
 """`ModelFront`: the protocol's request methods written once, over a backend's executor.
 
-Each call (capture, capture_attention, capture_generation, generate, generate_stream, and the
-read-outs reduced where the rows live: final_token_logits, probe_scores, dictionary_features)
-becomes a `Plan`; a backend subclasses the front and supplies `execute` (run a plan whole, its
+Each call (capture, capture_attention, capture_generation, generate, generate_stream, the lens on
+given rows: decode_residuals, decode_residuals_topk, and the read-outs reduced where the rows
+live: final_token_logits, probe_scores, dictionary_features) becomes a `Plan`; a backend subclasses the front and supplies `execute` (run a plan whole, its
 reductions included), `execute_stream` (a GENERATE plan token by token) and `attention_layers` (a
 fact). The streamed read-outs (`lens_generation_stream`, `dictionary_generation_stream`) are
 declared here, refused unless the backend serves them. The rest of `InterpModel` (tokens, points,
@@ -18,7 +18,8 @@ from ie_core.cache import ActivationCache
 from ie_core.errors import UnsupportedOperationError
 from ie_core.experiments.probes import Probe
 from ie_core.grammar import AddressLike, to_address
-from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Outcome, Plan
+from ie_core.lora import LoraSpec
+from ie_core.plan import CAPTURE, CAPTURE_GENERATION, DECODE, GENERATE, Outcome, Plan
 from ie_core.protocol import (
     Generation,
     GenerationCapture,
@@ -26,10 +27,11 @@ from ie_core.protocol import (
     SamplingParams,
     SteeringArg,
     StreamChunk,
+    TopK,
     renamed_sampling,
     sampling_params,
 )
-from ie_core.reduce import DictionaryFeatures, ProbeScores, Reduction, TokenLogits
+from ie_core.reduce import DictionaryFeatures, LensTopK, ProbeScores, Reduction, TokenLogits
 from ie_core.tl_weights import TLFacts
 
 if TYPE_CHECKING:
@@ -95,13 +97,18 @@ class ModelFront(TLFacts):
         steering: SteeringArg = None,
         grad: bool = False,
         row_steering: Sequence[SteeringArg] | None = None,
+        lora: LoraSpec | None = None,
+        row_lora: Sequence[LoraSpec | None] | None = None,
     ) -> ActivationCache:
         """Activations at `addresses` as `[batch, seq, ...]` (attention `[batch, heads, q, k]`).
 
         `steering` applies to every prompt; `row_steering` (one entry a prompt) adds each prompt's
         own, so one call runs many configurations (a patching sweep's cells) in one batch.
-        `grad=True` keeps the autograd graph where the backend has one (eager)."""
-        plan = Plan.of(CAPTURE, tokens, addresses, steering, None, grad, row_steering)
+        `lora` runs every prompt under a LoRA adapter, `row_lora` each prompt under its own (or
+        None: the base model). `grad=True` keeps the autograd graph where the backend has one."""
+        plan = Plan.of(
+            CAPTURE, tokens, addresses, steering, None, grad, row_steering, (), lora, row_lora
+        )
         outcome = await self.execute(plan)
         assert outcome.cache is not None
         return outcome.cache
@@ -120,8 +127,10 @@ class ModelFront(TLFacts):
         *,
         steering: SteeringArg = None,
         sampling_params: SamplingParams | None = None,
+        lora: LoraSpec | None = None,
     ) -> Generation:
-        plan = Plan.of(GENERATE, tokens, (), steering, _sampling(sampling, sampling_params))
+        sampled = _sampling(sampling, sampling_params)
+        plan = Plan.of(GENERATE, tokens, (), steering, sampled, lora=lora)
         outcome = await self.execute(plan)
         assert outcome.generation is not None
         return outcome.generation
@@ -133,8 +142,10 @@ class ModelFront(TLFacts):
         *,
         steering: SteeringArg = None,
         sampling_params: SamplingParams | None = None,
+        lora: LoraSpec | None = None,
     ) -> AsyncIterator[StreamChunk]:
-        plan = Plan.of(GENERATE, tokens, (), steering, _sampling(sampling, sampling_params))
+        sampled = _sampling(sampling, sampling_params)
+        plan = Plan.of(GENERATE, tokens, (), steering, sampled, lora=lora)
         stream = self.execute_stream(plan)
         try:
             async for chunk in stream:
@@ -150,13 +161,28 @@ class ModelFront(TLFacts):
         *,
         steering: SteeringArg = None,
         sampling_params: SamplingParams | None = None,
+        lora: LoraSpec | None = None,
     ) -> GenerationCapture:
         """Generate, reading `addresses` over prompt + generated[:-1]."""
         sampling = _sampling(sampling, sampling_params)
-        plan = Plan.of(CAPTURE_GENERATION, tokens, addresses, steering, sampling)
+        plan = Plan.of(CAPTURE_GENERATION, tokens, addresses, steering, sampling, lora=lora)
         outcome = await self.execute(plan)
         assert outcome.generation is not None and outcome.cache is not None
         return GenerationCapture(outcome.generation, outcome.cache)
+
+    # --- the lens on given rows (a decode plan) ------------------------------------------------
+
+    async def decode_residuals(self, rows: Any, *, grad: bool = False) -> Tensor:
+        """Logits `[..., vocab]` of residual rows `[..., d_model]` through the final norm and the
+        unembed (the family's scale and softcap); `grad=True` keeps autograd where the backend
+        has it (eager)."""
+        return (await self.execute(Plan(DECODE, rows, grad=grad))).reduced[DECODE]["logits"]
+
+    async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
+        """The lens's top-k token ids and their full-vocabulary probabilities, `[..., k]`."""
+        lens = Reduction("", LensTopK(k), "lens")
+        got = (await self.execute(Plan(DECODE, rows, reductions=(lens,)))).reduced["lens"]
+        return TopK(got["ids"], got["probs"])
 
     # --- read-outs reduced where the rows live (`ie_core.reduce`) ---------------------------------
 

@@ -3,7 +3,9 @@ addresses, reducing which rows where they live (`ie_core.reduce`), under which s
 executes plans; over HTTP the plan's JSON is the request body, written and read here alone.
 
 Prompts stay as the caller gave them (text, ids, rows of ids): the executor owns the tokenizer
-(a remote one lives on the server). Addresses stay as given too: each backend resolves them.
+(a remote one lives on the server). An embedded prompt (`ie_core.embedded`) is lowered here to
+its ids and a write of its vectors, so every executor runs it as a token prompt. Addresses stay
+as given too: each backend resolves them.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from ie_core.cache import ActivationCache
+from ie_core.embedded import EMBEDDINGS, lowered
+from ie_core.errors import SteeringSpecError
 from ie_core.grammar import AddressLike, to_address
+from ie_core.lora import LoraError, LoraSpec, lora_from_wire
 from ie_core.ops import Steering
 from ie_core.protocol import Generation, SamplingParams, SteeringArg, steering_tuple
 from ie_core.reduce.base import Reduction
 from ie_core.reduce.kinds import reduction_from_dict
+from ie_core.reduce.lens_topk import LensTopK
 from ie_core.wire import (
     sampling_from_wire,
     sampling_to_wire,
@@ -28,6 +34,7 @@ from ie_core.wire import (
 __all__ = [
     "CAPTURE",
     "CAPTURE_GENERATION",
+    "DECODE",
     "GENERATE",
     "KINDS",
     "Outcome",
@@ -39,7 +46,10 @@ __all__ = [
 CAPTURE = "capture"  # one forward over a batch of prompts, reading addresses
 GENERATE = "generate"  # sampled tokens (run whole, or streamed token by token)
 CAPTURE_GENERATION = "capture_generation"  # generate, reading over prompt + generated[:-1]
-KINDS = (CAPTURE, GENERATE, CAPTURE_GENERATION)
+# Residual rows (the plan's prompt, `[..., d_model]`) through the model's lens, in no forward:
+# full logits (`Outcome.reduced[DECODE]["logits"]`), or a `LensTopK` reduction's top-k.
+DECODE = "decode_residuals"
+KINDS = (CAPTURE, GENERATE, CAPTURE_GENERATION, DECODE)
 
 
 class PlanWireError(ValueError):
@@ -60,19 +70,26 @@ class Plan:
     row_steering: tuple[tuple[Steering, ...], ...] = ()
     # CAPTURE only: rows reduced where they live; `Outcome.reduced` holds each label's outputs.
     reductions: tuple[Reduction, ...] = ()
+    # The LoRA adapter every prompt runs under (`ie_core.lora`), or None: the base model.
+    lora: LoraSpec | None = None
+    # CAPTURE only: each prompt's own adapter or None (one entry a prompt), instead of `lora`.
+    row_lora: tuple[LoraSpec | None, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown plan kind {self.kind!r}; known: {', '.join(KINDS)}")
-        if self.reductions and self.kind != CAPTURE:
+        _check_lora(self)
+        if self.kind == DECODE:
+            _check_decode(self)
+        elif self.reductions and self.kind != CAPTURE:
             raise ValueError("reductions ride a capture plan")
         labels = [r.label for r in self.reductions]
         if len(set(labels)) != len(labels):
             raise ValueError(f"reduction labels must differ, got {labels}")
-        if (self.sampling is None) != (self.kind == CAPTURE):
-            raise ValueError(
-                f"a {self.kind} plan {'takes no' if self.kind == CAPTURE else 'needs'} sampling"
-            )
+        unsampled = self.kind in (CAPTURE, DECODE)
+        if (self.sampling is None) != unsampled:
+            raise ValueError(f"a {self.kind} plan {'takes no' if unsampled else 'needs'} sampling")
+        _lower_embedded(self)
 
     @classmethod
     def of(
@@ -85,12 +102,26 @@ class Plan:
         grad: bool = False,
         row_steering: Sequence[SteeringArg] | None = None,
         reductions: Sequence[Reduction] = (),
+        lora: LoraSpec | None = None,
+        row_lora: Sequence[LoraSpec | None] | None = None,
     ) -> Plan:
         """A plan from protocol arguments: one address may be given bare, steering as one spec."""
         listed = (captures,) if isinstance(captures, str) else tuple(cast(Any, captures))
         rows = tuple(steering_tuple(s) for s in row_steering or ())
         steer = steering_tuple(steering)
-        return cls(kind, prompt, listed, steer, sampling, grad, rows, tuple(reductions))
+        adapters = tuple(row_lora or ())
+        return cls(
+            kind, prompt, listed, steer, sampling, grad, rows, tuple(reductions), lora, adapters
+        )
+
+    def lora_of(self, row: int) -> LoraSpec | None:
+        """Prompt `row`'s adapter: its own where `row_lora` is given, else the shared one."""
+        return self.row_lora[row] if self.row_lora else self.lora
+
+    def adapters(self) -> tuple[LoraSpec, ...]:
+        """Every adapter the plan names, once each."""
+        named = [a for a in (self.lora, *self.row_lora) if a is not None]
+        return tuple(dict.fromkeys(named))
 
     def steering_of(self, row: int) -> tuple[Steering, ...]:
         """Prompt `row`'s steering: the shared specs, then its own."""
@@ -114,6 +145,10 @@ class Plan:
             body["row_steering"] = [steering_to_wire(s) for s in self.row_steering]
         if self.reductions:
             body["reductions"] = [r.to_wire() for r in self.reductions]
+        if self.lora is not None:
+            body["lora"] = self.lora.to_wire()
+        if self.row_lora:
+            body["row_lora"] = [None if a is None else a.to_wire() for a in self.row_lora]
         return body
 
     @classmethod
@@ -127,7 +162,7 @@ class Plan:
         turns the dictionary features it serves by name into ops)."""
         if not isinstance(data, dict):
             raise PlanWireError("the request body must be a JSON object")
-        prompt = _field(data, _prompt_field(kind), (list, str))
+        prompt = _field(data, _prompt_field(kind), (list, str, dict))
         captures: tuple[str, ...] = ()
         if kind != GENERATE:
             addresses = _field(data, "addresses", list)
@@ -143,7 +178,11 @@ class Plan:
             )
         row_steering = tuple(steering_from_wire(resolve(r or [])) for r in rows)
         reductions = _reductions(data.get("reductions") or [])
-        return cls(kind, prompt, captures, steering, sampling, False, row_steering, reductions)
+        lora, row_lora = _lora_fields(data)
+        return cls(
+            kind, prompt, captures, steering, sampling, False, row_steering, reductions, lora,
+            row_lora,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -156,6 +195,42 @@ class Outcome:
     reduced: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
+def _lower_embedded(plan: Plan) -> None:
+    """An embedded prompt (`ie_core.embedded`) as ids and the write of its vectors, which runs
+    before the plan's other steering: shared for one prompt, the row's own in a batch. A decode
+    plan's prompt is residual rows, never a prompt of tokens."""
+    if plan.kind == DECODE:
+        return
+    single = plan.kind != CAPTURE or not isinstance(plan.prompt, list | tuple)
+    if single:
+        ids, write = lowered(plan.prompt)
+        if write is not None:
+            prompt = ids if plan.kind != CAPTURE else [ids]
+            object.__setattr__(plan, "prompt", prompt)
+            object.__setattr__(plan, "steering", (write, *plan.steering))
+        return
+    rows = [lowered(p) for p in plan.prompt]
+    if all(write is None for _, write in rows):
+        return
+    if any(s.point == EMBEDDINGS for s in plan.steering):
+        raise SteeringSpecError(
+            "a batch with embedded prompts writes each row's vectors at 'embeddings' first; "
+            "steering every row there too would run after them: give that steering per row "
+            "(row_steering) or steer another point"
+        )
+    own = plan.row_steering or tuple(() for _ in rows)
+    if len(own) != len(rows):
+        raise SteeringSpecError(
+            f"{len(own)} row steerings for {len(rows)} prompts; give one per prompt"
+        )
+    object.__setattr__(plan, "prompt", [ids for ids, _ in rows])
+    object.__setattr__(
+        plan,
+        "row_steering",
+        tuple(((w,) if w else ()) + tuple(r) for (_, w), r in zip(rows, own, strict=True)),
+    )
+
+
 def _reductions(data: Any) -> tuple[Reduction, ...]:
     if not isinstance(data, list):
         raise PlanWireError("'reductions' is a list of {address, label, last, reducer} objects")
@@ -163,6 +238,39 @@ def _reductions(data: Any) -> tuple[Reduction, ...]:
         return tuple(reduction_from_dict(r) for r in data)
     except ValueError as exc:
         raise PlanWireError(str(exc)) from None
+
+
+def _lora_fields(data: dict[str, Any]) -> tuple[LoraSpec | None, tuple[LoraSpec | None, ...]]:
+    rows = data.get("row_lora") or []
+    if not isinstance(rows, list):
+        raise PlanWireError("'row_lora' is a list (one adapter or null per prompt)")
+    try:
+        return lora_from_wire(data.get("lora")), tuple(lora_from_wire(r) for r in rows)
+    except LoraError as exc:
+        raise PlanWireError(str(exc)) from None
+
+
+def _check_lora(plan: Plan) -> None:
+    """Adapters run on the model's forwards: none on a decode; per-prompt ones on a capture,
+    one each, and not beside a shared one; one name, one folder."""
+    if plan.row_lora and (plan.kind != CAPTURE or plan.lora is not None):
+        raise ValueError("'row_lora' rides a capture plan, instead of 'lora'")
+    if plan.kind == DECODE and plan.lora is not None:
+        raise ValueError("a decode plan runs no forward: no LoRA adapter")
+    folders: dict[str, str] = {}
+    for a in plan.adapters():
+        if folders.setdefault(a.name, a.path) != a.path:
+            raise LoraError(f"LoRA adapter name {a.name!r} names two folders in one plan")
+
+
+def _check_decode(plan: Plan) -> None:
+    """A decode plan reads given rows: no addresses, no steering, at most one `LensTopK`."""
+    if plan.captures or plan.steering or plan.row_steering:
+        raise ValueError("a decode plan reads the rows it is given: no addresses or steering")
+    if len(plan.reductions) > 1 or any(
+        not isinstance(r.reducer, LensTopK) for r in plan.reductions
+    ):
+        raise ValueError("a decode plan reduces its rows by one LensTopK at most")
 
 
 def _prompt_field(kind: str) -> str:
@@ -183,5 +291,7 @@ def plain_prompt(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     if isinstance(value, str | int):
+        return value
+    if isinstance(value, dict):
         return value
     return [plain_prompt(v) for v in value]

@@ -17,6 +17,7 @@ from ie_core.capabilities import PointCapability
 from ie_core.errors import SamplingParamsError, SteeringSpecError
 from ie_core.grammar import AddressLike
 from ie_core.logprobs import StepLogprobs, check_logprobs
+from ie_core.lora import LoraSpec
 from ie_core.ops import Steering
 
 # Re-exported: backends import the one prompt normaliser from the protocol module.
@@ -211,6 +212,8 @@ class InterpModel(Protocol):
         steering: SteeringArg = None,
         grad: bool = False,
         row_steering: Sequence[SteeringArg] | None = None,
+        lora: LoraSpec | None = None,
+        row_lora: Sequence[LoraSpec | None] | None = None,
     ) -> ActivationCache: ...
     async def capture_generation(
         self,
@@ -219,6 +222,7 @@ class InterpModel(Protocol):
         sampling: SamplingParams = SamplingParams(),
         *,
         steering: SteeringArg = None,
+        lora: LoraSpec | None = None,
     ) -> GenerationCapture: ...
     async def capture_attention(
         self, tokens: Prompt, layers: Sequence[int] | None = None
@@ -229,6 +233,7 @@ class InterpModel(Protocol):
         sampling: SamplingParams = SamplingParams(),
         *,
         steering: SteeringArg = None,
+        lora: LoraSpec | None = None,
     ) -> Generation: ...
     def generate_stream(
         self,
@@ -236,6 +241,7 @@ class InterpModel(Protocol):
         sampling: SamplingParams = SamplingParams(),
         *,
         steering: SteeringArg = None,
+        lora: LoraSpec | None = None,
     ) -> AsyncIterator[StreamChunk]: ...
     async def decode_residuals(self, rows: Any) -> Any: ...
     async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK: ...

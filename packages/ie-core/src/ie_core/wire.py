@@ -58,6 +58,7 @@ ROUTES: Mapping[str, Route] = MappingProxyType(
         "features": Route("POST", "/features"),
         "feature_op": Route("POST", "/feature_op"),
         "probe_scores": Route("POST", "/probe_scores"),
+        "patchscope": Route("POST", "/patchscope"),
     }
 )
 

@@ -14,11 +14,12 @@ from ie_core.capabilities import Capabilities
 from ie_core.errors import ModelClosedError, PointUnavailableError, UnsupportedOperationError
 from ie_core.front import ModelFront
 from ie_core.grammar import AddressLike, Family, family_for_architecture
+from ie_core.lora import LoraSpec
 from ie_core.models import resolve_model_path
-from ie_core.plan import CAPTURE, GENERATE, Outcome, Plan
+from ie_core.plan import CAPTURE, DECODE, GENERATE, Outcome, Plan
 from ie_core.prompts import position_limit, tokenizer_ids
-from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk, TopK
-from ie_core.reduce import Context, TokenLogits, reduce_cache
+from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk
+from ie_core.reduce import Context, LensTopK, TokenLogits, reduce_cache
 from ie_core.reduce.host import check_reductions
 from ie_core.steer_scope import pin_prompt
 from ie_core.text_stream import TextStream
@@ -30,6 +31,7 @@ from ie_eager.decode import DecodeStep, decode_steps
 from ie_eager.devices import DeviceUnavailableError as DeviceUnavailableError
 from ie_eager.devices import resolve_device, resolve_dtype
 from ie_eager.hooks import Session
+from ie_eager.lora import Adapters, applied
 from ie_eager.progress_bar import generation_bar
 from ie_eager.resolve import Resolved, Resolver, Tap
 from ie_eager.structure import Structure, analyze
@@ -75,6 +77,7 @@ class EagerModel(ModelFront):
         self.structure: Structure = analyze(hf_model, config, self.text_config, _n_layers(config))
         self.resolver = Resolver(self.structure, self.family, hf_model, self._probe)
         self._points: tuple[str, ...] | None = None
+        self.adapters = Adapters(hf_model, model_id)
         self.max_positions = position_limit(self.text_config)
         self.admission = EagerAdmission(
             tokenizer,
@@ -208,17 +211,28 @@ class EagerModel(ModelFront):
         steering: SteeringArg = None,
         grad: bool = False,
         row_steering: Sequence[SteeringArg] = (),
+        lora: LoraSpec | None = None,
+        row_lora: Sequence[LoraSpec | None] = (),
     ) -> tuple[torch.Tensor, ActivationCache]:
         """One forward: (logits `[batch, seq, vocab]`, cache). Eager-only convenience.
 
-        `row_steering[b]` steers prompt b alone (after `steering`, which steers every prompt)."""
+        `row_steering[b]` steers prompt b alone (after `steering`, which steers every prompt);
+        `lora` runs every prompt under a LoRA adapter (`ie_core.lora`), `row_lora[b]` prompt b
+        (None: the base model); the model is left as it was."""
         rows = self.admission.batch_ids(tokens)
         reads = [self.resolver.resolve(a) for a in addresses]
         writes = self.admission.writes(steering, rows)
         writes += self.admission.row_writes(row_steering, rows)
+        if row_lora and len(row_lora) != len(rows):
+            raise ValueError(f"{len(rows)} prompts but {len(row_lora)} LoRA entries; give one each")
+        adapters = self.adapters.rows(list(row_lora) if row_lora else [lora] * len(rows))
         ids = torch.tensor(rows, dtype=torch.long, device=self.device)
         context = torch.enable_grad() if grad else torch.no_grad()
-        with context, Session(self.hf_model, reads, writes, keep_graph=grad) as session:
+        with (
+            context,
+            applied(self.hf_model, adapters),
+            Session(self.hf_model, reads, writes, keep_graph=grad) as session,
+        ):
             session.batch_shape = (ids.shape[0], ids.shape[1])
             logits = self.hf_model(input_ids=ids, use_cache=False).logits
         missing = [r.address for r in reads if r.address not in session.captured]
@@ -234,21 +248,27 @@ class EagerModel(ModelFront):
     async def execute(self, plan: Plan) -> Outcome:
         if plan.kind == CAPTURE:
             return self._capture(plan)
+        if plan.kind == DECODE:
+            return self._lens(plan)
         assert plan.sampling is not None
-        generation = self._generate(plan.prompt, plan.sampling, plan.steering)
+        adapter = self.adapters.rows([plan.lora])
+        with applied(self.hf_model, adapter):
+            generation = self._generate(plan.prompt, plan.sampling, plan.steering)
         if plan.kind == GENERATE:
             return Outcome(generation)
         full = list(generation.prompt_ids) + list(generation.token_ids[:-1])
         pinned = pin_prompt(plan.steering, len(generation.prompt_ids), len(full))
-        cache = self.forward_with_cache([full], plan.captures, steering=pinned)[1]
+        cache = self.forward_with_cache([full], plan.captures, steering=pinned, lora=plan.lora)[1]
         return Outcome(generation, cache)
 
     async def execute_stream(self, plan: Plan) -> AsyncIterator[StreamChunk]:
         assert plan.sampling is not None
         ids = self.admission.prompt_ids(plan.prompt)
+        adapter = self.adapters.rows([plan.lora])
         text = TextStream(lambda out: self.tokenizer.decode(out, skip_special_tokens=True))
-        for step in self._decode(ids, plan.sampling, plan.steering):
-            yield StreamChunk(step.token, text.push(step.token), step.logprobs)
+        with applied(self.hf_model, adapter):
+            for step in self._decode(ids, plan.sampling, plan.steering):
+                yield StreamChunk(step.token, text.push(step.token), step.logprobs)
 
     def attention_layers(self) -> Sequence[int]:
         return range(self.n_layers)
@@ -257,7 +277,7 @@ class EagerModel(ModelFront):
         """One forward reading the plan's addresses and its reductions' rows, reduced here (the
         rows live in this process); a sweep's final logits from the first position each cell
         changes (`ie_eager.prefix_cells`)."""
-        if self._final_logits_only(plan):
+        if self._final_logits_only(plan) and not plan.adapters():
             prompts = list(plan.prompt)
             check_row_steering(plan.row_steering, len(prompts))
             steerings = [plan.steering_of(i) for i in range(len(prompts))]
@@ -275,6 +295,8 @@ class EagerModel(ModelFront):
             steering=plan.steering,
             grad=plan.grad,
             row_steering=plan.row_steering,
+            lora=plan.lora,
+            row_lora=plan.row_lora,
         )[1]
         if not plan.reductions:
             return Outcome(cache=cache)
@@ -318,14 +340,17 @@ class EagerModel(ModelFront):
         self._check_open()
         return lens_stream.lens_generation_stream(self, tokens, addresses, params, **kw)
 
-    async def decode_residuals(self, rows: Any, *, grad: bool = False) -> torch.Tensor:
-        """Logit lens; `grad=True` keeps autograd on (gradients flow to `rows` and weights)."""
+    def _lens(self, plan: Plan) -> Outcome:
+        """The logit lens on the plan's rows (`grad=True` keeps autograd on: gradients flow to
+        the rows and the weights), or its `LensTopK` reduction's read-out."""
         self._check_open()
-        return lens.decode(self, rows, grad=grad)
-
-    async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
-        self._check_open()
-        return lens.topk(self, rows, k)
+        if not plan.reductions:
+            return Outcome(
+                reduced={DECODE: {"logits": lens.decode(self, plan.prompt, grad=plan.grad)}}
+            )
+        (r,) = plan.reductions
+        top = lens.topk(self, plan.prompt, cast(LensTopK, r.reducer).k)
+        return Outcome(reduced={r.label: {"ids": top.ids, "probs": top.probs}})
 
     # -- lifecycle --
 

@@ -297,6 +297,7 @@ class Session:
             for r in items:
                 t = scores if r.address.name == "attn_scores" else probs.to(dtype)
                 self.captured[r.address] = t if self.keep_graph else t.detach().clone()
+            calls.clear()  # else each layer's maps stay alive beside their copies until its next call
 
         self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(module.register_forward_hook(post, with_kwargs=True, always_call=True))

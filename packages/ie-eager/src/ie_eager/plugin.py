@@ -19,7 +19,13 @@ def _serving(point: Point) -> Serving:
     return Serving(Service.HOOK)
 
 
+def _memory(shape: Any, work: Any) -> Any:
+    from ie_eager.memory_prices import eager_memory
+
+    return eager_memory(shape, work)
+
+
 # One forward per harvest batch, unpadded and without a scheduler: small batches bound memory.
-EAGER = BackendPlugin("eager", "ie-eager", _load, harvest_batch=8, serving=_serving)
+EAGER = BackendPlugin("eager", "ie-eager", _load, harvest_batch=8, serving=_serving, memory=_memory)
 
 __all__ = ["EAGER"]

@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import ie_core.errors as ie_errors
@@ -26,15 +26,14 @@ from ie_core.front import ModelFront
 from ie_core.grammar import AddressLike, to_address
 from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.ops import SteeringOp, op_from_dict
-from ie_core.plan import CAPTURE, GENERATE, Outcome, Plan
+from ie_core.plan import CAPTURE, DECODE, GENERATE, Outcome, Plan
 from ie_core.prompts import text_ids
 from ie_core.protocol import (
     Generation,
     SamplingParams,
     StreamChunk,
-    TopK,
 )
-from ie_core.reduce import Context, nested, reduce_cache
+from ie_core.reduce import Context, LensTopK, nested, reduce_cache
 from ie_core.reduce.host import check_reductions
 from ie_core.wire import (
     ROUTES,
@@ -177,6 +176,8 @@ class RemoteModel(ModelFront, DescribedModel):
                 "backend 'remote' returns tensors over HTTP, which carry no autograd graph; "
                 "load the model with backend='eager' and capture(..., grad=True)"
             )
+        if plan.kind == DECODE:
+            return await self._lens(plan)
         _refuse_logprobs(plan.sampling)
         # A reduction the wire cannot carry (a dictionary loaded here) reads captured rows and
         # is reduced here; the rest run in the server's workers.
@@ -224,18 +225,17 @@ class RemoteModel(ModelFront, DescribedModel):
         parsed = [to_address(a) for a in self.info.widths]
         return sorted(a.layer for a in parsed if a.name == "attn_probs" and a.layer is not None)
 
-    async def decode_residuals(self, rows: Any) -> Any:
-        response = await self._post(ROUTES["decode_residuals"].url, encode_tensors({"rows": rows}))
-        return decode_tensors(response.content)[0]["logits"]
-
-    async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"k must be a positive int, got {k!r}")
-        response = await self._post(
-            f"{ROUTES['lens_topk'].url}?k={k}", encode_tensors({"rows": rows})
-        )
-        out = decode_tensors(response.content)[0]
-        return TopK(out["ids"], out["probs"])
+    async def _lens(self, plan: Plan) -> Outcome:
+        """A decode plan's rows, posted as tensors: full logits (`decode_residuals`), or its
+        `LensTopK`'s top-k (`lens_topk`, k in the query)."""
+        rows = encode_tensors({"rows": plan.prompt})
+        if not plan.reductions:
+            response = await self._post(ROUTES[DECODE].url, rows)
+            return Outcome(reduced={DECODE: decode_tensors(response.content)[0]})
+        (r,) = plan.reductions
+        k = cast(LensTopK, r.reducer).k
+        response = await self._post(f"{ROUTES['lens_topk'].url}?k={k}", rows)
+        return Outcome(reduced={r.label: decode_tensors(response.content)[0]})
 
     async def stats(self) -> dict[str, Any]:
         """The server workers' registry (live requests, installed hooks): empty when idle."""

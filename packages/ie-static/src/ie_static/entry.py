@@ -21,6 +21,16 @@ def load(model_id: Any, **kw: Any) -> Any:
 # The sweep declares every tappable point at every layer (writes at every writable one), so its
 # answer is what the backend can tap, not one declared subset.
 _SWEEP = {"static_points": "all", "static_writes": "auto", "max_model_len": SWEEP_MAX_MODEL_LEN}
-STATIC = BackendPlugin("vllm-static", "ie-static", load, _SWEEP, VLLM_STACK, serving=static_serving)
+
+
+def _memory(shape: Any, work: Any) -> Any:
+    from ie_static.memory import static_memory
+
+    return static_memory(shape, work)
+
+
+STATIC = BackendPlugin(
+    "vllm-static", "ie-static", load, _SWEEP, VLLM_STACK, serving=static_serving, memory=_memory
+)
 
 __all__ = ["STATIC", "load"]

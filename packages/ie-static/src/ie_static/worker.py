@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -19,24 +19,20 @@ from ie_core.grammar import to_address
 from ie_core.ops import SteeringOp
 from ie_core.wire import SLOT_XARG
 from ie_vllm import (
-    ATTN_POINTS,
-    RETIRED_KEPT,
     BatchLayout,
+    Keys,
     Landing,
+    Lifecycle,
     PointTable,
     ReducerSpec,
     RequestSpec,
     Rows,
-    attention_rows,
     buffer_rows,
     carried,
-    carried_arrivals,
-    gather_reduced,
+    gather_captures,
     layer_range,
     loaded_model,
-    payload,
     positions_buffer,
-    record_layout,
     reducers,
     stage_of,
     store_reduced,
@@ -51,6 +47,8 @@ from ie_static.config import CONFIG_KEY, StaticConfig
 from ie_static.sites import SitePlan, plan_sites
 from ie_static.tables import TableShape, WriteTable
 from ie_static.taps import ModelTaps, Site, StepInputs, install
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -75,12 +73,7 @@ class StaticState:
     rows: int
     table: PointTable
     plan: SitePlan
-    entries: dict[str, StaticEntry] = field(default_factory=dict)
-    # Keys released here (insertion-ordered, bounded): a forward seen after a release never
-    # registers the key again. Carried specs this worker could not take, with why.
-    retired: dict[str, None] = field(default_factory=dict)
-    refused: dict[str, str] = field(default_factory=dict)
-    host_slots: np.ndarray | None = None
+    keys: Keys[StaticEntry] = field(default_factory=Keys)
     steered_last_step: bool = False
     forwards: int = 0
     capture_rank: bool = True
@@ -91,6 +84,7 @@ class StaticState:
     seconds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(("set_rows", "forward", "harvest", "collect"), 0.0)
     )
+    life: Lifecycle[StaticEntry] = field(init=False)  # over `keys` and this state's `Slots`
 
 
 class StaticWorkerMixin:
@@ -132,51 +126,19 @@ class StaticWorkerMixin:
         self, key: str, start: int = 0, stop: int | None = None, release: bool = True
     ) -> dict[str, Any]:
         state = self._ie_static
-        t0 = time.perf_counter()
-        state.landing.wait()  # the harvested rows are on the host from here
-        why = state.refused.get(key)
-        if why is not None:
-            _release(state, key)
-            raise RuntimeError(f"the worker could not register request {key}: {why}")
-        entry = state.entries.get(key)
-        out: dict[str, torch.Tensor] = {}
-        if entry is not None and state.capture_rank:
-            out = _gather(state, entry, start, stop)
-        if release:
-            _release(state, key)
-        encoded = payload.encode(out)
-        state.seconds["collect"] += time.perf_counter() - t0
-        return encoded
+        return _landed(state, lambda: state.life.collect(key, start, stop, release))
 
     def ie_static_drain(self, asks: list[list[Any]]) -> dict[str, Any]:
-        """Rows `[0, stop)` of each finished `[key, stop]` in one payload (`key/address` names),
-        each key released: the host's collects of one step, coalesced. `refused` names the keys
-        whose carried spec this worker could not register, with why."""
+        """The host's collects of one step, coalesced (`Lifecycle.drain`)."""
         state = self._ie_static
-        t0 = time.perf_counter()
-        state.landing.wait()  # one wait for every step's harvest copies, per drain
-        out: dict[str, torch.Tensor] = {}
-        refused: dict[str, str] = {}
-        for key, stop in asks:
-            entry = state.entries.get(key)
-            if key in state.refused:
-                refused[key] = state.refused[key]
-            elif entry is not None and state.capture_rank:
-                got = _gather(state, entry, 0, int(stop))
-                out.update((f"{key}/{name}", t) for name, t in got.items())
-            _release(state, key)
-        encoded = payload.encode(out)
-        state.seconds["collect"] += time.perf_counter() - t0
-        return {"rows": encoded, "refused": refused}
+        return _landed(state, lambda: state.life.drain(asks))
 
     def ie_static_release(self, keys: list[str]) -> int:
-        for key in keys:
-            _release(self._ie_static, key)
-        return len(self._ie_static.entries)
+        return self._ie_static.life.release(keys)
 
     def ie_static_stats(self) -> dict[str, Any]:
         state = self._ie_static
-        return {"registered": len(state.entries), "forwards": state.forwards, **state.seconds}
+        return {"registered": len(state.keys.entries), "forwards": state.forwards, **state.seconds}
 
 
 # --- install -----------------------------------------------------------------------------------
@@ -222,6 +184,7 @@ def _install(runner: Any, vllm_config: Any, config: StaticConfig) -> StaticState
     state = StaticState(
         config, taps, shape, rows, table, plan, capture_rank=tp_rank() == 0, held=held
     )
+    state.life = Lifecycle(Slots(runner, state), state.keys, state.capture_rank)
     wrap_model_forward(runner, lambda original: _forward_with_taps(runner, state, original))
     return state
 
@@ -245,31 +208,42 @@ def on_this_stage(table: PointTable) -> Callable[[str], bool]:
     return held
 
 
-def _register_carried(runner: Any, state: StaticState, layout: BatchLayout) -> None:
-    """Register the specs (and slots) that requests new to this worker carry. A spec the worker
-    cannot take is kept as refused (its collect raises with the reason), never raised here: an
-    exception in the forward would stop the engine."""
+class Slots:
+    """vllm-static's `Sites` (`ie_vllm.Lifecycle`): a steered request fills a slot of the compiled
+    write tables (its slot number carried beside its spec); its reads are the taps' buffers,
+    harvested after each step."""
 
-    def wants(key: str) -> bool:
-        return key not in state.entries and key not in state.retired and key not in state.refused
+    def __init__(self, runner: Any, state: StaticState) -> None:
+        self.runner, self.state = runner, state
 
-    for key, req_id, text in carried_arrivals(runner, layout, wants):
-        try:
-            slot = int(carried(runner, req_id, SLOT_XARG) or -1)
-            _register(state, RequestSpec.from_json(text), slot)
-        except Exception as exc:
-            state.refused[key] = f"{type(exc).__name__}: {exc}"
+    def install(self, spec: RequestSpec, req_id: str) -> StaticEntry:
+        """Fill the request's slot (steered) and note the read sites and reducers it needs."""
+        state = self.state
+        slot = int(carried(self.runner, req_id, SLOT_XARG) or -1)
+        writes = _fill_slot(state, spec, slot) if spec.steering else ()
+        sites = frozenset(s for a in spec.captures for s in state.plan.reads.get(a, ()))
+        entry = StaticEntry(spec, slot, spec.captures, sites, writes)
+        for r in spec.reducers:
+            for name in state.plan.reads.get(r.address, ())[:1]:
+                entry.reduce_sites[name] = (*entry.reduce_sites.get(name, ()), reducers.kept(r))
+        return entry
 
+    def uninstall(self, entry: StaticEntry) -> None:
+        if entry.slot < 0:
+            return
+        sites = self.state.taps.write_sites()
+        for address in entry.write_sites:
+            sites[address].table.clear(entry.slot)  # type: ignore[union-attr]
+        self.state.taps.step.masks[entry.slot] = False
 
-def _register(state: StaticState, spec: RequestSpec, slot: int) -> None:
-    """Fill the request's slot (steered) and note the read sites and reducers it needs."""
-    writes = _fill_slot(state, spec, slot) if spec.steering else ()
-    sites = frozenset(s for a in spec.captures for s in state.plan.reads.get(a, ()))
-    entry = StaticEntry(spec, slot, spec.captures, sites, writes)
-    for r in spec.reducers:
-        for name in state.plan.reads.get(r.address, ())[:1]:
-            entry.reduce_sites[name] = (*entry.reduce_sites.get(name, ()), reducers.kept(r))
-    state.entries[spec.key] = entry
+    def gather(self, entry: StaticEntry, start: int, stop: int | None) -> dict[str, torch.Tensor]:
+        """Rows of each captured address; attention maps recomputed from the tapped q and k."""
+        reads = self.state.plan.reads
+
+        def sites_of(address: str) -> tuple[str, ...]:
+            return tuple(reads.get(address, ()))
+
+        return gather_captures(entry.spec, entry.rows, sites_of, self.state.table.attn, start, stop)
 
 
 def _fill_slot(state: StaticState, spec: RequestSpec, slot: int) -> tuple[str, ...]:
@@ -308,20 +282,6 @@ def _fill_slot(state: StaticState, spec: RequestSpec, slot: int) -> tuple[str, .
     return tuple(per_site)
 
 
-def _release(state: StaticState, key: str) -> None:
-    state.retired[key] = None
-    if len(state.retired) > RETIRED_KEPT:
-        del state.retired[next(iter(state.retired))]
-    state.refused.pop(key, None)
-    entry = state.entries.pop(key, None)
-    if entry is None or entry.slot < 0:
-        return
-    sites = state.taps.write_sites()
-    for address in entry.write_sites:
-        sites[address].table.clear(entry.slot)  # type: ignore[union-attr]
-    state.taps.step.masks[entry.slot] = False
-
-
 # --- per step ----------------------------------------------------------------------------------
 
 
@@ -329,9 +289,8 @@ def _forward_with_taps(runner: Any, state: StaticState, original: Any) -> Any:
     def forward_with_taps(*args: Any, **kwargs: Any) -> Any:
         seconds = state.seconds
         t0 = time.perf_counter()
-        layout = record_layout(runner)
-        _register_carried(runner, state, layout)
-        if not state.entries:
+        layout = state.life.arrive(runner)
+        if not state.keys.entries:
             layout = None
         _set_rows(state, layout)
         t1 = time.perf_counter()
@@ -354,10 +313,7 @@ def _set_rows(state: StaticState, layout: BatchLayout | None) -> None:
     steered = []
     captured = False
     if layout is not None:
-        for r in layout.keyed():
-            entry = state.entries.get(r.key)  # type: ignore[arg-type]
-            if entry is None:
-                continue
+        for r, entry in state.keys.in_batch(layout):
             captured = captured or bool(entry.sites) or bool(entry.reduce_sites)
             if entry.slot >= 0:
                 steered.append((r.start, r.end, entry.slot))
@@ -383,10 +339,7 @@ def _harvest(state: StaticState, layout: BatchLayout) -> None:
         return
     wanted: dict[str, list[tuple[Any, StaticEntry]]] = {}
     jobs: dict[str, list[tuple[Any, StaticEntry, ReducerSpec]]] = {}
-    for r in layout.keyed():
-        entry = state.entries.get(r.key)  # type: ignore[arg-type]
-        if entry is None:
-            continue
+    for r, entry in state.keys.in_batch(layout):
         for name in entry.sites:
             wanted.setdefault(name, []).append((r, entry))
         for name, specs in entry.reduce_sites.items():
@@ -404,27 +357,6 @@ def _harvest(state: StaticState, layout: BatchLayout) -> None:
         state.landing.record(state.taps.step.row_slot.device)
 
 
-def _gather(
-    state: StaticState, entry: StaticEntry, start: int, stop: int | None
-) -> dict[str, torch.Tensor]:
-    """Rows of each captured address; attention maps recomputed from the tapped q and k."""
-    out: dict[str, torch.Tensor] = {}
-    for address in entry.captures:
-        names = state.plan.reads.get(address, ())
-        got = [entry.rows.get(n) for n in names]
-        if not names or any(r is None for r in got):
-            continue
-        addr = to_address(address)
-        if addr.name in ATTN_POINTS and addr.layer is not None:
-            q, k = got[0].gather(start, stop), got[1].gather(0, stop)  # type: ignore[union-attr]
-            geom = state.table.attn[addr.layer]
-            out[address] = attention_rows(q, k, geom, start, addr.name == "attn_probs")
-        else:
-            out[address] = got[0].gather(start, stop)  # type: ignore[union-attr]
-    out.update(gather_reduced(entry.rows, entry.spec.reducers, start, stop))
-    return out
-
-
 def _reduce_site(buf: torch.Tensor, items: list[tuple[Any, StaticEntry, ReducerSpec]]) -> None:
     """Run the reducers on the tap buffer where it lives; only their results move to the host."""
     jobs = [
@@ -436,3 +368,14 @@ def _reduce_site(buf: torch.Tensor, items: list[tuple[Any, StaticEntry, ReducerS
     for (entry, spec, (first, _)), out in zip(jobs, got, strict=True):
         host = {k: to_host(v, copy=False) for k, v in out.items()}
         store_reduced(entry.rows, spec.label, first, host)
+
+
+def _landed(state: StaticState, call: Callable[[], T]) -> T:
+    """`call`'s answer once the harvest's copies have landed on the host (one wait), its time
+    counted as the collect's (`ie_static_stats`)."""
+    t0 = time.perf_counter()
+    state.landing.wait()
+    try:
+        return call()
+    finally:
+        state.seconds["collect"] += time.perf_counter() - t0

@@ -41,9 +41,13 @@ _EXPORTS = {
     "RECOMPUTE_ATTN": "serving",
     # worker: points, batch layout, rows, the runner adapter
     "IEWorkerExtension": "worker.extension",
-    "ATTN_POINTS": "worker.extension",
-    "attention_rows": "worker.extension",
-    "capture_sites": "worker.extension",
+    "ATTN_POINTS": "worker.captures",
+    "attention_rows": "worker.captures",
+    "capture_sites": "worker.captures",
+    "gather_captures": "worker.captures",
+    "Keys": "worker.lifecycle",
+    "Lifecycle": "worker.lifecycle",
+    "Sites": "worker.lifecycle",
     "PointTable": "worker.point_table",
     "SiteDef": "worker.point_table",
     "BatchLayout": "worker.layout",
@@ -51,7 +55,7 @@ _EXPORTS = {
     "carried": "worker.runner_adapter",
     "carried_arrivals": "worker.runner_adapter",
     "Rows": "worker.registry",
-    "RETIRED_KEPT": "worker.registry",
+    "RETIRED_KEPT": "worker.lifecycle",
     "ReducerSpec": "specs",
     "gather_reduced": "worker.registry",
     "store_reduced": "worker.registry",
@@ -103,14 +107,18 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.specs import RequestSpec as RequestSpec
     from ie_vllm.specs import SteerSpec as SteerSpec
     from ie_vllm.worker import reducers as reducers
-    from ie_vllm.worker.extension import ATTN_POINTS as ATTN_POINTS
+    from ie_vllm.worker.captures import ATTN_POINTS as ATTN_POINTS
+    from ie_vllm.worker.captures import attention_rows as attention_rows
+    from ie_vllm.worker.captures import capture_sites as capture_sites
+    from ie_vllm.worker.captures import gather_captures as gather_captures
     from ie_vllm.worker.extension import IEWorkerExtension as IEWorkerExtension
-    from ie_vllm.worker.extension import attention_rows as attention_rows
-    from ie_vllm.worker.extension import capture_sites as capture_sites
     from ie_vllm.worker.layout import BatchLayout as BatchLayout
+    from ie_vllm.worker.lifecycle import RETIRED_KEPT as RETIRED_KEPT
+    from ie_vllm.worker.lifecycle import Keys as Keys
+    from ie_vllm.worker.lifecycle import Lifecycle as Lifecycle
+    from ie_vllm.worker.lifecycle import Sites as Sites
     from ie_vllm.worker.point_table import PointTable as PointTable
     from ie_vllm.worker.point_table import SiteDef as SiteDef
-    from ie_vllm.worker.registry import RETIRED_KEPT as RETIRED_KEPT
     from ie_vllm.worker.registry import Rows as Rows
     from ie_vllm.worker.registry import gather_reduced as gather_reduced
     from ie_vllm.worker.registry import store_reduced as store_reduced
@@ -152,7 +160,9 @@ __all__ = [
     "Engine",
     "HookedChannel",
     "IEWorkerExtension",
+    "Keys",
     "Landing",
+    "Lifecycle",
     "LoadedModel",
     "PointTable",
     "ReducerSpec",
@@ -160,6 +170,7 @@ __all__ = [
     "Rows",
     "SiteDef",
     "SitePolicy",
+    "Sites",
     "SteerSpec",
     "VLLMModel",
     "__version__",
@@ -174,6 +185,7 @@ __all__ = [
     "coalesced_drain",
     "create",
     "exact_int8_dot",
+    "gather_captures",
     "gather_reduced",
     "layer_range",
     "load_generate",

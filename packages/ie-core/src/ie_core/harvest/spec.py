@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ie_core.backend_plugin import BackendPlugin, backend_plugin
+from ie_core.grammar import POINTS_BY_NAME, Width, to_address
 from ie_core.harvest.corpus import DataFile
 from ie_core.harvest.errors import HarvestError
 from ie_core.harvest.shards import canonical_dtype
@@ -62,6 +63,13 @@ class HarvestOptions:
         _positive("batch_windows", batch_windows, allow_none=True)
         if bos not in BOS_POLICIES or packing not in PACKINGS:
             raise HarvestError(f"bos must be one of {BOS_POLICIES}, packing one of {PACKINGS}")
+        for p in points:
+            point = POINTS_BY_NAME.get(to_address(p).name)
+            if point is not None and point.width in (Width.HQK, Width.SD, Width.SS):
+                raise HarvestError(
+                    f"{p} gives {point.width} per token, not one row; harvest stores one row per "
+                    "token (choose a residual, MLP or attention-output point)"
+                )
         widths = {p: int(model.point_width(p)) for p in points}
         batch = batch_windows or _default_batch(model.backend)
         return cls(

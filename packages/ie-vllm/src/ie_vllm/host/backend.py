@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from ie_core.admission import check_row_steering
@@ -22,10 +22,10 @@ from ie_core.front import ModelFront
 from ie_core.grammar import POINTS, AddressLike, to_address
 from ie_core.model_info import DescribedModel, ModelInfo
 from ie_core.models import resolve_model_path
-from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Outcome, Plan
+from ie_core.plan import CAPTURE, CAPTURE_GENERATION, DECODE, GENERATE, Outcome, Plan
 from ie_core.prompts import tokenizer_ids
-from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk, TopK
-from ie_core.reduce import per_prompt
+from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, StreamChunk
+from ie_core.reduce import LensTopK, per_prompt
 from ie_core.runner import run
 
 from ie_vllm.host import capability, features, lens_decode, lens_stream, quiet_logs, weights
@@ -34,6 +34,7 @@ from ie_vllm.host.admission import Admission
 from ie_vllm.host.channel import Channel, HookedChannel
 from ie_vllm.host.cpu_support import check_cpu_support
 from ie_vllm.host.engine import Engine
+from ie_vllm.host.lora import HostAdapters
 from ie_vllm.host.parallel_support import check_data_parallel, check_pipeline_parallel
 from ie_vllm.host.policy import SitePolicy
 from ie_vllm.host.request import Flow, gather
@@ -77,7 +78,9 @@ class VLLMModel(ModelFront, DescribedModel):
         self.admission = Admission(
             self.variant, self.info, tokenizer, self.policy, engine, row_limit=row_limit
         )
-        self.flow = Flow(engine, self.channel, self._params, self._text)
+        self.flow = Flow(engine, self.channel, self._params, self._text, lambda: self.loras.base())
+        # Which adapters this engine serves is known at `create`; a bare model refuses them.
+        self.loras = HostAdapters(None, model_id, backend, {})
         # The worker knows no name: the same fields `GET /v1/ie/info` fills for a remote model.
         self.info = self.info.with_fields(
             model_id=model_id,
@@ -108,7 +111,9 @@ class VLLMModel(ModelFront, DescribedModel):
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(source)
-        return cls(engine, info, tokenizer, model_id, backend, row_limit=row_limit)
+        model = cls(engine, info, tokenizer, model_id, backend, row_limit=row_limit)
+        model.loras = HostAdapters(source, model_id, backend, kw)
+        return model
 
     # --- shape -------------------------------------------------------------------------------
 
@@ -176,6 +181,8 @@ class VLLMModel(ModelFront, DescribedModel):
         request, read over prompt + generated[:-1] as vLLM runs it (prefill, then decode)."""
         if plan.kind == CAPTURE:
             return await self._capture(plan)
+        if plan.kind == DECODE:
+            return await self._lens(plan)
         assert plan.sampling is not None
         if plan.kind == CAPTURE_GENERATION:
             self.admission.require_points("capture_generation")
@@ -184,9 +191,10 @@ class VLLMModel(ModelFront, DescribedModel):
         req = self.admission.request(
             plan.prompt, plan.sampling.max_new_tokens, plan.captures, plan.steering
         )
+        lora = self.loras.request(plan.lora)
         last: list[Any] = []
         token_ids, rows = await self.flow.on_engine(
-            self.flow.run(req.ids, plan.sampling, req.captures, req.steer, last)
+            self.flow.run(req.ids, plan.sampling, req.captures, req.steer, last, lora=lora)
         )
         generation = self._generation(req.ids, token_ids, plan.sampling, last)
         if plan.kind == GENERATE:
@@ -198,8 +206,9 @@ class VLLMModel(ModelFront, DescribedModel):
         if plan.steering:
             self.admission.require_points("steering")
         req = self.admission.request(plan.prompt, plan.sampling.max_new_tokens, (), plan.steering)
+        lora = self.loras.request(plan.lora)
         async for item in self.flow.bridge(
-            self.flow.stream_tokens(req.ids, plan.sampling, req.steer)
+            self.flow.stream_tokens(req.ids, plan.sampling, req.steer, lora)
         ):
             yield item
 
@@ -225,15 +234,19 @@ class VLLMModel(ModelFront, DescribedModel):
             self.admission.check_length(ids, 1)  # capture samples one token
             self.admission.check_rows(ids, 0, captures)  # its rows: the prompt's
         steers = [self.admission.steer_specs(plan.steering_of(b), p) for b, p in enumerate(prompts)]
+        if plan.row_lora and len(plan.row_lora) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(plan.row_lora)} LoRA entries")
+        loras = [self.loras.request(plan.lora_of(b)) for b in range(len(prompts))]
 
-        async def one_prompt(ids: tuple[int, ...], steer: Any) -> dict[str, torch.Tensor]:
+        async def one_prompt(ids: tuple[int, ...], steer: Any, lora: Any) -> dict[str, Any]:
             specs = features.reducer_specs(reductions, len(ids))
-            _, rows = await self.flow.run(ids, one, captures, steer, reducers=specs)
+            _, rows = await self.flow.run(ids, one, captures, steer, reducers=specs, lora=lora)
             return rows
 
         async def every_prompt() -> list[dict[str, torch.Tensor]]:
             await features.send_dictionaries(self, reductions)
-            return await gather(*(one_prompt(p, s) for p, s in zip(prompts, steers, strict=True)))
+            jobs = zip(prompts, steers, loras, strict=True)
+            return await gather(*(one_prompt(p, s, lo) for p, s, lo in jobs))
 
         results = await self.flow.on_engine(every_prompt())
         reduced = per_prompt(reductions, results)
@@ -308,14 +321,16 @@ class VLLMModel(ModelFront, DescribedModel):
         """Streaming lens read-out, top-k in the worker (ie_vllm.host.lens_stream)."""
         return lens_stream.lens_generation_stream(self, tokens, addresses, params, **kw)
 
-    async def decode_residuals(self, rows: Any, *, grad: bool = False) -> Any:
-        """Full logits `[..., vocab]` (final norm, unembed, scale, softcap) for small inputs."""
-        self._refuse_grad(grad or getattr(rows, "requires_grad", False), "decode_residuals")
-        return await lens_decode.logits(self, rows)
-
-    async def decode_residuals_topk(self, rows: Any, k: int = 10) -> TopK:
-        """Top-k ids and full-vocab probabilities, computed in the worker: `[..., k]` back."""
-        return await lens_decode.topk(self, rows, k)
+    async def _lens(self, plan: Plan) -> Outcome:
+        """The lens on the plan's rows in the worker: full logits `[..., vocab]` (final norm,
+        unembed, scale, softcap) for small inputs, or its `LensTopK`'s `[..., k]`."""
+        rows = plan.prompt
+        self._refuse_grad(plan.grad or getattr(rows, "requires_grad", False), "decode_residuals")
+        if not plan.reductions:
+            return Outcome(reduced={DECODE: {"logits": await lens_decode.logits(self, rows)}})
+        (r,) = plan.reductions
+        top = await lens_decode.topk(self, rows, cast(LensTopK, r.reducer).k)
+        return Outcome(reduced={r.label: {"ids": top.ids, "probs": top.probs}})
 
     def dictionary_generation_stream(self, prompt: Any, saes: Any, params: Any, **kw: Any) -> Any:
         """Top-k dictionary features per generated token (see `ie_vllm.host.features`)."""

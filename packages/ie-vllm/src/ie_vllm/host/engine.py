@@ -73,12 +73,14 @@ def new_key(prefix: str = "ie") -> str:
 
 @dataclass(frozen=True)
 class Submission:
-    """One request: token ids, vLLM sampling params, our key (None = untracked), cache salt."""
+    """One request: token ids, vLLM sampling params, our key (None = untracked), cache salt,
+    and vLLM's `LoRARequest` (None: the base model)."""
 
     prompt_ids: tuple[int, ...]
     params: Any  # vllm.SamplingParams
     key: str
     salt: str | None = None
+    lora: Any = None
 
 
 class Engine:
@@ -206,7 +208,7 @@ class Engine:
         if sub.salt is not None:
             prompt["cache_salt"] = sub.salt
         self.check_alive()
-        gen = self.llm.generate(prompt, sub.params, request_id=sub.key)
+        gen = self.llm.generate(prompt, sub.params, request_id=sub.key, lora_request=sub.lora)
         try:
             while True:
                 with self._attended():

@@ -40,6 +40,8 @@ class Flow:
     channel: Channel
     params: Callable[[str, SamplingParams], Any]  # (key, sampling) -> vllm.SamplingParams
     text: Callable[[Sequence[int]], str]
+    # The LoRARequest of a request without an adapter (`ie_vllm.host.lora`: None but on CPU).
+    base_lora: Callable[[], Any] = lambda: None
 
     async def on_engine(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run on the engine's loop (AsyncLLM is bound to it), from whichever loop awaits us."""
@@ -58,15 +60,21 @@ class Flow:
         return _bridge(agen, self.engine.loop, self.on_engine)
 
     async def submission(
-        self, ids: tuple[int, ...], sampling: SamplingParams, spec: RequestSpec | None
+        self,
+        ids: tuple[int, ...],
+        sampling: SamplingParams,
+        spec: RequestSpec | None,
+        lora: Any = None,
     ) -> Submission:
-        """The request, carrying `spec` (None: untracked) to every worker; call inside the try
-        whose finally runs `release`."""
+        """The request, carrying `spec` (None: untracked) to every worker, under vLLM's
+        `LoRARequest` `lora` (None: the base model); call inside the try whose finally runs
+        `release`."""
         key = spec.key if spec is not None else new_key()
         params = self.params(key, sampling)
         if spec is not None:
             params.extra_args.update(await self.channel.attach(spec))
-        return Submission(ids, params, key, key if spec is not None else None)
+        chosen = lora if lora is not None else self.base_lora()
+        return Submission(ids, params, key, key if spec is not None else None, chosen)
 
     async def release(self, key: str) -> None:
         """Release a key in every worker, even while the caller is being cancelled.
@@ -92,6 +100,7 @@ class Flow:
         steer: tuple[SteerSpec, ...],
         outputs: list[Any] | None = None,
         reducers: tuple[ReducerSpec, ...] = (),
+        lora: Any = None,
     ) -> tuple[tuple[int, ...], dict[str, torch.Tensor]]:
         """Attach, submit, wait, collect. Returns generated ids and rows per captured address
         (and `label|output` per reducer); the last CompletionOutput goes to `outputs` when given
@@ -101,7 +110,7 @@ class Flow:
         spec = RequestSpec(key, captures, steer, len(prompt_ids), reducers) if tracked else None
         token_ids: tuple[int, ...] = ()
         try:
-            sub = await self.submission(prompt_ids, sampling, spec)
+            sub = await self.submission(prompt_ids, sampling, spec, lora)
             async for out in self.engine.stream(sub):
                 token_ids = tuple(out.outputs[0].token_ids)
                 if outputs is not None:
@@ -162,7 +171,11 @@ class Flow:
         return self.stream_steps(ids, sampling, captures, steer, rows)
 
     async def stream_tokens(
-        self, ids: tuple[int, ...], sampling: SamplingParams, steer: tuple[SteerSpec, ...]
+        self,
+        ids: tuple[int, ...],
+        sampling: SamplingParams,
+        steer: tuple[SteerSpec, ...],
+        lora: Any = None,
     ) -> AsyncIterator[StreamChunk]:
         """Each generated token; registered in the workers only when steered."""
         key = new_key()
@@ -170,7 +183,7 @@ class Flow:
         text = TextStream(self.text)
         try:
             spec = RequestSpec(key, (), steer, len(ids)) if steer else None
-            sub = await self.submission(ids, sampling, spec)
+            sub = await self.submission(ids, sampling, spec, lora)
             async for out in self.engine.stream(sub):
                 for tok in list(out.outputs[0].token_ids)[seen:]:
                     seen += 1

@@ -64,10 +64,12 @@ class IEEndpointPlugin:
         if not _enabled(getattr(app.state, "args", None)):
             return
         from ie_vllm.server.http_features import features_router
+        from ie_vllm.server.http_patchscopes import patchscope_router
         from ie_vllm.server.http_routes import router
 
         app.include_router(router)
         app.include_router(features_router)
+        app.include_router(patchscope_router)
         app.add_middleware(SteeringMiddleware)
         keys = server_keys(app.state.args)
         if keys:  # added last, so it runs first: no body is read for a request without the key
@@ -116,6 +118,7 @@ async def served_model(engine_client: Any, args: Namespace) -> Any:
     from transformers import AutoTokenizer
 
     from ie_vllm.host.backend import VLLMModel
+    from ie_vllm.host.lora import LORA_OPTIONS, HostAdapters
     from ie_vllm.pipeline import merge_infos
     from ie_vllm.row_budget import smallest_limit
     from ie_vllm.server.serve_command import BACKEND_ENV, served_backend
@@ -129,14 +132,14 @@ async def served_model(engine_client: Any, args: Namespace) -> Any:
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
     name = (getattr(args, "served_model_name", None) or [args.model])[0]
     row_limit = smallest_limit(await engine_client.collective_rpc("ie_row_limit"))
-    return VLLMModel(
-        Engine(engine_client, ()),
-        info,
-        tokenizer,
-        name,
-        HOOKED if hooked else GENERATE,
-        row_limit=row_limit,
+    backend = HOOKED if hooked else GENERATE
+    model = VLLMModel(
+        Engine(engine_client, ()), info, tokenizer, name, backend, row_limit=row_limit
     )
+    # `--enable-lora` / `--max-lora-rank`: a plan's adapters are served as `load_model`'s are.
+    lora_kw = {k: getattr(args, k, None) for k in LORA_OPTIONS}
+    model.loras = HostAdapters(args.model, name, backend, lora_kw)
+    return model
 
 
 def plugin() -> IEEndpointPlugin:

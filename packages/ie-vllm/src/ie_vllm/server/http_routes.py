@@ -3,7 +3,7 @@
 Requests are JSON: a plan's (`ie_core.plan.Plan.to_wire`: prompts as text or token ids,
 addresses, `sampling`, `steering`, `reductions`); tensors come back as safetensors named by
 address (a reduction's outputs as `label|output`), with the request's facts (generated ids, text)
-in the header metadata; residual rows go in as safetensors. The read-outs reduced in the workers
+in the header metadata; residual rows go in as safetensors (a decode plan: the lens on them). The read-outs reduced in the workers
 (features, probe scores) are capture plans with reductions, on their own paths too. Every error is JSON,
 `{"error": {"message", "type"}}`, with a 4xx status when the request was at fault.
 
@@ -26,8 +26,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from ie_core.grammar import to_address
-from ie_core.plan import CAPTURE, CAPTURE_GENERATION, GENERATE, Plan
-from ie_core.reduce import flat
+from ie_core.plan import CAPTURE, CAPTURE_GENERATION, DECODE, GENERATE, Plan
+from ie_core.reduce import LensTopK, Reduction, flat
 from ie_core.wire import (
     PREFIX,
     ROUTES,
@@ -286,7 +286,7 @@ async def generate(request: Request) -> JSONResponse:
 async def generate_stream(request: Request) -> Response:
     """Newline-delimited JSON: one `{"token_id", "text"}` per token; an error ends the stream."""
     m, plan = _model(request), await _plan(request, GENERATE)
-    stream = m.generate_stream(plan.prompt, plan.sampling, steering=plan.steering)
+    stream = m.generate_stream(plan.prompt, plan.sampling, steering=plan.steering, lora=plan.lora)
     first = await anext(stream)  # validation errors surface here, before any 200
 
     async def lines() -> AsyncIterator[bytes]:
@@ -306,14 +306,21 @@ def _vocab(m: Any) -> int:
     return m.info.vocab_size or len(m.tokenizer)
 
 
-@router.api_route(**mount("decode_residuals"))
+async def _decode_plan(
+    request: Request, d_model: int, reductions: Sequence[Reduction] = ()
+) -> Plan:
+    """A decode plan: the body's residual rows (a safetensors payload holding `rows`)."""
+    return Plan(DECODE, await _rows(request, d_model), reductions=tuple(reductions))
+
+
+@router.api_route(**mount(DECODE))
 async def decode_residuals(request: Request) -> Response:
     m = _model(request)
-    rows = await _rows(request, m.d_model)
-    n_rows = rows.numel() // m.d_model
+    plan = await _decode_plan(request, m.d_model)
+    n_rows = plan.prompt.numel() // m.d_model
     check_response(_limits(request), n_rows * _vocab(m) * 4, f"logits for {n_rows} rows")
-    logits = await _unless_gone(request, m.decode_residuals(rows))
-    return await _tensors({"logits": logits})
+    outcome = await _unless_gone(request, m.execute(plan))
+    return await _tensors(dict(outcome.reduced[DECODE]))
 
 
 @router.api_route(**mount("lens_topk"))
@@ -325,11 +332,12 @@ async def lens_topk(request: Request) -> Response:
     vocab = _vocab(m)
     if int(raw_k) > vocab:
         raise BadRequest(f"k={raw_k} is more than the vocabulary's {vocab} tokens")
-    rows = await _rows(request, m.d_model)
-    n_rows, k = rows.numel() // m.d_model, int(raw_k)
+    k = int(raw_k)
+    plan = await _decode_plan(request, m.d_model, [Reduction("", LensTopK(k), "lens")])
+    n_rows = plan.prompt.numel() // m.d_model
     check_response(_limits(request), n_rows * k * 12, f"top-{k} ids and probabilities")
-    top = await _unless_gone(request, m.decode_residuals_topk(rows, k))
-    return await _tensors({"ids": top.ids, "probs": top.probs})
+    outcome = await _unless_gone(request, m.execute(plan))
+    return await _tensors(dict(outcome.reduced["lens"]))
 
 
 __all__ = ["RefusingRoute", "capture", "mount", "router", "served_saes"]

@@ -3,8 +3,10 @@
 The host calls these methods by name with `collective_rpc("ie_...", args=...)`; they run in the
 worker process between forwards. `ie_setup` wraps the model runner's `_model_forward` so the batch
 layout is recorded just before each forward, and a request new to the worker registers the spec it
-carries in its extra_args there (no RPC); `runner_adapter` (shared with ie-static's worker)
-is the only code here that reads vLLM's runner. Hooks read the layout to slice rows per request.
+carries in its extra_args there (no RPC). Registration, refusal, collect, drain and release are
+`lifecycle.Lifecycle`'s, shared with ie-static's worker; `Hooks` is what this worker does there
+(forward hooks on modules). `runner_adapter` (shared too) is the only code that reads vLLM's
+runner. Hooks read the layout to slice rows per request.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from ie_core.grammar import to_address
 from ie_core.ops import SteeringOp
 from ie_core.ops.apply import apply_ops
 from ie_core.ops.conditional import judge, with_judged
@@ -25,26 +26,25 @@ from ie_vllm import payload
 from ie_vllm.row_budget import device_budget
 from ie_vllm.specs import ReducerSpec, RequestSpec
 from ie_vllm.worker import reducers, weights
+from ie_vllm.worker.captures import capture_sites, gather_captures
 from ie_vllm.worker.conditions import Held, held_for, judges_of
+from ie_vllm.worker.held_memory import held_memory
 from ie_vllm.worker.layout import BatchLayout, RequestRows
 from ie_vllm.worker.lens_worker import LensWorkerMixin
-from ie_vllm.worker.point_table import AttnGeom, PointTable, SiteDef
-from ie_vllm.worker.registry import Entry, Judge, Registry, gather_reduced
+from ie_vllm.worker.lifecycle import Lifecycle
+from ie_vllm.worker.point_table import PointTable, SiteDef
+from ie_vllm.worker.registry import Entry, Judge, Registry
 from ie_vllm.worker.runner_adapter import (
-    carried_arrivals,
     ensure_stage_buffer,
     loaded_model,
     model_device,
     parallel_sizes,
-    record_layout,
     runner_name,
     tp_rank,
     wrap_model_forward,
 )
 from ie_vllm.worker.stage import layer_range, stage_of
 from ie_vllm.worker.transfer import to_device
-
-ATTN_POINTS = ("attn_scores", "attn_probs")
 
 
 @dataclass(frozen=True)
@@ -73,53 +73,11 @@ class WorkerState:
     held: Held = field(default_factory=dict)
 
 
-def capture_sites(address: str) -> tuple[str, ...]:
-    """The hook sites an address needs (attention scores are recomputed from q and k)."""
-    addr = to_address(address)
-    if addr.name in ATTN_POINTS:
-        return (f"attn_q.{addr.layer}", f"attn_k.{addr.layer}")
-    return (address,)
-
-
-def attention_rows(
-    q: torch.Tensor, k: torch.Tensor, geom: AttnGeom, start: int, probs: bool
-) -> torch.Tensor:
-    """Scores (or probabilities) `[heads, q rows, k rows]` for queries at positions start.. of k.
-
-    q: `[nq, heads*head_dim]` post-RoPE at positions start..start+nq-1; k: `[nk, kv*head_dim]`
-    post-RoPE at positions 0..nk-1. Masked entries are the dtype's min, as in eager.
-    """
-    nq, nk = q.shape[0], k.shape[0]
-    qh = q.reshape(nq, geom.heads, geom.head_dim).transpose(0, 1).float()
-    kh = k.reshape(nk, geom.kv_heads, geom.head_dim).transpose(0, 1).float()
-    kh = kh.repeat_interleave(geom.heads // geom.kv_heads, dim=0)
-    scores = (qh @ kh.transpose(-1, -2)) * geom.scale
-    if geom.softcap:
-        scores = geom.softcap * torch.tanh(scores / geom.softcap)
-    qpos = torch.arange(start, start + nq, device=q.device)[:, None]
-    kpos = torch.arange(nk, device=q.device)[None, :]
-    if geom.alibi:
-        # BLOOM's scores carry slope * key position (HF's build_alibi_tensor).
-        slopes = to_device(torch.tensor(geom.alibi, dtype=scores.dtype), q.device)
-        scores = scores + slopes[:, None, None] * kpos.to(scores.dtype)
-    visible = kpos <= qpos
-    if geom.window:
-        visible &= (qpos - kpos) < geom.window
-    scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)
-    if probs and geom.sinks:
-        # gpt-oss: each row's softmax includes the head's sink logit, which is then dropped
-        # (rows need not sum to 1), as HF's eager_attention_forward does.
-        sink = to_device(torch.tensor(geom.sinks, dtype=scores.dtype), q.device)
-        sink = sink[:, None, None].expand(-1, nq, 1)
-        return torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1].to(q.dtype)
-    out = torch.softmax(scores, dim=-1) if probs else scores
-    return out.to(q.dtype)
-
-
 class IEWorkerExtension(LensWorkerMixin):
     """Methods vLLM mixes into its worker class; `self` is the worker (`self.model_runner`)."""
 
     _ie: WorkerState
+    _ie_life: Lifecycle[Entry]
 
     # --- setup -----------------------------------------------------------------------------
 
@@ -134,10 +92,11 @@ class IEWorkerExtension(LensWorkerMixin):
         ensure_stage_buffer(runner)
         budget = device_budget(model_device(runner))  # rows held on the device, bounded
         state = WorkerState(table, Registry(budget), capture_rank=tp_rank() == 0)
-        self._ie = state
+        life = Lifecycle(Hooks(state), state.registry, state.capture_rank)
+        self._ie, self._ie_life = state, life
         if hooked:
             wrap_model_forward(
-                runner, lambda original: _forward_with_layout(runner, state, original)
+                runner, lambda original: _forward_with_layout(runner, state, life, original)
             )
         tp_size, pp_size = parallel_sizes(runner)
         info = table.info().with_fields(
@@ -161,40 +120,14 @@ class IEWorkerExtension(LensWorkerMixin):
         self, key: str, start: int = 0, stop: int | None = None, release: bool = True
     ) -> dict[str, Any]:
         """Rows for positions [start, stop) of every captured address, as one payload."""
-        state = self._ie
-        _check_refused(state, [key])
-        entry = state.registry.get(key)
-        if entry is None:
-            return payload.encode({})
-        out: dict[str, torch.Tensor] = {}
-        if state.capture_rank:
-            out = _gather(state, entry, start, stop)
-        if release:
-            _release_entry(state, key)
-        return payload.encode(out)
+        return self._ie_life.collect(key, start, stop, release)
 
     def ie_drain(self, asks: list[list[Any]]) -> dict[str, Any]:
-        """Rows `[0, stop)` of each finished `[key, stop]` in one payload (`key/address` names,
-        one copy to the host), each key released: the host's collects of one step, coalesced.
-        `refused` names the keys whose carried spec this worker could not register, with why."""
-        state = self._ie
-        out: dict[str, torch.Tensor] = {}
-        refused: dict[str, str] = {}
-        for key, stop in asks:
-            why = state.registry.refused.get(key)
-            entry = state.registry.get(key)
-            if why is not None:
-                refused[key] = why
-            elif entry is not None and state.capture_rank:
-                got = _gather(state, entry, 0, int(stop))
-                out.update((f"{key}/{name}", t) for name, t in got.items())
-            _release_entry(state, key)
-        return {"rows": payload.encode(out), "refused": refused}
+        """The host's collects of one step, coalesced (`Lifecycle.drain`)."""
+        return self._ie_life.drain(asks)
 
     def ie_release(self, keys: list[str]) -> int:
-        for key in keys:
-            _release_entry(self._ie, key)
-        return len(self._ie.registry.entries)
+        return self._ie_life.release(keys)
 
     def ie_put_dictionary(self, key: str, tensors: dict[str, Any], meta: dict[str, Any]) -> str:
         """Keep a dictionary (by content key) for requests whose reducers name it."""
@@ -217,6 +150,10 @@ class IEWorkerExtension(LensWorkerMixin):
             "forwards": state.forwards,
         }
 
+    def ie_memory(self) -> dict[str, int]:
+        """Weights and KV cache bytes as vLLM allocated them (`held_memory`)."""
+        return held_memory(self.model_runner)  # type: ignore[attr-defined]
+
     def ie_weights(self, part: str) -> dict[str, Any]:
         """Raw weights of `part` on this rank (`ie_vllm.worker.weights`), tensors as a payload."""
         got = weights.weight_parts(loaded_model(self.model_runner).model, part)  # type: ignore[attr-defined]
@@ -237,7 +174,7 @@ class IEWorkerExtension(LensWorkerMixin):
 
     def _ie_rows(self, entry: Entry, start: int, stop: int | None) -> dict[str, torch.Tensor]:
         """Rows of `entry` for positions [start, stop) (the lens mixin reads through this)."""
-        return _gather(self._ie, entry, start, stop)
+        return self._ie_life.sites.gather(entry, start, stop)
 
     def _ie_logits(self, rows: dict[str, Any]) -> torch.Tensor | None:
         site = self._ie.table.sites.get("final_norm")
@@ -260,10 +197,11 @@ def _lens(runner: Any, site: SiteDef, h: torch.Tensor) -> torch.Tensor:
 # --- forward wrapper and plan ----------------------------------------------------------------
 
 
-def _forward_with_layout(runner: Any, state: WorkerState, original: Any) -> Any:
+def _forward_with_layout(
+    runner: Any, state: WorkerState, life: Lifecycle[Entry], original: Any
+) -> Any:
     def forward_with_layout(*args: Any, **kwargs: Any) -> Any:
-        layout = record_layout(runner)
-        _register_carried(runner, state, layout)
+        layout = life.arrive(runner)
         if state.registry.entries:
             state.layout = layout
             state.plan = _plan(state, layout)
@@ -278,56 +216,54 @@ def _forward_with_layout(runner: Any, state: WorkerState, original: Any) -> Any:
     return forward_with_layout
 
 
-def _register_carried(runner: Any, state: WorkerState, layout: BatchLayout) -> None:
-    """Register the specs that requests new to this worker carry. A spec the worker cannot take
-    is kept as refused (its collect raises with the reason); the forward goes on unhindered."""
-    for key, _, text in carried_arrivals(runner, layout, state.registry.wants):
-        try:
-            _register(state, RequestSpec.from_json(text))
-        except Exception as exc:  # raised in a forward, it would stop the engine
-            state.registry.refused[key] = f"{type(exc).__name__}: {exc}"
+class Hooks:
+    """Hooked vLLM's `lifecycle.Sites`: a request's sites are forward hooks on the model's
+    modules, installed while some registered request needs them."""
 
+    def __init__(self, state: WorkerState) -> None:
+        self.state = state
 
-def _register(state: WorkerState, spec: RequestSpec) -> None:
-    """Resolve a spec's addresses to this worker's sites and install the hooks it needs."""
-    captured = frozenset(
-        site
-        for a in spec.captures
-        for s in capture_sites(a)
-        if (site := state.table.addresses.get(s, s)) in state.table.sites
-    )
-    steer: dict[str, tuple[tuple[tuple[SteeringOp, ...], frozenset[int]], ...]] = {}
-    for s in spec.steering:
-        site = state.table.addresses.get(s.address)
-        if site is None:
-            continue  # another pipeline stage owns it
-        steer[site] = (*steer.get(site, ()), (s.ops, scoped(s.masked, s.until)))
-    reduce: dict[str, tuple[ReducerSpec, ...]] = {}
-    for r in spec.reducers:
-        site = state.table.addresses.get(r.address)
-        if site is not None:
-            reduce[site] = (*reduce.get(site, ()), reducers.kept(r))
-    entry = Entry(
-        spec, captured, steer, reduce_sites=reduce, judge_sites=judges_of(state.table, spec)
-    )
-    state.registry.add(entry)
-    _acquire(state, entry.sites())
+    def install(self, spec: RequestSpec, req_id: str) -> Entry:
+        """Resolve a spec's addresses to this worker's sites and install the hooks it needs."""
+        table = self.state.table
+        captured = frozenset(
+            site
+            for a in spec.captures
+            for s in capture_sites(a)
+            if (site := table.addresses.get(s, s)) in table.sites
+        )
+        steer: dict[str, tuple[tuple[tuple[SteeringOp, ...], frozenset[int]], ...]] = {}
+        for s in spec.steering:
+            site = table.addresses.get(s.address)
+            if site is None:
+                continue  # another pipeline stage owns it
+            steer[site] = (*steer.get(site, ()), (s.ops, scoped(s.masked, s.until)))
+        reduce: dict[str, tuple[ReducerSpec, ...]] = {}
+        for r in spec.reducers:
+            site = table.addresses.get(r.address)
+            if site is not None:
+                reduce[site] = (*reduce.get(site, ()), reducers.kept(r))
+        entry = Entry(
+            spec, captured, steer, reduce_sites=reduce, judge_sites=judges_of(table, spec)
+        )
+        _acquire(self.state, entry.sites())
+        return entry
 
+    def uninstall(self, entry: Entry) -> None:
+        _release(self.state, entry.sites())
 
-def _check_refused(state: WorkerState, keys: Iterable[str]) -> None:
-    for key in keys:
-        why = state.registry.refused.pop(key, None)
-        if why is not None:
-            state.registry.pop(key)
-            raise RuntimeError(f"the worker could not register request {key}: {why}")
+    def gather(self, entry: Entry, start: int, stop: int | None) -> dict[str, torch.Tensor]:
+        table = self.state.table
+
+        def sites_of(address: str) -> tuple[str, ...]:
+            return tuple(table.addresses.get(s, s) for s in capture_sites(address))
+
+        return gather_captures(entry.spec, entry.rows, sites_of, table.attn, start, stop)
 
 
 def _plan(state: WorkerState, layout: BatchLayout) -> dict[str, list[PlanItem]]:
     plan: dict[str, list[PlanItem]] = {}
-    for rows in layout.keyed():
-        entry = state.registry.get(rows.key)
-        if entry is None:
-            continue
+    for rows, entry in state.registry.in_batch(layout):
         for site in entry.sites():
             steps = entry.steer_sites.get(site, ())
             capture = state.capture_rank and site in entry.capture_sites
@@ -435,36 +371,3 @@ def _release(state: WorkerState, sites: Iterable[str]) -> None:
         if state.counts[name] == 0:
             for handle in state.handles.pop(name, []):
                 handle.remove()
-
-
-def _release_entry(state: WorkerState, key: str) -> None:
-    entry = state.registry.pop(key)
-    if entry is not None:
-        _release(state, entry.sites())
-
-
-# --- collection ------------------------------------------------------------------------------
-
-
-def _gather(
-    state: WorkerState, entry: Entry, start: int, stop: int | None
-) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    for address in entry.spec.captures:
-        name, _, layer = address.partition(".")
-        if name in ATTN_POINTS:
-            geom = state.table.attn.get(int(layer))
-            q_rows = entry.rows.get(f"attn_q.{layer}")
-            k_rows = entry.rows.get(f"attn_k.{layer}")
-            if geom is None or q_rows is None or k_rows is None:
-                continue
-            q = q_rows.gather(start, stop)
-            k = k_rows.gather(0, stop)
-            out[address] = attention_rows(q, k, geom, start, name == "attn_probs")
-            continue
-        site = state.table.addresses.get(address)
-        rows = entry.rows.get(site) if site else None
-        if rows is not None:
-            out[address] = rows.gather(start, stop)
-    out.update(gather_reduced(entry.rows, entry.spec.reducers, start, stop))
-    return out

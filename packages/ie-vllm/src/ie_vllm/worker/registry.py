@@ -1,9 +1,10 @@
-"""The worker's store of registered requests and their captured rows.
+"""Hooked vLLM's store of registered requests and their captured rows.
 
 A request carries its `RequestSpec` (`ie_vllm.specs`) and key in `SamplingParams.extra_args`
-(`layout.SPEC_ARG`, `layout.KEY_ARG`); the worker registers it the first time the request reaches
-a forward, and drops it when the host collects or releases the key. Captured rows accumulate per forward (chunked prefill, then one row per decode step), indexed
-by sequence position so a recomputed (preempted) request overwrites rather than duplicates.
+(`layout.SPEC_ARG`, `layout.KEY_ARG`); `lifecycle.Lifecycle` registers it the first time the
+request reaches a forward, and drops it when the host collects or releases the key. Captured rows
+accumulate per forward (chunked prefill, then one row per decode step), indexed by sequence
+position so a recomputed (preempted) request overwrites rather than duplicates.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ie_core.reduce import pad_cat
 
 from ie_vllm.row_budget import RowBudget, spill_copy
 from ie_vllm.specs import ReducerSpec, RequestSpec
+from ie_vllm.worker.lifecycle import Keys
 
 
 @dataclass
@@ -119,42 +121,21 @@ def gather_reduced(
     return {k: v.gather(start, stop) for k, v in entry_rows.items() if k.startswith(labels)}
 
 
-RETIRED_KEPT = 65536  # released keys remembered, so a late sight of one never re-registers it
-
-
-class Registry:
-    """Worker-side: registered requests by key, the keys already released, and the bytes of rows
-    held on the device against the worker's `RowBudget` (`ie_vllm.row_budget`)."""
+class Registry(Keys[Entry]):
+    """Hooked vLLM's registered requests (`lifecycle.Keys`) and the bytes of their rows held on
+    the device against the worker's `RowBudget` (`ie_vllm.row_budget`)."""
 
     def __init__(self, budget: RowBudget | None = None) -> None:
-        self.entries: dict[str, Entry] = {}
-        self.retired: dict[str, None] = {}  # insertion-ordered set
-        self.refused: dict[str, str] = {}  # key -> why its carried spec could not be registered
+        super().__init__()
         self.budget = budget
         self.held = 0  # bytes of rows still where they were captured, every entry together
         self.spilled = 0  # bytes moved to host memory since the worker started
 
-    def add(self, entry: Entry) -> None:
-        if entry.spec.key in self.entries:
-            raise ValueError(f"request key {entry.spec.key!r} is already registered")
-        self.entries[entry.spec.key] = entry
-
-    def wants(self, key: str) -> bool:
-        """A key seen in a forward that is neither registered nor released nor refused."""
-        return key not in self.entries and key not in self.retired and key not in self.refused
-
     def pop(self, key: str) -> Entry | None:
-        self.retired[key] = None
-        if len(self.retired) > RETIRED_KEPT:
-            del self.retired[next(iter(self.retired))]
-        self.refused.pop(key, None)
-        entry = self.entries.pop(key, None)
+        entry = super().pop(key)
         if entry is not None:
             self.held -= sum(r.held for r in entry.rows.values())
         return entry
-
-    def get(self, key: str | None) -> Entry | None:
-        return None if key is None else self.entries.get(key)
 
     def keep(self, entry: Entry, name: str, first_pos: int, rows: torch.Tensor) -> None:
         """Store `entry`'s rows of `name` from `first_pos` on, within the budget."""

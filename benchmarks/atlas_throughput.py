@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--saedashboard-features",
         type=int,
-        default=1024,
+        default=256,
         help="features SAEDashboard computes (its time scaled to --width)",
     )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)

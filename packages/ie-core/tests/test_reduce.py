@@ -12,6 +12,7 @@ from ie_core.experiments.sae_math import DictMeta, encode
 from ie_core.plan import CAPTURE, Plan, PlanWireError
 from ie_core.reduce import (
     REDUCER_KINDS,
+    AtlasTopK,
     Cast,
     Context,
     DictionaryFeatures,
@@ -66,7 +67,8 @@ def test_each_reducer_equals_an_independent_computation() -> None:
 
 def test_every_kind_reads_back_equal_from_its_wire_form() -> None:
     reducers = [TokenLogits((1, 2)), LensTopK(4), ProbeScores(_probe()),
-                DictionaryFeatures("abc", 5, True), Cast("float16")]  # fmt: skip
+                DictionaryFeatures("abc", 5, True), Cast("float16"),
+                AtlasTopK("abc", 3, 2, (2, -4, 4), 1)]  # fmt: skip
     assert {type(r) for r in reducers} == set(REDUCER_KINDS.values())
     for r in reducers:
         assert reducer_from_dict(r.to_wire()) == r

@@ -196,19 +196,19 @@ def _check_neuronpedia_export(
 def test_negative_control_dropping_the_last_step_fails(
     model: Any, hf: Any, data: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pass whose update drops the last batch's rows does not equal the brute force."""
+    """A pass that drops the last batch's reduced rows does not equal the brute force."""
     import ie_core.atlas.running as running
 
     source, where, encoder = _dictionary_case("saelens", tmp_path)
     sae = read_dictionary(source)
     windows = reference_windows(hf[1], data[1], CONTEXT)
     last = (len(windows) - 1) // OPTIONS["batch_windows"] * OPTIONS["batch_windows"]
-    real = running.update
+    real = running._batch_state
 
-    def dropping(state: Any, acts: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor) -> Any:
-        return state if int(seq.min()) >= last else real(state, acts, seq, pos)
+    def dropping(model: Any, sae: Any, batch: list, state: Any) -> Any:
+        return state if batch[0][0] >= last else real(model, sae, batch, state)
 
-    monkeypatch.setattr(running, "update", dropping)
+    monkeypatch.setattr(running, "_batch_state", dropping)
     out = tmp_path / "atlas"
     atlas(model, sae, out, files=[data[0]], progress=False, **OPTIONS)
     acts = encoder(reference_rows(hf[0], windows, where))
@@ -224,7 +224,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_state(
     sae = read_dictionary(write_saelens(tmp_path / "sae", layer=3, d_sae=48, seed=1))
     whole = tmp_path / "whole"
     atlas(model, sae, whole, files=[data[0]], progress=False, **OPTIONS)
-    real, calls = running.update, []
+    real, calls = running._batch_state, []
 
     def dies(*args: Any) -> Any:
         calls.append(1)
@@ -232,12 +232,12 @@ def test_interrupted_run_resumes_to_the_uninterrupted_state(
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(running, "update", dies)
+    monkeypatch.setattr(running, "_batch_state", dies)
     out = tmp_path / "resumed"
     with pytest.raises(KeyboardInterrupt):
         atlas(model, sae, out, files=[data[0]], progress=False, **OPTIONS)
     assert (out / STATE).exists() and not open_atlas_complete(out)
-    monkeypatch.setattr(running, "update", real)
+    monkeypatch.setattr(running, "_batch_state", real)
     result = atlas(model, sae, out, files=[data[0]], progress=False, **OPTIONS)
     assert result.resumed_windows == 8
     a, b = open_atlas(whole), open_atlas(out)

@@ -416,3 +416,61 @@ def test_queries_and_keys_equal_eager_and_their_writes_move_attention_as_eager(
     assert gen.generation.token_ids == ref.generation.token_ids
     assert _close(gen.cache[last], ref.cache[last]) <= CROSS
     assert decode["vs unsteered"] > 1e-3, decode
+
+
+def test_atlas_equals_eager(engines, eager_model, tmp_path) -> None:
+    """`ie atlas` on vllm-static (the atlas reducer run on the tap buffer in the worker) against
+    eager: the same rows counted, top-k values within 1e-4 of each feature's scale with keys
+    that swap only between values that close, counts within one (a value at 0 may round either
+    side), and the kept contexts' per-token activations; a negative control against the
+    neighbouring feature fails."""
+    from ie_core.atlas import open_atlas
+    from ie_core.atlas.running import atlas
+    from ie_core.experiments.saes import from_tensors
+
+    static, _ = engines
+    g = torch.Generator().manual_seed(5)
+    d, n = WIDTH, 32
+    sae = from_tensors(
+        {"W_enc": torch.randn(d, n, generator=g) / d**0.5,
+         "b_enc": torch.randn(n, generator=g) * 0.2 - 0.6,
+         "W_dec": torch.randn(n, d, generator=g) / n**0.5, "b_dec": torch.zeros(d)},
+        address="resid_post.3",
+    )  # fmt: skip
+    words = [
+        "the",
+        "river",
+        "runs",
+        "over",
+        "blue",
+        "Paris",
+        "token",
+        "model",
+        "layer",
+        "sky",
+        "quickly",
+        "42",
+    ]
+    docs = [" ".join(words[(i * 7 + j) % len(words)] for j in range(5 + i % 9)) for i in range(40)]
+    options = {"context": 20, "top_k": 5, "samples": 2, "logits": 3, "batch_windows": 8}
+    got = {}
+    for name, model in (("static", static), ("eager", eager_model)):
+        atlas(model, sae, tmp_path / name, documents=docs, progress=False, **options)
+        got[name] = open_atlas(tmp_path / name)
+    a, b = got["static"].state, got["eager"].state
+    assert a.tokens == b.tokens > 200
+    filled = b.top_sequence >= 0
+    assert torch.equal(a.top_sequence >= 0, filled)
+    scale = b.top_values[:, :1].clamp_min(1.0)
+    within = (a.top_values - b.top_values).abs()[filled] <= CROSS * scale.expand_as(filled)[filled]
+    assert within.all()
+    same_keys = (a.top_sequence == b.top_sequence) & (a.top_position == b.top_position)
+    for f, j in (~same_keys & filled).nonzero().tolist():
+        assert (b.top_values[f] - a.top_values[f, j]).abs().min() <= CROSS * float(scale[f])
+    assert (a.count - b.count).abs().max() <= 1
+    ctx_a, ctx_b = got["static"].contexts["top_acts"], got["eager"].contexts["top_acts"]
+    rows = same_keys & filled
+    assert ((ctx_a - ctx_b).abs()[rows].amax(-1) <= CROSS * scale.expand_as(rows)[rows]).all()
+    both = filled & filled.roll(1, 0)
+    shifted = (a.top_values - b.top_values.roll(1, 0)).abs()[both]
+    assert not (shifted <= CROSS * scale.expand_as(both)[both]).all()

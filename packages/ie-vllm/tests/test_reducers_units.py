@@ -24,7 +24,7 @@ def test_grouped_jobs_equal_each_job_alone() -> None:
     a = ReducerSpec("x", "resid_post.0", DictionaryFeatures("t-a", 3, True))
     b = ReducerSpec("y", "resid_post.0", DictionaryFeatures("t-b", None, False))
     rows = [torch.randn(n, 8) for n in (3, 1, 5)]
-    jobs = [(a, rows[0]), (b, rows[1]), (a, rows[2])]
+    jobs = [(a, (0, rows[0])), (b, (0, rows[1])), (a, (0, rows[2]))]
     together = reducers.run(jobs)
     for (spec, x), got in zip(jobs, together, strict=True):
         alone = reducers.run([(spec, x)])[0]
@@ -45,7 +45,7 @@ def test_grouped_jobs_equal_each_job_alone() -> None:
 def test_cast_and_wire_round_trip() -> None:
     x = torch.randn(4, 8)
     cast = ReducerSpec("h", "resid_post.1", Cast("bfloat16"), position=2)
-    (out,) = reducers.run([(cast, x)])
+    (out,) = reducers.run([(cast, (2, x))])
     assert out["rows"].dtype == torch.bfloat16 and torch.equal(out["rows"], x.bfloat16())
     spec = RequestSpec("k", ("resid_post.1",), (), 4, (cast,))
     assert RequestSpec.from_wire(spec.to_wire()) == spec

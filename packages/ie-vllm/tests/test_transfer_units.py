@@ -50,20 +50,20 @@ def test_token_ids_and_probes_are_built_once() -> None:
     reducers.use_lens(lambda h: h[..., :vocab].float())
     spec = reducers.kept(ReducerSpec("m", "resid_post.0", TokenLogits((3, 5)), position=0))
     rows = torch.randn(2, 16)
-    a = reducers.run([(spec, rows)])[0]
+    a = reducers.run([(spec, (0, rows))])[0]
     (ids,) = vars(spec.reducer)[CACHE_ATTR].values()
     again = reducers.kept(ReducerSpec.from_wire(spec.to_wire()))
     assert again.reducer is spec.reducer
-    b = reducers.run([(again, rows)])[0]
+    b = reducers.run([(again, (0, rows))])[0]
     assert next(iter(vars(again.reducer)[CACHE_ATTR].values())) is ids
     assert torch.equal(a["selected"], rows[:, [3, 5]]) and torch.equal(a["selected"], b["selected"])
     probe = Probe(tuple((1.0,) for _ in range(16)), (0.5,), "linear", vector=True)
     first_spec = reducers.kept(ReducerSpec("p", "resid_post.0", ProbeScores(probe)))
-    first = reducers.run([(first_spec, rows)])[0]["scores"]
+    first = reducers.run([(first_spec, (0, rows))])[0]["scores"]
     kept = dict(vars(first_spec.reducer.probe)[CACHE_ATTR])
     second_spec = reducers.kept(ReducerSpec.from_wire(first_spec.to_wire()))
     assert second_spec.reducer is first_spec.reducer
-    second = reducers.run([(second_spec, rows)])[0]["scores"]
+    second = reducers.run([(second_spec, (0, rows))])[0]["scores"]
     assert vars(second_spec.reducer.probe)[CACHE_ATTR] == kept
     assert torch.equal(first, second)
     assert torch.allclose(first, rows.sum(-1) + 0.5)

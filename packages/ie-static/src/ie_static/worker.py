@@ -364,7 +364,7 @@ def _reduce_site(buf: torch.Tensor, items: list[tuple[Any, StaticEntry, ReducerS
         for r, entry, spec in items
         if (picked := reducers.rows_for(spec, r, buf)) is not None
     ]
-    got = reducers.run([(spec, rows) for _, spec, (_, rows) in jobs])
+    got = reducers.run([(spec, picked) for _, spec, picked in jobs])
     for (entry, spec, (first, _)), out in zip(jobs, got, strict=True):
         host = {k: to_host(v, copy=False) for k, v in out.items()}
         store_reduced(entry.rows, spec.label, first, host)

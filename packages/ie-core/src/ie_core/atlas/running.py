@@ -1,9 +1,10 @@
 """`atlas`: one pass of a corpus through a model and a dictionary into a resumable atlas folder.
 
 Windows come from harvest's corpus readers and `make_windows` (same packing and BOS options);
-each batch's feature activations come from `feature_activations` (every backend: encoded in the
-worker where the backend reduces there, else captured and encoded on the host), and fold into
-the streaming `AtlasState`. The state is checkpointed with the windows it has seen; a rerun
+each window's statistics come from the reducer `AtlasTopK` (every backend: encoded and reduced
+in the worker where the backend reduces there, else captured and reduced on the host), so only
+per-feature top-k, counts, sums, histograms and band samples cross, never `[tokens, d_sae]`;
+they merge into the streaming `AtlasState`. The state is checkpointed with the windows it has seen; a rerun
 resumes from the checkpoint after checking the corpus still yields the same tokens.
 
 Rows at an added BOS (document -1) are not counted: they are not corpus text. Window `i` of the
@@ -21,12 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ie_core.atlas.contexts import context_tensors, logit_tensors
 from ie_core.atlas.dictionary import check_finite, describe
 from ie_core.atlas.errors import AtlasError
-from ie_core.atlas.state import AtlasState, Binning, update
+from ie_core.atlas.partial import partial_state
+from ie_core.atlas.state import AtlasState, Binning, merge_all
 from ie_core.atlas.storage import (
     CONTEXTS,
     LOGITS,
@@ -40,7 +40,7 @@ from ie_core.atlas.storage import (
     write_manifest,
     write_tensors,
 )
-from ie_core.experiments.features import check_dictionary, feature_activations
+from ie_core.experiments.features import check_dictionary
 from ie_core.experiments.saes import SAE
 from ie_core.harvest.corpus import checked_documents, describe_files, iter_file_documents
 from ie_core.harvest.errors import CorpusError
@@ -48,6 +48,8 @@ from ie_core.harvest.progress_line import ProgressLine
 from ie_core.harvest.spec import HarvestOptions, build_spec
 from ie_core.harvest.storage import prepare_folder
 from ie_core.harvest.windows import Window, make_windows
+from ie_core.reduce import AtlasTopK, Reduction
+from ie_core.runner import run
 from ie_core.sync import unwrap
 
 __all__ = ["AtlasResult", "atlas"]
@@ -106,22 +108,41 @@ def _spec(model: Any, sae: SAE, source: Any, opts: HarvestOptions, files: Any, e
     return {**spec, "dictionary": describe(sae, source), **extra}
 
 
-def _rows(
-    model: Any, sae: SAE, batch: list[tuple[int, Window]]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The batch's corpus rows: activations `[n, d_sae]`, sequence and position `[n]` each."""
-    acts, seqs, poss = [], [], []
-    for length in sorted({len(w.tokens) for _, w in batch}):
-        group = [(i, w) for i, w in batch if len(w.tokens) == length]
-        got = feature_activations(model, [list(w.tokens) for _, w in group], sae).acts
-        assert got is not None
-        for row, (i, w) in enumerate(group):
-            keep = torch.tensor([d >= 0 for d in w.documents])
-            acts.append(got[row][keep.to(got.device)].float())
-            positions = torch.arange(len(w.tokens))[keep]
-            seqs.append(torch.full_like(positions, i))
-            poss.append(positions)
-    return torch.cat(acts), torch.cat(seqs), torch.cat(poss)
+def _batch_state(
+    model: Any, sae: SAE, batch: list[tuple[int, Window]], state: AtlasState
+) -> AtlasState:
+    """`state` after the batch's corpus rows, each window's statistics reduced where its rows
+    live (`AtlasTopK`: in the worker, eager's forward, or the host fallback)."""
+    groups: dict[tuple[int, int], list[tuple[int, Window]]] = {}
+    for i, w in batch:
+        groups.setdefault((len(w.tokens), _head(w)), []).append((i, w))
+    b = state.binning
+    parts = [state]
+    for (_, skip), group in groups.items():
+        reducer = AtlasTopK(sae.key, state.k, state.samples, (b.per_octave, b.low, b.high), skip,
+                            sae)  # fmt: skip
+        got = run(model.reduce([list(w.tokens) for _, w in group],
+                               [Reduction(sae.address, reducer, "atlas")]))["atlas"]  # fmt: skip
+        for entry, (i, w) in enumerate(group):
+            part = partial_state(got, entry, state.k, state.samples, b, sequence=i)
+            if part.tokens != len(w.tokens) - skip:
+                raise AtlasError(
+                    f"window {i}: the reducer read {part.tokens} rows of its "
+                    f"{len(w.tokens) - skip}; a request recomputed from inside a forward chunk "
+                    "cannot be summed exactly: rerun (the checkpoint resumes) with prefix "
+                    "caching off"
+                )
+            parts.append(part)
+    return merge_all(parts)
+
+
+def _head(window: Window) -> int:
+    """The window's added BOS rows: all at its start, never corpus text."""
+    head = next((j for j, d in enumerate(window.documents) if d >= 0), len(window.documents))
+    if any(d < 0 for d in window.documents[head:]):
+        raise AtlasError("a window holds an added BOS after its text; the atlas reads only a "
+                         "leading one")  # fmt: skip
+    return head
 
 
 def _resume(
@@ -204,12 +225,12 @@ def _pass(
     stream = itertools.chain(first, stream)
     seen, since = done, 0
     while batch := list(itertools.islice(stream, opts.batch_windows)):
-        acts, seq, pos = _rows(model, sae, batch)
-        state = update(state, acts, seq, pos)
+        tokens = state.tokens
+        state = _batch_state(model, sae, batch, state)
         for _, window in batch:
             running.update(repr(window.tokens).encode())
         seen, since = batch[-1][0] + 1, since + len(batch)
-        bar.update(int(acts.shape[0]))
+        bar.update(state.tokens - tokens)
         if since >= every:
             write_checkpoint(folder, Checkpoint(state, seen, running.hexdigest()))
             since = 0

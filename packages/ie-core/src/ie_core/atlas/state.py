@@ -9,9 +9,12 @@ Exact: no sampling of the rows, no approximate top-k. Every selection is by a to
 the result does not depend on how the rows were batched, split or merged:
 - top-k: value descending, then sequence, then position ascending (ties broken the same way in
   every run);
-- band samples: the `samples` firings of smallest `(hash(sequence, position), sequence,
-  position)` per (feature, band); the hash spreads the samples over the corpus instead of
-  taking its start, and is a fixed integer function, not a random draw.
+- band samples: the `samples` firings of smallest `(hash(position), hash(sequence), sequence,
+  position)` per (feature, band); the hashes spread the samples over the corpus instead of
+  taking its start, and are fixed integer functions, not random draws. The position's hash
+  leads so that one window's rows order the same whatever its sequence: a worker that reduces
+  one request without knowing its sequence (`ie_core.reduce.atlas_topk`) keeps exactly the
+  candidates a corpus-wide selection could take from it.
 Counts, histograms and the selections merge bit for bit in any grouping; the sums are fp64 and
 agree to fp64 rounding (addition of floats is not associative).
 
@@ -27,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-__all__ = ["AtlasState", "Binning", "from_rows", "merge", "update"]
+__all__ = ["AtlasState", "Binning", "from_rows", "merge", "merge_all", "update"]
 
 _PRIME = 2**31 - 1  # the hash's modulus: products below stay inside int64
 _NO_KEY = torch.iinfo(torch.int64).max
@@ -163,9 +166,9 @@ def _check_shapes(s: AtlasState) -> None:
             raise ValueError(f"{name} has shape {tuple(getattr(s, name).shape)}, expected {shape}")
 
 
-def _hash(sequence: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-    """A fixed integer mix of (sequence, position) in [0, 2**31 - 1) (Lehmer steps)."""
-    h = ((sequence % _PRIME) * 1_000_003 + position) % _PRIME
+def _hash(value: torch.Tensor) -> torch.Tensor:
+    """A fixed integer mix of `value` in [0, 2**31 - 1) (Lehmer steps)."""
+    h = value % _PRIME
     for _ in range(3):
         h = (h * 48271 + 11) % _PRIME
     return h
@@ -211,7 +214,7 @@ def _bands(
     b, m, d = state.binning, state.samples, state.d_sae
     band = b.band_of(b.bin_of(value))
     got = _select(
-        feature * b.bands + band, (_hash(seq, pos), seq, pos), (value, seq, pos), d * b.bands,
+        feature * b.bands + band, (_hash(pos), _hash(seq), seq, pos), (value, seq, pos), d * b.bands,
         m, (float("-inf"), -1, -1),
     )  # fmt: skip
     return got[0].view(d, b.bands, m), got[1].view(d, b.bands, m), got[2].view(d, b.bands, m)
@@ -268,27 +271,37 @@ def from_rows(
 
 def merge(a: AtlasState, b: AtlasState) -> AtlasState:
     """The statistics of the rows of `a` and of `b` (disjoint: no (sequence, position) in both)."""
-    if (a.d_sae, a.k, a.samples, a.binning) != (b.d_sae, b.k, b.samples, b.binning):
-        raise ValueError(
-            f"cannot merge states of different shapes: d_sae/k/samples/bins {a.d_sae}/{a.k}/"
-            f"{a.samples}/{a.binning} and {b.d_sae}/{b.k}/{b.samples}/{b.binning}"
-        )
+    return merge_all([a, b])
+
+
+def merge_all(states: Sequence[AtlasState]) -> AtlasState:
+    """The statistics of the rows of every state (disjoint), in one selection (a batch of
+    windows' partials merges as cheaply as two states)."""
+    a = states[0]
+    for b in states[1:]:
+        if (a.d_sae, a.k, a.samples, a.binning) != (b.d_sae, b.k, b.samples, b.binning):
+            raise ValueError(
+                f"cannot merge states of different shapes: d_sae/k/samples/bins {a.d_sae}/{a.k}/"
+                f"{a.samples}/{a.binning} and {b.d_sae}/{b.k}/{b.samples}/{b.binning}"
+            )
     top = [torch.cat(p) for p in zip(
-        _entries(a.top_values, a.top_sequence, a.top_position),
-        _entries(b.top_values, b.top_sequence, b.top_position), strict=True,
+        *(_entries(s.top_values, s.top_sequence, s.top_position) for s in states), strict=True
     )]  # fmt: skip
     band = [torch.cat(p) for p in zip(
-        _entries(a.sample_values, a.sample_sequence, a.sample_position),
-        _entries(b.sample_values, b.sample_sequence, b.sample_position), strict=True,
+        *(_entries(s.sample_values, s.sample_sequence, s.sample_position) for s in states),
+        strict=True,
     )]  # fmt: skip
     tops = _top(top[0], top[1], top[2], top[3], a.d_sae, a.k)
     # A band sample's band is recomputed from its value: a candidate carries only its feature.
     bands = _bands(a, band[0], band[1], band[2], band[3])
+    count, total, histogram, tokens = a.count, a.total, a.histogram, a.tokens
+    for b in states[1:]:  # in order: the fp64 sums add as a chain of merges would
+        count, total = count + b.count, total + b.total
+        histogram, tokens = histogram + b.histogram, tokens + b.tokens
     return replace(
         a, top_values=tops[0], top_sequence=tops[1], top_position=tops[2],
         sample_values=bands[0], sample_sequence=bands[1], sample_position=bands[2],
-        count=a.count + b.count, total=a.total + b.total, histogram=a.histogram + b.histogram,
-        tokens=a.tokens + b.tokens,
+        count=count, total=total, histogram=histogram, tokens=tokens,
     )  # fmt: skip
 
 

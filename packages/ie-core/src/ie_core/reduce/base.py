@@ -49,10 +49,21 @@ class Reducer:
     """The interface; each kind is a frozen dataclass in its own module of `ie_core.reduce`."""
 
     kind: ClassVar[str] = ""
+    # False for a reducer that summarises a request's rows (one entry per call, `join`ed).
+    per_row: ClassVar[bool] = True
 
     def apply(self, rows: Tensor, context: Context) -> dict[str, Tensor]:
         """Named outputs, each with `rows.shape[0]` leading (one entry per row)."""
         raise NotImplementedError
+
+    def apply_at(self, rows: Tensor, first: int, context: Context) -> dict[str, Tensor]:
+        """`apply` on one request's rows from position `first` on (a summarising reducer reads
+        the positions; a per-row one does not)."""
+        return self.apply(rows, context)
+
+    def join(self, outputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """A summarising reducer: one request's entries (one per `apply_at`) as one entry."""
+        raise NotImplementedError(f"reducer {self.kind!r} keeps one entry per row")
 
     def row_bytes(self, width: int) -> int:
         """Bytes of the result per row of `width` (a server bounds its response with it)."""

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ie_core.reduce.atlas_topk import AtlasTopK
 from ie_core.reduce.base import Reducer, Reduction
 from ie_core.reduce.cast import Cast
 from ie_core.reduce.dictionary import DictionaryFeatures
@@ -13,7 +14,9 @@ from ie_core.reduce.lens_topk import LensTopK
 from ie_core.reduce.probe import ProbeScores
 from ie_core.reduce.token_logits import TokenLogits
 
-_ALL: tuple[type[Reducer], ...] = (TokenLogits, ProbeScores, DictionaryFeatures, Cast, LensTopK)
+_ALL: tuple[type[Reducer], ...] = (
+    TokenLogits, ProbeScores, DictionaryFeatures, Cast, LensTopK, AtlasTopK,
+)  # fmt: skip
 
 REDUCER_KINDS: Mapping[str, type[Reducer]] = MappingProxyType({cls.kind: cls for cls in _ALL})
 

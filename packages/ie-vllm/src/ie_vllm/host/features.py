@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from ie_core.experiments.saes import SAE
 from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
-from ie_core.reduce import DictionaryFeatures, Reduction
+from ie_core.reduce import AtlasTopK, DictionaryFeatures, Reduction
 from ie_core.reduce.host import check_reductions
 
 from ie_vllm import payload
@@ -52,7 +52,7 @@ def _dictionaries(reductions: Iterable[Reduction]) -> list[SAE]:
     return [
         r.reducer.sae
         for r in reductions
-        if isinstance(r.reducer, DictionaryFeatures) and r.reducer.sae is not None
+        if isinstance(r.reducer, DictionaryFeatures | AtlasTopK) and r.reducer.sae is not None
     ]
 
 

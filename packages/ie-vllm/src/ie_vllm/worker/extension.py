@@ -313,7 +313,7 @@ def _apply(state: WorkerState, site: SiteDef, h: torch.Tensor) -> torch.Tensor |
         if (picked := reducers.rows_for(red, it.rows, src)) is not None
     ]
     if jobs:
-        got = reducers.run([(red, rows) for red, _, (_, rows) in jobs])
+        got = reducers.run([(red, picked) for red, _, picked in jobs])
         for (red, it, (first, _)), out in zip(jobs, got, strict=True):
             state.registry.keep_reduced(it.entry, red.label, first, out)
     return new

@@ -88,17 +88,24 @@ def rows_for(
     return spec.position, site[r.start + offset : r.start + offset + 1]
 
 
-def run(jobs: Sequence[tuple[ReducerSpec, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
-    """Each job's outputs (in job order); jobs with equal reducers are concatenated into one
-    call."""
+def run(
+    jobs: Sequence[tuple[ReducerSpec, tuple[int, torch.Tensor]]],
+) -> list[dict[str, torch.Tensor]]:
+    """Each job's outputs (in job order), a job being a spec and its rows from their first
+    position (as `rows_for` picks them); jobs with equal per-row reducers are concatenated into
+    one call, a summarising reducer reads each request's rows alone (one entry per job)."""
     groups: dict[Reducer, list[int]] = {}
     for i, (spec, _) in enumerate(jobs):
         groups.setdefault(spec.reducer, []).append(i)
     results: list[dict[str, torch.Tensor]] = [{} for _ in jobs]
     where = context()
     for reducer, members in groups.items():
-        sizes = [jobs[i][1].shape[0] for i in members]
-        whole = reducer.apply(torch.cat([jobs[i][1] for i in members]), where)
+        if not reducer.per_row:
+            for i in members:
+                results[i] = reducer.apply_at(jobs[i][1][1], jobs[i][1][0], where)
+            continue
+        sizes = [jobs[i][1][1].shape[0] for i in members]
+        whole = reducer.apply(torch.cat([jobs[i][1][1] for i in members]), where)
         for name, t in whole.items():
             for i, part in zip(members, torch.split(t, sizes), strict=True):
                 results[i][name] = part

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 from ie_core.ops import SteeringOp
+from ie_core.reduce import pad_cat
 
 from ie_vllm.row_budget import RowBudget, spill_copy
 from ie_vllm.specs import ReducerSpec, RequestSpec
@@ -72,7 +73,8 @@ class Rows:
                 parts.append(t[lo:hi])
         if len({p.device for p in parts}) > 1:
             parts = [p.cpu() for p in parts]
-        return torch.cat(parts) if parts else torch.empty(0)
+        # A summarising reducer's entries (one per chunk) may differ in size: padded.
+        return pad_cat(parts) if parts else torch.empty(0)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,12 @@ from ie_vllm import payload
 from ie_vllm.host import features
 from ie_vllm.host.model_parts import ModelParts
 
-__all__ = ["reduced_stream"]
+__all__ = ["check_served", "reduced_stream"]
+
+
+def check_served(model: ModelParts) -> None:
+    """Refuse the lens stream where the model's variant does not serve it (`Variant.lens_stream`)."""
+    model.variant.require_lens_stream()
 
 
 def reduced_stream(model: ModelParts, plan: Plan) -> AsyncIterator[StreamChunk]:
@@ -47,7 +52,7 @@ def reduced_stream(model: ModelParts, plan: Plan) -> AsyncIterator[StreamChunk]:
 def _lens_steps(
     model: ModelParts, plan: Plan, lens: Sequence[Reduction]
 ) -> AsyncIterator[StreamChunk]:
-    model.variant.require_lens_stream()
+    check_served(model)
     assert plan.sampling is not None
     admitted = features.admitted(model, lens)
     if len({r.address for r in admitted}) != len(admitted):

@@ -144,3 +144,16 @@ def test_the_restatement_check_sees_a_restated_method() -> None:
             return None
 
     assert [m for m in REQUESTS if m in vars(Restating)] == ["generate"]
+
+
+def test_a_generate_plan_carries_reductions_only_to_its_stream() -> None:
+    from ie_core.errors import UnsupportedOperationError
+
+    lens = (Reduction("resid_post.1", LensTopK(3), "l"),)
+    plan = Plan(GENERATE, [1, 2], sampling=SamplingParams(), reductions=lens)
+    assert Plan.from_wire(GENERATE, json.loads(json.dumps(plan.to_wire()))) == plan
+    with pytest.raises(UnsupportedOperationError, match="execute_stream"):
+        plan.refuse_streamed_reductions()  # run whole, the per-step outputs would be dropped
+    Plan(GENERATE, [1, 2], sampling=SamplingParams()).refuse_streamed_reductions()
+    with pytest.raises(ValueError, match="reductions ride"):
+        Plan(CAPTURE_GENERATION, [1, 2], sampling=SamplingParams(), reductions=lens)

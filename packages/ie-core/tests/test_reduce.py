@@ -124,3 +124,22 @@ def test_the_host_fallback_shapes_a_batch_as_the_workers_results() -> None:
         for name, t in got[label].items():
             torch.testing.assert_close(joined[label][name], t)
     assert nested(flat(got), reductions)["t"].keys() == {"selected", "lse"}
+
+
+def test_lens_topk_carries_rows_by_its_transport_first() -> None:
+    """A Jacobian lens's transport J: the read-out is the lens of rows @ J.T (the lens here the
+    identity, so logits are the carried rows); the transport stays off the wire."""
+    from ie_core.reduce import Context, LensTopK
+
+    g = torch.Generator().manual_seed(0)
+    rows, j = torch.randn(4, 8, generator=g), torch.randn(8, 8, generator=g)
+    carried = LensTopK(3, j)
+    got = carried.apply(rows, Context(lens=lambda r: r))
+    want = (rows @ j.T).topk(3, dim=-1)
+    assert torch.equal(got["ids"], want.indices)
+    lse = (rows @ j.T).logsumexp(dim=-1, keepdim=True)
+    assert (got["probs"] - (want.values - lse).exp()).abs().max() < 1e-6
+    plain = LensTopK(3).apply(rows, Context(lens=lambda r: r))
+    assert not torch.equal(plain["ids"], got["ids"])  # control: the transport changes the read-out
+    assert carried == LensTopK(3) and carried.to_wire() == LensTopK(3).to_wire()
+    assert not carried.portable() and LensTopK(3).portable()

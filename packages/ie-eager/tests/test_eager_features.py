@@ -129,3 +129,23 @@ def test_feature_clamp_keeps_the_error_term(em, activation: str) -> None:
 def test_feature_clamp_refuses_topk_and_transcoders(em) -> None:
     with pytest.raises(UnsupportedOperationError, match="TopK"):
         feature_clamp(_sae(em.d_model, "topk"), 0, 1.0)
+
+
+def test_streamed_features_equal_the_encode_of_the_whole_generation(em) -> None:
+    """Eager reduces each step's rows where it reads them (a streamed plan's reductions): the
+    concatenated steps equal the reference encode over prompt + generated[:-1]."""
+    from ie_core.experiments.feature_stream import stream_features
+
+    sae = _sae(em.d_model, "relu", seed=3)
+    prompt = PROMPT[0]
+    steps = list(stream_features(em, prompt, {"s": sae}, k=4, max_new_tokens=5, stop_at_eos=False))
+    assert [s.features["s"].ids.shape for s in steps] == [(6, 4)] + [(1, 4)] * 4
+    whole = [*prompt, *[s.chunk.token_id for s in steps][:-1]]
+    x = capture(em, [whole], [POINT])[POINT][0]
+    want = reference(x, sae).topk(4, dim=-1)
+    values = torch.cat([s.features["s"].values for s in steps])
+    assert torch.equal(torch.cat([s.features["s"].ids for s in steps]), want.indices)
+    assert (values - want.values).abs().max() < TOL
+    # Negative control: rows cut one position late (each step given its token's own row).
+    late = reference(capture(em, [[*whole, steps[-1].chunk.token_id]], [POINT])[POINT][0, 1:], sae)
+    assert (late.topk(4, dim=-1).values - values).abs().max() > 1e-2

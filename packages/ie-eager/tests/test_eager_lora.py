@@ -169,3 +169,32 @@ def test_wrong_rank_shapes_are_refused(
     with pytest.raises(LoraError, match="already"):
         run(model.capture([_ids(model, "x")], ["resid_post.0"],
                           lora=LoraSpec("a1", str(tmp_path / "bad"))))  # fmt: skip
+
+
+def test_a_suspended_stream_leaves_no_adapter_for_another_request(
+    model: EagerModel, adapters: dict[str, Any]
+) -> None:
+    """Between a LoRA stream's tokens the shared model carries no hook: a base forward run while
+    the stream waits equals the base model, and the stream's tokens equal the adapter's generate."""
+    from ie_core.plan import GENERATE, Plan
+
+    spec = adapters["a1"][0]
+    ids = _ids(model, PROMPTS[0])
+    sampling = SamplingParams(max_new_tokens=4)
+    base, _ = model.forward_with_cache([ids])
+
+    async def interleave() -> tuple[list[int], list[bool], list[bool]]:
+        tokens, hookless, base_equal = [], [], []
+        stream = model.execute_stream(Plan.of(GENERATE, ids, sampling=sampling, lora=spec))
+        async for chunk in stream:
+            tokens.append(chunk.token_id)
+            hookless.append(_no_hooks(model))
+            now, _ = model.forward_with_cache([ids])
+            base_equal.append(torch.equal(now, base))
+        return tokens, hookless, base_equal
+
+    tokens, hookless, base_equal = run(interleave())
+    assert all(hookless) and all(base_equal)
+    assert tokens == list(run(model.generate(ids, sampling, lora=spec)).token_ids)
+    plain = list(run(model.generate(ids, sampling)).token_ids)
+    assert tokens != plain  # the adapter mattered (control)

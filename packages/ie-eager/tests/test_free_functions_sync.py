@@ -293,7 +293,7 @@ def test_sync_model_and_model_alike(model: Any, tmp_path: Path, name: str) -> No
     assert plain[0] == mirrored[0], (plain, mirrored)
     assert _same(plain[1], mirrored[1]), name
     # Refusing is allowed only where the backend does not serve the call at all.
-    refused = {"experiments.feature_stream.stream_features", "experiments.analysis.chat_spans"}
+    refused = {"experiments.analysis.chat_spans"}
     assert plain[0] == "ok" or name in refused, plain
 
 

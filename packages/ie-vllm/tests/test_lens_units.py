@@ -11,7 +11,7 @@ from ie_core.errors import UnsupportedOperationError
 from ie_core.model_info import ModelInfo
 from ie_core.ops import Additive
 from ie_core.steer_scope import ScopedPositions, scoped
-from ie_vllm.host.lens_stream import check_served
+from ie_vllm.host.streamed import check_served
 from ie_vllm.host.variant import variant_for
 from ie_vllm.specs import RequestSpec, SteerSpec
 

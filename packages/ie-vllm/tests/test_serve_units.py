@@ -175,3 +175,23 @@ def test_a_disconnect_from_a_dying_engine_gets_the_engines_error() -> None:
     raised, cancelled_after, _ = _abandoned(_Gone(0.05, dead, 1.0))
     assert cancelled_after < 0.5, cancelled_after
     assert raised is dead, raised
+
+
+def test_generate_stream_lines_are_tokens_only() -> None:
+    """A chunk's `reduced` (a streamed plan's per-step outputs) stays off `/generate_stream`'s
+    lines: each is byte for byte the line written before chunks carried reductions."""
+    from dataclasses import asdict
+
+    from ie_core.logprobs import StepLogprobs
+    from ie_core.protocol import StreamChunk
+    from ie_vllm.server.http_routes import _chunk_line
+
+    step = StepLogprobs(5, -0.5, (5, 7), (-0.5, -1.0))
+    want = (
+        b'{"token_id": 5, "text": " a", "logprobs": {"token_id": 5, "logprob": -0.5, '
+        b'"top_ids": [5, 7], "top_logprobs": [-0.5, -1.0]}}\n'
+    )
+    assert _chunk_line(StreamChunk(5, " a", step)) == want
+    assert _chunk_line(StreamChunk(5, " a", step, {"x": {"ids": [1]}})) == want
+    assert _chunk_line(StreamChunk(6, "b")) == b'{"token_id": 6, "text": "b", "logprobs": null}\n'
+    assert "reduced" in asdict(StreamChunk(6, "b"))  # control: the plain form would carry it

@@ -88,7 +88,9 @@ class _FakeLLM:
         self.calls.put_nowait((method, args, result))  # sent: runs even if we are cancelled
         return [await asyncio.shield(result)]
 
-    async def generate(self, prompt: Any, params: Any, request_id: str) -> AsyncIterator[Any]:
+    async def generate(
+        self, prompt: Any, params: Any, request_id: str, lora_request: Any = None
+    ) -> AsyncIterator[Any]:
         tokens: list[int] = []
         carried = (params.extra_args or {}).get(SPEC_ARG)
         for i in range(params.max_tokens):
@@ -198,6 +200,8 @@ def test_shutdown_fails_calls_and_streams_in_flight_with_a_named_error() -> None
 
         stream = asyncio.ensure_future(consume())
         while not chunks:
+            if stream.done():  # the stream failed before its first token: say why, never spin
+                stream.result()
             await asyncio.sleep(0)
         call = asyncio.ensure_future(model.stats())
         await asyncio.sleep(5 * STEP)

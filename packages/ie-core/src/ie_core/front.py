@@ -4,8 +4,8 @@ Each call (capture, capture_attention, capture_generation, generate, generate_st
 given rows: decode_residuals, decode_residuals_topk, and the read-outs reduced where the rows
 live: final_token_logits, probe_scores, dictionary_features) becomes a `Plan`; a backend subclasses the front and supplies `execute` (run a plan whole, its
 reductions included), `execute_stream` (a GENERATE plan token by token) and `attention_layers` (a
-fact). The streamed read-outs (`lens_generation_stream`, `dictionary_generation_stream`) are
-declared here, refused unless the backend serves them. The rest of `InterpModel` (tokens, points,
+fact). The streamed read-outs (`lens_generation_stream`, `dictionary_generation_stream`) are a
+GENERATE plan with reductions, each step's outputs in `StreamChunk.reduced`. The rest of `InterpModel` (tokens, points,
 the lens, lifecycle) is the backend's own, as httpx leaves I/O to a transport.
 """
 
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from ie_core.cache import ActivationCache
 from ie_core.errors import UnsupportedOperationError
+from ie_core.experiments.lens_stream import LensStep
 from ie_core.experiments.probes import Probe
 from ie_core.grammar import AddressLike, to_address
 from ie_core.lora import LoraSpec
@@ -67,25 +68,6 @@ class ModelFront(TLFacts):
     def point_width(self, address: AddressLike) -> int:
         """The width of `address`'s rows on this model."""
         raise NotImplementedError
-
-    def lens_generation_stream(
-        self, tokens: Prompt, addresses: Any, params: SamplingParams, **kw: Any
-    ) -> AsyncIterator[Any]:
-        """Each generated token with the lens top-k of its new rows (`stream_lens`)."""
-        raise UnsupportedOperationError(
-            f"{type(self).__name__} has no streaming lens read-out; use backend 'eager' or "
-            "'vllm', or capture_generation then decode_residuals"
-        )
-
-    def dictionary_generation_stream(
-        self, prompt: Prompt, saes: Any, params: SamplingParams, **kw: Any
-    ) -> AsyncIterator[Any]:
-        """Each generated token with its new rows' top-k features (`stream_features`)."""
-        raise UnsupportedOperationError(
-            f"{type(self).__name__} has no streamed dictionary read-out (it reduces in the vLLM "
-            "workers); use backend 'vllm' or 'vllm-static', or generate then "
-            "feature_activations on prompt + generated ids"
-        )
 
     # --- the protocol's requests ---------------------------------------------------------------
 
@@ -258,6 +240,61 @@ class ModelFront(TLFacts):
             reductions.append(Reduction(address, reducer, name))
         got = await self.reduce(tokens, reductions, steering=steering)
         return {name: dict(got[name]) for name in saes}
+
+    # --- read-outs streamed per generated token (a GENERATE plan with reductions) ------------------
+
+    async def reduce_stream(
+        self,
+        tokens: Prompt,
+        reductions: Sequence[Reduction],
+        sampling: SamplingParams = _GREEDY,
+        *,
+        steering: SteeringArg = None,
+    ) -> AsyncIterator[StreamChunk]:
+        """Each generated token with, per reduction label, its outputs over the rows computed
+        since the previous token (`StreamChunk.reduced`; the first token: the prompt's rows)."""
+        plan = Plan.of(GENERATE, tokens, (), steering, sampling, False, None, reductions)
+        stream = self.execute_stream(plan)
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            await _close(stream)
+
+    async def lens_generation_stream(
+        self,
+        tokens: Prompt,
+        addresses: Sequence[AddressLike],
+        params: SamplingParams,
+        *,
+        k: int,
+        transports: Mapping[str, Any],
+        steering: SteeringArg = None,
+    ) -> AsyncIterator[Any]:
+        """Each generated token with, per address, the lens top-k of its new rows (`LensStep`),
+        each row carried first by its address's transport where one is given (a Jacobian lens)."""
+        points = [str(to_address(a, check=True)) for a in addresses]
+        reductions = [Reduction(a, LensTopK(k, transports.get(a)), a) for a in points]
+        async for chunk in self.reduce_stream(tokens, reductions, params, steering=steering):
+            tops = {a: TopK(chunk.reduced[a]["ids"], chunk.reduced[a]["probs"]) for a in points}
+            yield LensStep(chunk, tops)
+
+    async def dictionary_generation_stream(
+        self,
+        prompt: Prompt,
+        saes: Mapping[str, Any],
+        params: SamplingParams,
+        *,
+        k: int,
+        steering: SteeringArg = None,
+    ) -> AsyncIterator[tuple[StreamChunk, dict[str, dict[str, Tensor]]]]:
+        """Each generated token with, per name, its dictionary's top-k features (`ids`,
+        `values`) of the new rows."""
+        reductions = [
+            Reduction(s.address, DictionaryFeatures(s.key, k, False, s), n) for n, s in saes.items()
+        ]
+        async for chunk in self.reduce_stream(prompt, reductions, params, steering=steering):
+            yield chunk, {n: dict(chunk.reduced[n]) for n in saes}
 
 
 def _sampling(sampling: SamplingParams, old: SamplingParams | None) -> SamplingParams:

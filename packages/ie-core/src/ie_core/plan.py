@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from ie_core.cache import ActivationCache
 from ie_core.embedded import EMBEDDINGS, lowered
-from ie_core.errors import SteeringSpecError
+from ie_core.errors import SteeringSpecError, UnsupportedOperationError
 from ie_core.grammar import AddressLike, to_address
 from ie_core.lora import LoraError, LoraSpec, lora_from_wire
 from ie_core.ops import Steering
@@ -68,7 +68,8 @@ class Plan:
     grad: bool = False
     # CAPTURE only: each prompt's own steering, after the shared `steering` (one entry a prompt).
     row_steering: tuple[tuple[Steering, ...], ...] = ()
-    # CAPTURE only: rows reduced where they live; `Outcome.reduced` holds each label's outputs.
+    # Rows reduced where they live: CAPTURE (`Outcome.reduced` holds each label's outputs) and
+    # GENERATE streamed (each `StreamChunk.reduced`, the rows computed since the previous token).
     reductions: tuple[Reduction, ...] = ()
     # The LoRA adapter every prompt runs under (`ie_core.lora`), or None: the base model.
     lora: LoraSpec | None = None
@@ -81,8 +82,8 @@ class Plan:
         _check_lora(self)
         if self.kind == DECODE:
             _check_decode(self)
-        elif self.reductions and self.kind != CAPTURE:
-            raise ValueError("reductions ride a capture plan")
+        elif self.reductions and self.kind not in (CAPTURE, GENERATE):
+            raise ValueError("reductions ride a capture plan or a streamed generate plan")
         labels = [r.label for r in self.reductions]
         if len(set(labels)) != len(labels):
             raise ValueError(f"reduction labels must differ, got {labels}")
@@ -122,6 +123,15 @@ class Plan:
         """Every adapter the plan names, once each."""
         named = [a for a in (self.lora, *self.row_lora) if a is not None]
         return tuple(dict.fromkeys(named))
+
+    def refuse_streamed_reductions(self) -> None:
+        """A GENERATE plan's reductions are per generated token, carried only by its stream
+        (`execute_stream`); a backend running it whole refuses them rather than drop them."""
+        if self.reductions and self.kind == GENERATE:
+            raise UnsupportedOperationError(
+                "a generate plan's reductions are per generated token; stream it "
+                "(execute_stream, ModelFront.reduce_stream), or reduce a capture plan"
+            )
 
     def steering_of(self, row: int) -> tuple[Steering, ...]:
         """Prompt `row`'s steering: the shared specs, then its own."""

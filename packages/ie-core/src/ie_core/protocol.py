@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -125,11 +125,15 @@ class Generation:
 
 @dataclass(frozen=True)
 class StreamChunk:
-    """One generated token as it arrives."""
+    """One generated token as it arrives; `reduced`: per reduction label of a streamed plan, its
+    outputs over the rows computed since the previous token (the first token: the prompt's)."""
 
     token_id: int
     text: str
     logprobs: StepLogprobs | None = field(default=None, compare=False)
+    reduced: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 @dataclass(frozen=True)

@@ -25,13 +25,13 @@ from ie_core.steer_scope import pin_prompt
 from ie_core.text_stream import TextStream
 from torch import nn
 
-from ie_eager import capability, checkpoint, lens, lens_stream, prefix_cells, weights
+from ie_eager import capability, checkpoint, lens, prefix_cells, weights
 from ie_eager.admission import EagerAdmission
 from ie_eager.decode import DecodeStep, decode_steps
 from ie_eager.devices import DeviceUnavailableError as DeviceUnavailableError
 from ie_eager.devices import resolve_device, resolve_dtype
 from ie_eager.hooks import Session
-from ie_eager.lora import Adapters, applied
+from ie_eager.lora import Adapters, applied, applied_per_step
 from ie_eager.progress_bar import generation_bar
 from ie_eager.resolve import Resolved, Resolver, Tap
 from ie_eager.structure import Structure, analyze
@@ -251,6 +251,7 @@ class EagerModel(ModelFront):
         if plan.kind == DECODE:
             return self._lens(plan)
         assert plan.sampling is not None
+        plan.refuse_streamed_reductions()
         adapter = self.adapters.rows([plan.lora])
         with applied(self.hf_model, adapter):
             generation = self._generate(plan.prompt, plan.sampling, plan.steering)
@@ -262,13 +263,25 @@ class EagerModel(ModelFront):
         return Outcome(generation, cache)
 
     async def execute_stream(self, plan: Plan) -> AsyncIterator[StreamChunk]:
+        """Each token as it is sampled, with the plan's reductions of the rows its forward
+        computed, reduced here (the rows live in this process)."""
+        self._check_open()
         assert plan.sampling is not None
         ids = self.admission.prompt_ids(plan.prompt)
-        adapter = self.adapters.rows([plan.lora])
+        check_reductions(plan.reductions, self.point_width, self.admission.vocab)
+        reads = {r.label: self.resolver.resolve(r.address) for r in plan.reductions}
+        context = Context(lens=lambda rows: lens.decode(self, rows))
         text = TextStream(lambda out: self.tokenizer.decode(out, skip_special_tokens=True))
-        with applied(self.hf_model, adapter):
-            for step in self._decode(ids, plan.sampling, plan.steering):
-                yield StreamChunk(step.token, text.push(step.token), step.logprobs)
+        steps = decode_steps(
+            self.hf_model, self.admission, ids, plan.sampling, plan.steering, list(reads.values())
+        )
+        adapter = self.adapters.rows([plan.lora])
+        for step in applied_per_step(self.hf_model, adapter, steps):
+            reduced = {
+                r.label: r.reducer.apply(step.rows[reads[r.label].address][0], context)
+                for r in plan.reductions
+            }
+            yield StreamChunk(step.token, text.push(step.token), step.logprobs, reduced)
 
     def attention_layers(self) -> Sequence[int]:
         return range(self.n_layers)
@@ -334,11 +347,6 @@ class EagerModel(ModelFront):
         )
 
     # -- lens --
-
-    def lens_generation_stream(self, tokens: Prompt, addresses: Any, params: Any, **kw: Any) -> Any:
-        """Streaming lens read-out (ie_core.experiments.lens_stream.stream_lens); see ie_eager.lens_stream."""
-        self._check_open()
-        return lens_stream.lens_generation_stream(self, tokens, addresses, params, **kw)
 
     def _lens(self, plan: Plan) -> Outcome:
         """The logit lens on the plan's rows (`grad=True` keeps autograd on: gradients flow to

@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from ie_core.lora import LoraAdapter, LoraError, LoraSpec, load_adapter
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["Adapters", "applied"]
+__all__ = ["Adapters", "applied", "applied_per_step"]
 
 
 class Adapters:
@@ -82,6 +83,23 @@ def applied(hf_model: nn.Module, per_row: Sequence[LoraAdapter | None]) -> Itera
     finally:
         for handle in handles:
             handle.remove()
+
+
+T = TypeVar("T")
+
+
+def applied_per_step(
+    hf_model: nn.Module, per_row: Sequence[LoraAdapter | None], steps: Iterator[T]
+) -> Iterator[T]:
+    """`steps` (a generator whose every `next` runs one forward) with the adapter hooked only
+    while each step computes: a stream suspended between its tokens leaves no hook on the shared
+    model for another request's forward to meet."""
+    while True:
+        with applied(hf_model, per_row):
+            step = next(steps, None)
+        if step is None:
+            return
+        yield step
 
 
 def _deltas(per_row: Sequence[LoraAdapter | None]) -> dict[str, list[_Delta]]:

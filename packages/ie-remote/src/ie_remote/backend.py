@@ -206,6 +206,13 @@ class RemoteModel(ModelFront, DescribedModel):
 
     async def execute_stream(self, plan: Plan) -> AsyncIterator[StreamChunk]:
         _refuse_logprobs(plan.sampling)
+        if plan.reductions:
+            raise UnsupportedOperationError(
+                f"{type(self).__name__} streams tokens only: generate_stream's lines carry no "
+                "reductions (a lens's transport or a loaded dictionary does not cross HTTP); "
+                "read the stream on the server's backend ('eager' or 'vllm'), or "
+                "capture_generation then decode_residuals / dictionary_features"
+            )
         async with (
             self.server.client() as client,
             client.stream("POST", ROUTES["generate_stream"].url, json=plan.to_wire()) as response,

@@ -1,6 +1,8 @@
 """Streamed dictionary features: each generated token with the top-k features of the rows computed
 since the previous one (the first token carries the prompt's rows), as `stream_lens` cuts rows.
-Served where the backend reduces in its worker (vllm, vllm-static); others refuse."""
+A streamed plan's `DictionaryFeatures` reductions (`ModelFront.dictionary_generation_stream`),
+reduced where the rows live: eager in its forward, vllm and vllm-static in the worker; remote
+refuses."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from ie_core.protocol import Generation, Prompt, SamplingParams, SteeringArg, St
 from ie_core.reduce import LensTopK, per_prompt
 from ie_core.runner import run
 
-from ie_vllm.host import capability, features, lens_decode, lens_stream, quiet_logs, weights
+from ie_vllm.host import capability, features, lens_decode, quiet_logs, streamed, weights
 from ie_vllm.host import logprobs as lp
 from ie_vllm.host.admission import Admission
 from ie_vllm.host.channel import Channel, HookedChannel
@@ -184,6 +184,7 @@ class VLLMModel(ModelFront, DescribedModel):
         if plan.kind == DECODE:
             return await self._lens(plan)
         assert plan.sampling is not None
+        plan.refuse_streamed_reductions()
         if plan.kind == CAPTURE_GENERATION:
             self.admission.require_points("capture_generation")
         elif plan.steering:
@@ -202,7 +203,17 @@ class VLLMModel(ModelFront, DescribedModel):
         return Outcome(generation, ActivationCache({a: rows[a].unsqueeze(0) for a in req.captures}))
 
     async def execute_stream(self, plan: Plan) -> AsyncIterator[StreamChunk]:
+        """Each token as vLLM samples it; a plan's reductions run where the rows are
+        (`ie_vllm.host.streamed`), each step's outputs in its chunk."""
         assert plan.sampling is not None
+        if plan.reductions:
+            stream = streamed.reduced_stream(self, plan)
+            try:
+                async for chunk in stream:
+                    yield chunk
+            finally:
+                await cast(Any, stream).aclose()
+            return
         if plan.steering:
             self.admission.require_points("steering")
         req = self.admission.request(plan.prompt, plan.sampling.max_new_tokens, (), plan.steering)
@@ -317,10 +328,6 @@ class VLLMModel(ModelFront, DescribedModel):
 
     # --- lens ----------------------------------------------------------------------------------
 
-    def lens_generation_stream(self, tokens: Prompt, addresses: Any, params: Any, **kw: Any) -> Any:
-        """Streaming lens read-out, top-k in the worker (ie_vllm.host.lens_stream)."""
-        return lens_stream.lens_generation_stream(self, tokens, addresses, params, **kw)
-
     async def _lens(self, plan: Plan) -> Outcome:
         """The lens on the plan's rows in the worker: full logits `[..., vocab]` (final norm,
         unembed, scale, softcap) for small inputs, or its `LensTopK`'s `[..., k]`."""
@@ -331,10 +338,6 @@ class VLLMModel(ModelFront, DescribedModel):
         (r,) = plan.reductions
         top = await lens_decode.topk(self, rows, cast(LensTopK, r.reducer).k)
         return Outcome(reduced={r.label: {"ids": top.ids, "probs": top.probs}})
-
-    def dictionary_generation_stream(self, prompt: Any, saes: Any, params: Any, **kw: Any) -> Any:
-        """Top-k dictionary features per generated token (see `ie_vllm.host.features`)."""
-        return features.dictionary_generation_stream(self, prompt, saes, params, **kw)
 
     async def warmup(self) -> None:
         await self.generate([self.tokenizer.bos_token_id or 0], SamplingParams(max_new_tokens=2))

@@ -6,13 +6,13 @@ the streamed dictionary read-outs (per step, reduced in the worker)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import torch
 from ie_core.experiments.saes import SAE
-from ie_core.protocol import SamplingParams, SteeringArg, StreamChunk
+from ie_core.protocol import SamplingParams, SteeringArg
 from ie_core.reduce import AtlasTopK, DictionaryFeatures, Reduction
 from ie_core.reduce.host import check_reductions
 
@@ -23,7 +23,6 @@ from ie_vllm.specs import ReducerSpec
 
 __all__ = [
     "admitted",
-    "dictionary_generation_stream",
     "dictionary_reducers",
     "generate_with_features",
     "reducer_specs",
@@ -104,33 +103,3 @@ async def generate_with_features(
         return await gather(*(one(i) for i in ids_list))
 
     return await model.flow.on_engine(all_prompts())
-
-
-async def dictionary_generation_stream(
-    model: ModelParts,
-    prompt: Any,
-    saes: Mapping[str, SAE],
-    params: SamplingParams,
-    *,
-    k: int,
-    steering: SteeringArg = None,
-) -> AsyncIterator[tuple[StreamChunk, dict[str, dict[str, torch.Tensor]]]]:
-    """Each generated token with, per dictionary, the top-k features of the rows computed since
-    the previous token (the first token carries the prompt's rows), reduced in the worker."""
-    model.admission.require_points("stream_features")
-    req = model.admission.request(prompt, params.max_new_tokens, (), steering)
-    ids, steer = req.ids, req.steer
-    reductions = dictionary_reducers(model, saes, k, False)
-    reducers = reducer_specs(reductions, len(ids))
-
-    async def collect(key: str, start: int, stop: int) -> dict[str, dict[str, torch.Tensor]]:
-        got = await model.channel.collect(key, start, stop, False)
-        return {n: {o: got[f"{n}|{o}"].cpu() for o in ("ids", "values")} for n in saes}
-
-    async def steps() -> AsyncIterator[tuple[StreamChunk, dict[str, dict[str, torch.Tensor]]]]:
-        await send_dictionaries(model, reductions)
-        async for item in model.flow.stream_steps(ids, params, (), steer, collect, reducers):
-            yield item
-
-    async for item in model.flow.bridge(steps()):
-        yield item

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from ie_core.grammar import to_address
 from ie_core.plan import CAPTURE, CAPTURE_GENERATION, DECODE, GENERATE, Plan
+from ie_core.protocol import StreamChunk
 from ie_core.reduce import LensTopK, Reduction, flat
 from ie_core.wire import (
     PREFIX,
@@ -286,20 +287,33 @@ async def generate(request: Request) -> JSONResponse:
 async def generate_stream(request: Request) -> Response:
     """Newline-delimited JSON: one `{"token_id", "text"}` per token; an error ends the stream."""
     m, plan = _model(request), await _plan(request, GENERATE)
+    if plan.reductions:
+        raise BadRequest(
+            "generate_stream carries no reductions over HTTP (their lines are tokens only); "
+            "stream the read-out on the server's own backend"
+        )
     stream = m.generate_stream(plan.prompt, plan.sampling, steering=plan.steering, lora=plan.lora)
     first = await anext(stream)  # validation errors surface here, before any 200
 
     async def lines() -> AsyncIterator[bytes]:
         try:
-            yield (json.dumps(asdict(first)) + "\n").encode()
+            yield _chunk_line(first)
             async for chunk in stream:
-                yield (json.dumps(asdict(chunk)) + "\n").encode()
+                yield _chunk_line(chunk)
         except Exception as exc:  # the 200 is sent: the error is the stream's last line
             yield (json.dumps(error_body(exc)) + "\n").encode()
         finally:
             await stream.aclose()
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def _chunk_line(chunk: StreamChunk) -> bytes:
+    """One token's line, as it was before chunks carried reductions: this route's plan reduces
+    nothing, and `reduced` stays off the line."""
+    body = asdict(replace(chunk, reduced={}))
+    del body["reduced"]
+    return (json.dumps(body) + "\n").encode()
 
 
 def _vocab(m: Any) -> int:

@@ -35,7 +35,7 @@ def fit_result(query: FitQuery) -> FitResult:
     try:
         report = fit(
             query.model, query.backend, gpu=query.gpu or None, max_model_len=query.tokens,
-            attribute_tokens=query.attribute,
+            attribute_tokens=query.attribute, hub=False,
         )  # fmt: skip
     except (InterpError, ValueError, OSError, NotImplementedError, ImportError) as exc:
         return FitResult(query, None, str(exc))

@@ -8,7 +8,7 @@ from typing import Any
 
 from ie_core.fit import Item
 from ie_core.grammar import family_for_architecture, to_address
-from ie_vllm.memory_prices import graph_pool_item, kv_item
+from ie_vllm import graph_pool_item, kv_item
 
 from ie_static.config import StaticConfig
 from ie_static.declared import declared_sets

@@ -38,6 +38,9 @@ _EXPORTS = {
     "SteerSpec": "specs",
     # how each point is reached (a hook, a recompute, or a refusal)
     "vllm_serving": "serving",
+    # ie fit's prices every vLLM-based backend shares (vllm-static adds its buffers)
+    "graph_pool_item": "memory_prices",
+    "kv_item": "memory_prices",
     "RECOMPUTE_ATTN": "serving",
     # worker: points, batch layout, rows, the runner adapter
     "IEWorkerExtension": "worker.extension",
@@ -100,6 +103,8 @@ if TYPE_CHECKING:  # the same names, for type checkers (`tests` check both lists
     from ie_vllm.host.parallel_support import check_data_parallel as check_data_parallel
     from ie_vllm.host.parallel_support import check_pipeline_parallel as check_pipeline_parallel
     from ie_vllm.host.policy import SitePolicy as SitePolicy
+    from ie_vllm.memory_prices import graph_pool_item as graph_pool_item
+    from ie_vllm.memory_prices import kv_item as kv_item
     from ie_vllm.pipeline import merge_infos as merge_infos
     from ie_vllm.serving import RECOMPUTE_ATTN as RECOMPUTE_ATTN
     from ie_vllm.serving import vllm_serving as vllm_serving
@@ -187,6 +192,8 @@ __all__ = [
     "exact_int8_dot",
     "gather_captures",
     "gather_reduced",
+    "graph_pool_item",
+    "kv_item",
     "layer_range",
     "load_generate",
     "load_hooked",

@@ -146,14 +146,21 @@ def read_hub(repo_id: str, revision: str | None = None) -> Checkpoint:
     return Checkpoint(repo_id, config, tuple(tensors))
 
 
-def read_checkpoint(model_id: str | os.PathLike[str]) -> Checkpoint:
+def read_checkpoint(model_id: str | os.PathLike[str], hub: bool = True) -> Checkpoint:
     """A local folder (or an id ie's model sources materialize: SmolLM2, `ie-synthetic/...`), a
-    Hub id's snapshot in the local HF cache, else the Hub."""
+    Hub id's snapshot in the local HF cache, else the Hub (only where `hub`: a web page must
+    not wait on the Hub's retries)."""
     from ie_core.models import resolve_model_path
 
     path = resolve_model_path(model_id) or _cached(os.fspath(model_id))
     if path is not None:
         return read_folder(path)
+    if not hub:
+        raise FitSourceError(
+            f"{os.fspath(model_id)!r} is neither a local folder nor in this machine's Hugging "
+            f"Face cache, and this reader does not ask the Hub; run `ie fit {os.fspath(model_id)}` "
+            "in a shell to read its headers from the Hub"
+        )
     return read_hub(os.fspath(model_id))
 
 

@@ -87,12 +87,14 @@ def fit(
     l0: float = DEFAULT_L0,
     max_feature_nodes: int | None = None,
     dtype: str | None = None,
+    hub: bool = True,
 ) -> FitReport:
     """Price `model_id` (a Hub id or a local folder) on `backend` for sequences of `max_model_len` tokens (the config's
     positions when None), `streams` at once, capturing `points` (vllm-static: tapping them and
     writing `static_writes`), and an attribution graph at `attribute_tokens` (transcoders of
     mean L0 `l0`, at most `max_feature_nodes` features kept); against `gpu`
-    (a name, `ie_core.fit.GPU_MIB`), `memory_gib` of GPU, or this machine's RAM."""
+    (a name, `ie_core.fit.GPU_MIB`), `memory_gib` of GPU, or this machine's RAM. `hub=False`
+    reads disk only (a folder or the HF cache), never the network."""
     plugin = backend_plugin(backend)
     if plugin is None:
         raise BackendNotInstalledError(f"backend {backend!r} is not installed (ie fit asks it)")
@@ -103,7 +105,7 @@ def fit(
         )
     if streams < 1:
         raise UnsupportedOperationError(f"--streams {streams}: give at least 1")
-    ckpt = read_checkpoint(model_id)
+    ckpt = read_checkpoint(model_id, hub=hub)
     shape = model_shape(ckpt.config, f"{ckpt.source}/config.json")
     where = target(backend, gpu, memory_gib)
     load = _dtype(dtype, shape, where.device)
